@@ -1,0 +1,66 @@
+"""Inference helpers behind `bertkit fill-mask` and `bertkit info`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.checkpoint import CONFIG_NAME, read_config, read_weights
+from bertkit.config import BertConfig
+from bertkit.modeling import BertForPreTraining
+from bertkit.tokenizer import WordPieceTokenizer
+
+
+@torch.no_grad()
+def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: int = 5,
+              tokenizer: WordPieceTokenizer | None = None) -> list[list[dict[str, Any]]]:
+    """Top-k candidates for every [MASK] in `text`: one list per [MASK], each item {token, id, probability}.
+
+    `model` is a model directory (its tokenizer is read from it) or a loaded model plus `tokenizer`.
+    """
+    if not isinstance(model, torch.nn.Module):
+        directory = Path(model)
+        tokenizer = tokenizer or WordPieceTokenizer.from_pretrained(directory)
+        model = BertForPreTraining.from_pretrained(directory)
+    if tokenizer is None:
+        raise ValueError("fill_mask needs a tokenizer when given a loaded model")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    model.eval()
+    enc = tokenizer.encode(text, max_length=model.config.max_position_embeddings)
+    positions = [i for i, t in enumerate(enc.input_ids) if t == tokenizer.mask_id]
+    if not positions:
+        raise ValueError(f"no [MASK] token in {text!r}")
+    device = next(model.parameters()).device
+    ids = torch.tensor([enc.input_ids], device=device)
+    logits = model(ids, torch.ones_like(ids), torch.tensor([enc.token_type_ids], device=device)).prediction_logits
+    probs = logits[0, positions].float().softmax(-1)  # (M, V)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[{"token": tokenizer.id_to_token(int(i)), "id": int(i), "probability": float(p)}
+             for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]
+
+
+def model_info(directory: str | os.PathLike) -> dict[str, Any]:
+    """Config, parameter counts, heads present and files of a model directory."""
+    directory = Path(directory)
+    raw = read_config(directory) if (directory / CONFIG_NAME).is_file() else None
+    if raw is None:
+        raise FileNotFoundError(f"{directory}: no {CONFIG_NAME}; not a model directory")
+    config = BertConfig.from_dict(raw, source=str(directory / CONFIG_NAME))
+    state = read_weights(directory)
+    encoder = sum(t.numel() for k, t in state.items() if not k.startswith("cls.") and not k.endswith("position_ids"))
+    heads = sorted({k.split(".")[1] for k in state if k.startswith("cls.")})
+    return {
+        "directory": str(directory),
+        "architectures": raw.get("architectures", []),
+        "config": config.to_dict(),
+        "parameters_encoder": encoder,
+        "parameters_total": sum(t.numel() for k, t in state.items()
+                                if not k.endswith("position_ids") and k != "cls.predictions.decoder.weight"),
+        "pretraining_heads": heads,
+        "tokenizer": (directory / "vocab.txt").is_file(),
+        "files": sorted(p.name for p in directory.iterdir() if p.is_file()),
+    }

