@@ -86,6 +86,80 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# prepare / pretrain / plot / pipeline
+# ------------------------------------------------------------------------------------------------------------------
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from bertkit.data.shards import prepare
+
+    manifest = prepare(args.corpus, args.tokenizer, args.out, eval_paths=args.eval_corpus,
+                       eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
+                       shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet)
+    print(json.dumps(manifest.summary() if hasattr(manifest, "summary") else {"out": args.out}, indent=2))
+
+
+def parse_overrides(extra: list[str]) -> dict[str, str]:
+    """`--key value` / `--key=value` pairs left over by argparse -> {key: value} (dashes become underscores)."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(extra):
+        item = extra[i]
+        if not item.startswith("--") or len(item) < 3:
+            raise ValueError(f"unexpected argument {item!r}; settings are given as --field value")
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
+                raise ValueError(f"--{key} needs a value")
+            value = extra[i + 1]
+            i += 1
+        out[key.replace("-", "_")] = value
+        i += 1
+    return out
+
+
+def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
+    from bertkit.pretrain import pretrain, resolve_config
+
+    overrides = parse_overrides(extra)
+    for key in ("preset", "objective", "max_steps", "batch_size", "max_seq_length", "save_every", "seed",
+                "max_time", "learning_rate"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides[key] = value
+    config = resolve_config(args.config, overrides)
+    result = pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
+                          "stopped_by": result.stopped_by, **result.eval_metrics, "model": str(Path(args.out) / "model")}))
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from bertkit.plots import plot_run
+
+    for path in plot_run(args.run_dir, args.out):
+        print(path)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> None:
+    from bertkit.pipeline import run_pipeline
+
+    run_pipeline(args.out, corpus=args.corpus, minutes=args.minutes, preset=args.preset,
+                 vocab_size=args.vocab_size, probes=args.probe, seed=args.seed)
+
+
+def _pretrain_epilog() -> str:
+    from bertkit.pretrain import field_help, recipe_names
+
+    lines = [f"built-in recipes: {', '.join(recipe_names())}", "",
+             "every field below can be set as --field value (or --section.field value):"]
+    for section, rows in field_help().items():
+        lines.append(f"  [{section}]")
+        for name, default, text in rows:
+            flag = name.replace("_", "-")
+            lines.append(f"    --{flag:<30} {text} (default {default})")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
@@ -134,14 +208,75 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
 
+    prep = verbs.add_parser("prepare", help="tokenise a corpus into training shards",
+                            description="Tokenise text / JSON Lines corpora (optionally .gz) into memory-mapped "
+                                        "token shards with sentence, document and word-start indexes.")
+    prep.add_argument("--corpus", nargs="+", required=True, help="files, directories or globs")
+    prep.add_argument("--tokenizer", required=True, help="tokenizer or model directory (with vocab.txt)")
+    prep.add_argument("--out", required=True, help="data directory to write")
+    held = prep.add_mutually_exclusive_group()
+    held.add_argument("--eval-corpus", nargs="+", help="held-out corpus for evaluation")
+    held.add_argument("--eval-fraction", type=float, default=0.0, help="hold out this fraction of documents")
+    prep.add_argument("--format", choices=["text", "jsonl", "wikitext"], help="input format (default: by extension)")
+    prep.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
+                      help="invalid UTF-8, bad JSON or empty documents: stop (default) or skip and count")
+    prep.add_argument("--shard-tokens", type=int, default=2 ** 24, help="tokens per shard (default 16M)")
+    prep.add_argument("--seed", type=int, default=0, help="seed of the eval-fraction choice")
+    prep.add_argument("--quiet", action="store_true", help="no progress bar")
+    prep.set_defaults(func=cmd_prepare)
+
+    pre = verbs.add_parser("pretrain", help="pretrain a BERT on prepared shards",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_pretrain_epilog(),
+                           description="Pretrain with MLM+NSP (or the ALBERT / RoBERTa objectives). Launch with "
+                                       "torchrun for several processes or machines.")
+    pre.add_argument("--data", required=True, help="directory written by `bertkit prepare`")
+    pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
+    pre.add_argument("--config", help="recipe: a YAML file or a built-in name (default: mini)")
+    pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
+    pre.add_argument("--objective", help="bert, albert, roberta or roberta-doc")
+    pre.add_argument("--max-steps", type=int, help="optimizer steps")
+    pre.add_argument("--max-time", type=float, help="stop after this many seconds")
+    pre.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
+    pre.add_argument("--max-seq-length", type=int, help="tokens per instance")
+    pre.add_argument("--learning-rate", type=float, help="peak learning rate")
+    pre.add_argument("--save-every", type=int, help="checkpoint every N steps")
+    pre.add_argument("--seed", type=int, help="seed")
+    pre.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    pre.add_argument("--init-from", help="start from this model directory's weights (e.g. phase 2 at length 512)")
+    pre.set_defaults(func=cmd_pretrain, takes_extra=True)
+
+    pipe = verbs.add_parser("pipeline", help="everything: corpus -> vocabulary -> shards -> pretraining -> report",
+                            description="Train a vocabulary, prepare shards, pretrain a small BERT for a bounded "
+                                        "time and report masked-token accuracy, fill-mask examples and plots. "
+                                        "Without --corpus, a corpus is assembled from the docstrings of the "
+                                        "Python sources installed on this machine.")
+    pipe.add_argument("--corpus", nargs="+", help="your corpus: files, directories or globs (text, JSON Lines, .gz)")
+    pipe.add_argument("--out", default="runs/pipeline", help="output directory (default runs/pipeline)")
+    pipe.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
+    pipe.add_argument("--preset", default="mini", choices=["tiny", "mini", "small"], help="model size (default mini)")
+    pipe.add_argument("--vocab-size", type=int, default=8192, help="WordPiece vocabulary size (default 8192)")
+    pipe.add_argument("--probe", action="append", help="a fill-mask sentence with [MASK] (repeatable)")
+    pipe.add_argument("--seed", type=int, default=0, help="seed")
+    pipe.set_defaults(func=cmd_pipeline)
+
+    plot = verbs.add_parser("plot", help="draw a run's training curves as PNG",
+                            description="Write PNG curves (loss, accuracy, learning rate, throughput, eval) of a run.")
+    plot.add_argument("run_dir", help="run directory with metrics.jsonl")
+    plot.add_argument("--out", help="output directory (default RUN_DIR/plots)")
+    plot.set_defaults(func=cmd_plot)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        args.func(args)
+        if getattr(args, "takes_extra", False):
+            args.func(args, extra)
+        else:
+            args.func(args)
     except KeyboardInterrupt:
         print("bertkit: interrupted", file=sys.stderr)
         return 130

@@ -32,23 +32,27 @@ _IGNORED_KEYS = {
 _REQUIRED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
 
 
+def _f(default: Any, help: str) -> Any:  # a field with its help text (shown by `bertkit pretrain --help`)
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class BertConfig:
     """Hyper-parameters of a BERT encoder; names and defaults are those of BERT-base in transformers."""
 
-    vocab_size: int = 30522  # rows of the word-embedding matrix (and of the MLM output layer)
-    hidden_size: int = 768  # H: width of every hidden state
-    num_hidden_layers: int = 12  # L: number of encoder layers
-    num_attention_heads: int = 12  # A: heads per self-attention; must divide H
-    intermediate_size: int = 3072  # width of the feed-forward block, 4H in the paper
-    hidden_act: str = "gelu"  # feed-forward and MLM-head activation; "gelu" is the exact (erf) GELU
-    hidden_dropout_prob: float = 0.1  # dropout on embeddings and on every residual branch
-    attention_probs_dropout_prob: float = 0.1  # dropout on attention probabilities
-    max_position_embeddings: int = 512  # longest sequence the learned position table covers
-    type_vocab_size: int = 2  # number of token types (segments A and B)
-    initializer_range: float = 0.02  # standard deviation of the normal initialisation
-    layer_norm_eps: float = 1e-12  # LayerNorm epsilon
-    pad_token_id: int = 0  # id of [PAD]; its embedding row is not special, but it is written to config.json
+    vocab_size: int = _f(30522, 'rows of the word-embedding matrix (and of the MLM output layer)')
+    hidden_size: int = _f(768, 'H: width of every hidden state')
+    num_hidden_layers: int = _f(12, 'L: number of encoder layers')
+    num_attention_heads: int = _f(12, 'A: heads per self-attention; must divide H')
+    intermediate_size: int = _f(3072, 'width of the feed-forward block, 4H in the paper')
+    hidden_act: str = _f("gelu", 'feed-forward and MLM-head activation; "gelu" is the exact (erf) GELU')
+    hidden_dropout_prob: float = _f(0.1, 'dropout on embeddings and on every residual branch')
+    attention_probs_dropout_prob: float = _f(0.1, 'dropout on attention probabilities')
+    max_position_embeddings: int = _f(512, 'longest sequence the learned position table covers')
+    type_vocab_size: int = _f(2, 'number of token types (segments A and B)')
+    initializer_range: float = _f(0.02, 'standard deviation of the normal initialisation')
+    layer_norm_eps: float = _f(1e-12, 'LayerNorm epsilon')
+    pad_token_id: int = _f(0, 'id of [PAD]; its embedding row is not special, but it is written to config.json')
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",

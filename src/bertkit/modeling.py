@@ -280,14 +280,24 @@ class BertForPreTraining(PreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> PreTrainingOutput:
-        """labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere; next_sentence_label: (B,)."""
+                output_attentions: bool = False, predict_at: torch.Tensor | None = None) -> PreTrainingOutput:
+        """labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere; next_sentence_label: (B,).
+
+        predict_at: optional (B, T) bool; the vocabulary projection then runs only at those positions (the masked
+        ones, ~15% of tokens) and `prediction_logits` is (N, V) for the N selected positions in row-major order.
+        The loss is the same as the dense one when predict_at covers every labelled position.
+        """
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.mlm(out.last_hidden_state)  # (B, T, V)
+        hidden = out.last_hidden_state
+        if predict_at is not None:
+            hidden = hidden[predict_at]  # (N, H)
+            if labels is not None:
+                labels = labels[predict_at]
+        logits = self.mlm(hidden)  # (B, T, V), or (N, V)
         nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
         mlm_loss = nsp_loss = None
         if labels is not None:
-            mlm_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
+            mlm_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                                        ignore_index=IGNORE_INDEX)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1),

@@ -70,6 +70,8 @@ def _select(candidates: np.ndarray, word: np.ndarray, counts: np.ndarray, rng: n
         fits = (sorted_lengths[:, k] > 0) & (total + sorted_lengths[:, k] <= counts)
         taken_sorted[:, k] = fits
         total += np.where(fits, sorted_lengths[:, k], 0)
+        if (total >= counts).all():  # every row is full: no later word can fit (each has >= 1 piece)
+            break
     taken = np.zeros((b, w), dtype=bool)
     np.put_along_axis(taken, order, taken_sorted, axis=1)
     return candidates & taken[rows, np.maximum(word, 0)]

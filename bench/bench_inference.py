@@ -1,0 +1,92 @@
+"""Benchmark: inference with bertkit's BertModel against transformers', on identical weights.
+
+One call is a forward pass of the bare encoder (embeddings, layers, pooler) in eval mode under `torch.no_grad()`,
+fp32, torch's default thread count, on the same batches as the pretraining benchmark: `dense` (every row
+`seq_len` real tokens) and `varlen` (real lengths uniform in [16, seq_len], padded, attention_mask 0).
+bertkit's model is written with `save_pretrained` and loaded by transformers' `from_pretrained` (its default
+attention implementation); the outputs are checked to agree before timing.
+
+MFU = model FLOPs / time / measured fp32 matmul peak (same run), with forward FLOPs per real token of a sequence
+of real length T:  2 x (non-embedding parameters)  +  4 x L x H x T   (see common.model_flops).
+
+Prints one JSON line per (preset, seq_len, batch kind); ratio = bertkit / transformers sequences/s (> 1: bertkit
+is faster).
+
+    python bench/bench_inference.py [--preset mini base] [--seq-len 128 512] [--batch dense varlen]
+                                    [--batch-size N] [--iters N] [--warmup N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+try:  # `python bench/bench_inference.py` puts bench/ on sys.path; `bench.` when imported from the repo root
+    from bench.common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
+                              measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts,
+                              time_alternating)
+except ImportError:
+    from common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
+                        measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts, time_alternating)
+
+# Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a call of about a second on 2 CPU cores.
+DEFAULT_BATCH_SIZE = {"tiny": 256, "mini": 64, "small": 32, "medium": 16, "base": 8, "large": 4}
+
+
+@torch.no_grad()
+def forward(model: torch.nn.Module, batch) -> None:
+    model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
+
+
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0):
+    """Benchmark every (preset, seq_len, kind); yield one result dict each (also printed by `main`)."""
+    log(f"measuring the fp32 matmul peak for {peak_seconds:g} s ...")
+    peak = measure_peak_gflops(peak_seconds)
+    log(f"peak {peak:.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    for preset in presets:
+        config, ours, peer = model_pair(preset, pretraining=False, seed=seed)
+        ours.eval(), peer.eval()
+        for seq_len in seq_lens:
+            for kind in kinds:
+                rows = batch_size_for(DEFAULT_BATCH_SIZE, preset, seq_len, batch_size)
+                batch = make_batch(kind, rows, seq_len, seed=seed, vocab_size=config.vocab_size)
+                check_same_function(ours, peer, batch, pretraining=False)
+                log(f"inference {preset} T={seq_len} {kind} B={rows}: {warmup} warm-up + {iters} timed rounds")
+                times = time_alternating({"transformers": lambda: forward(peer, batch),
+                                          "bertkit": lambda: forward(ours, batch)}, iters=iters, warmup=warmup)
+                flops = model_flops(config, batch.lengths, training=False, mlm_head=False)
+                t_ours, t_peer = median(times["bertkit"]), median(times["transformers"])
+                yield {
+                    "bench": "inference", "preset": preset, "seq_len": seq_len, "batch": kind, "batch_size": rows,
+                    "bertkit_sequences_per_s": round(rows / t_ours, 2),
+                    "transformers_sequences_per_s": round(rows / t_peer, 2),
+                    "ratio": round(t_peer / t_ours, 3),
+                    "bertkit_mfu": round(mfu(flops, t_ours, peak), 4),
+                    "transformers_mfu": round(mfu(flops, t_peer, peak), 4),
+                    "peak_gflops": round(peak, 1),
+                    "bertkit_tokens_per_s": round(batch.real_tokens / t_ours, 1),
+                    "transformers_tokens_per_s": round(batch.real_tokens / t_peer, 1),
+                    "real_tokens": batch.real_tokens, "bertkit_call_s": round(t_ours, 4),
+                    "transformers_call_s": round(t_peer, 4),
+                    "bertkit_min_s": round(min(times["bertkit"]), 4),
+                    "transformers_min_s": round(min(times["transformers"]), 4),
+                    "iters": iters, "threads": torch.get_num_threads(),
+                }
+        del ours, peer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_bench_args(parser, default_iters=7, default_warmup=2)
+    args = parser.parse_args(argv)
+    iters, warmup, peak_seconds = resolve_counts(args)
+    for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
+                      args.seed):
+        emit(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Benchmark: one full pretraining step of bertkit's BertForPreTraining against transformers', on identical weights.
+
+A step is what the trainer does per batch: zero the gradients, forward with MLM labels and NSP labels, backward,
+AdamW step. fp32, train mode (dropout 0.1 on, as in real pretraining), torch's default thread count. bertkit's
+model is initialised from a seed, written with `save_pretrained` and loaded by transformers' `from_pretrained`
+(its default attention implementation); both get the same batch and the same AdamW settings, and their
+eval-mode outputs are checked to agree before anything is timed.
+
+Batches (bench/common.py `make_batch`): `dense`, every row `seq_len` real tokens; `varlen`, real lengths
+uniform in [16, seq_len] padded to seq_len (attention_mask 0). MLM labels at 15% of the real non-special
+positions, random NSP labels. Tokens/s counts real tokens only.
+
+MFU = model FLOPs per step / step time / measured fp32 matmul peak (same run), with model FLOPs per real token
+of a sequence of real length T:  6 x (non-embedding parameters + H x V)  +  12 x L x H x T
+(the MLM decoder H x V is tied to the word embeddings but is a matmul at every position; see common.model_flops).
+
+Prints one JSON line per (preset, seq_len, batch kind); ratio = bertkit / transformers tokens/s (> 1: bertkit
+is faster).
+
+    python bench/bench_pretrain_step.py [--preset mini base] [--seq-len 128 512] [--batch dense varlen]
+                                        [--batch-size N] [--iters N] [--warmup N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+try:  # `python bench/bench_pretrain_step.py` puts bench/ on sys.path; `bench.` when imported from the repo root
+    from bench.common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
+                              measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts,
+                              time_alternating)
+except ImportError:
+    from common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
+                        measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts, time_alternating)
+
+# Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a step of a few seconds on 2 CPU cores.
+DEFAULT_BATCH_SIZE = {"tiny": 32, "mini": 8, "small": 4, "medium": 2, "base": 2, "large": 1}
+# The same optimizer on both sides: BERT's AdamW settings, weight decay on every parameter (cost is what matters).
+ADAMW = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
+    """zero_grad, forward with both pretraining losses, backward, AdamW step: one pretraining step."""
+    optimizer.zero_grad(set_to_none=True)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids,
+                labels=batch.labels, next_sentence_label=batch.nsp_labels)
+    out.loss.backward()
+    optimizer.step()
+
+
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0):
+    """Benchmark every (preset, seq_len, kind); yield one result dict each (also printed by `main`)."""
+    log(f"measuring the fp32 matmul peak for {peak_seconds:g} s ...")
+    peak = measure_peak_gflops(peak_seconds)
+    log(f"peak {peak:.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    for preset in presets:
+        config, ours, peer = model_pair(preset, pretraining=True, seed=seed)
+        # Before any step: once trained (different dropout draws), the two copies' weights drift apart.
+        check_same_function(ours, peer, make_batch("varlen", 2, max(seq_lens), seed=seed), pretraining=True)
+        optimizers = {"bertkit": torch.optim.AdamW(ours.parameters(), **ADAMW),
+                      "transformers": torch.optim.AdamW(peer.parameters(), **ADAMW)}
+        for seq_len in seq_lens:
+            for kind in kinds:
+                rows = batch_size_for(DEFAULT_BATCH_SIZE, preset, seq_len, batch_size)
+                batch = make_batch(kind, rows, seq_len, seed=seed, vocab_size=config.vocab_size)
+                ours.train(), peer.train()
+                log(f"pretrain_step {preset} T={seq_len} {kind} B={rows}: {warmup} warm-up + {iters} timed rounds")
+                times = time_alternating({
+                    "transformers": lambda: train_step(peer, optimizers["transformers"], batch),
+                    "bertkit": lambda: train_step(ours, optimizers["bertkit"], batch),
+                }, iters=iters, warmup=warmup)
+                flops = model_flops(config, batch.lengths, training=True)
+                t_ours, t_peer = median(times["bertkit"]), median(times["transformers"])
+                yield {
+                    "bench": "pretrain_step", "preset": preset, "seq_len": seq_len, "batch": kind,
+                    "batch_size": rows,
+                    "bertkit_tokens_per_s": round(batch.real_tokens / t_ours, 1),
+                    "transformers_tokens_per_s": round(batch.real_tokens / t_peer, 1),
+                    "ratio": round(t_peer / t_ours, 3),
+                    "bertkit_mfu": round(mfu(flops, t_ours, peak), 4),
+                    "transformers_mfu": round(mfu(flops, t_peer, peak), 4),
+                    "peak_gflops": round(peak, 1),
+                    "real_tokens": batch.real_tokens, "bertkit_step_s": round(t_ours, 4),
+                    "transformers_step_s": round(t_peer, 4),
+                    "bertkit_min_s": round(min(times["bertkit"]), 4),
+                    "transformers_min_s": round(min(times["transformers"]), 4),
+                    "iters": iters, "threads": torch.get_num_threads(),
+                }
+        del ours, peer, optimizers
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_bench_args(parser, default_iters=5, default_warmup=1)
+    args = parser.parse_args(argv)
+    iters, warmup, peak_seconds = resolve_counts(args)
+    for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
+                      args.seed):
+        emit(record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Parity check and throughput: bertkit's WordPieceTokenizer against Google's original tokenizer on WikiText-2.
+
+The reference is transformers' pure-Python port of Google's `tokenization.py`,
+`transformers.models.bert.tokenization_bert_legacy.BertTokenizerLegacy`. For both Google vocabularies
+(bert-base-uncased, lower-cased; bert-base-cased, cased) and every line of `wikitext-2/wiki.test.raw` and
+`wiki.valid.raw` (blank ones included), it compares input_ids, token_type_ids and attention_mask of:
+
+    single texts   ours.encode_batch(lines)                    ref(line) (no truncation)
+    pairs          ours.encode_batch(a, b, max_length=64)      ref(a, b, truncation=True, max_length=64)
+                   where (a, b) are consecutive non-blank lines of a file
+
+Throughput is measured on the single texts, alternating per (vocabulary, file) chunk: bertkit encodes the chunk,
+then the reference does. bertkit runs batched on the `tokenizers` engine (which may use every core); the
+reference is a Python loop: the ratio is what a user of each gets, not a per-core comparison.
+
+    python bench/tokenizer_parity.py [--data-dir ../shared/data] [--max-length 64] [--limit N]
+
+Prints one JSON line; exits 1 when any encoding differs. `run(data_dir)` returns the same dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+FILES = ("wiki.test.raw", "wiki.valid.raw")
+VOCABS = {"uncased": ("bert-base-uncased-vocab.txt", True), "cased": ("bert-base-cased-vocab.txt", False)}
+FIELDS = ("input_ids", "token_type_ids", "attention_mask")
+MAX_EXAMPLES = 5
+
+
+def read_lines(path: Path, limit: int | None = None) -> list[str]:
+    """Every line of a text file, without its newline ("\\n" only, so no Unicode separator splits a line)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines[:limit] if limit is not None else lines
+
+
+def consecutive_pairs(lines: list[str]) -> list[tuple[int, str, str]]:
+    """(1-based line number of a, a, b) for consecutive non-blank lines a, b."""
+    kept = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    return [(n, a, b) for (n, a), (_, b) in zip(kept, kept[1:])]
+
+
+def _mismatch(ours_tok, ref_tok, ours: dict, ref: dict, **where) -> dict | None:
+    """None when all fields agree, else a short description around the first difference."""
+    for field in FIELDS:
+        a, b = ours[field], ref[field]
+        if a == b:
+            continue
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        lo, hi = max(0, first - 3), first + 5
+        example = dict(where, field=field, first_difference=first, ours_length=len(a), reference_length=len(b),
+                       ours=a[lo:hi], reference=b[lo:hi])
+        if field == "input_ids":
+            example["ours_tokens"] = ours_tok.convert_ids_to_tokens(a[lo:hi])
+            example["reference_tokens"] = ref_tok.convert_ids_to_tokens(b[lo:hi])
+        return example
+    return None
+
+
+def _fields(encoding) -> dict:
+    return {field: list(getattr(encoding, field)) for field in FIELDS}
+
+
+def run(data_dir: str | Path | None = None, max_length: int = 64, limit: int | None = None) -> dict:
+    """Check every line (and consecutive pair) of WikiText-2 test+valid with both Google vocabularies.
+
+    limit: only the first `limit` lines of each file (a smoke run). Returns the JSON-able result:
+    lines / pairs (per vocabulary; each is checked with both), mismatches (over both vocabularies),
+    examples (the first few mismatches), lines/s of both and ratio = bertkit / transformers.
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the reference warns on every truncated pair that it returns no overflow
+    try:
+        return _run(data_dir, max_length, limit)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _run(data_dir: str | Path | None, max_length: int, limit: int | None) -> dict:
+    from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+
+    from bertkit import WordPieceTokenizer
+
+    data_dir = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    paths = [data_dir / "wikitext-2" / name for name in FILES]
+    vocab_paths = {name: data_dir / "vocab" / file for name, (file, _) in VOCABS.items()}
+    for path in [*paths, *vocab_paths.values()]:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found (the WikiText-2 and vocabulary files of {data_dir})")
+    corpora = {path.name: read_lines(path, limit) for path in paths}
+    pairs = {name: consecutive_pairs(lines) for name, lines in corpora.items()}
+
+    mismatches, examples = 0, []
+    per_vocab = {}
+    seconds = {"bertkit": 0.0, "transformers": 0.0}
+    for vocab_name, (_, lowercase) in VOCABS.items():
+        ours = WordPieceTokenizer.from_vocab(vocab_paths[vocab_name], lowercase=lowercase)
+        ref = BertTokenizerLegacy(str(vocab_paths[vocab_name]), do_lower_case=lowercase)
+        found = 0
+        for file_name, lines in corpora.items():
+            # Single texts, timed: A (bertkit, batched) then B (reference, one call per line).
+            start = time.perf_counter()
+            ours_single = ours.encode_batch(lines)
+            seconds["bertkit"] += time.perf_counter() - start
+            start = time.perf_counter()
+            ref_single = [ref(line, return_token_type_ids=True, return_attention_mask=True) for line in lines]
+            seconds["transformers"] += time.perf_counter() - start
+            for number, (line, a, b) in enumerate(zip(lines, ours_single, ref_single), start=1):
+                bad = _mismatch(ours, ref, _fields(a), b, vocab=vocab_name, file=file_name, line=number, text=line)
+                if bad:
+                    found += 1
+                    if len(examples) < MAX_EXAMPLES:
+                        examples.append(bad)
+            # Pairs with longest-first truncation.
+            file_pairs = pairs[file_name]
+            ours_pairs = ours.encode_batch([a for _, a, _ in file_pairs], [b for _, _, b in file_pairs],
+                                           max_length=max_length)
+            for (number, a_text, b_text), enc in zip(file_pairs, ours_pairs):
+                expected = ref(a_text, b_text, truncation=True, max_length=max_length, return_token_type_ids=True,
+                               return_attention_mask=True)
+                bad = _mismatch(ours, ref, _fields(enc), expected, vocab=vocab_name, file=file_name, line=number,
+                                text=a_text, pair=b_text)
+                if bad:
+                    found += 1
+                    if len(examples) < MAX_EXAMPLES:
+                        examples.append(bad)
+        per_vocab[vocab_name] = found
+        mismatches += found
+
+    n_lines = sum(map(len, corpora.values()))
+    n_pairs = sum(map(len, pairs.values()))
+    timed_lines = n_lines * len(VOCABS)
+    ours_rate, ref_rate = timed_lines / seconds["bertkit"], timed_lines / seconds["transformers"]
+    return {"bench": "tokenizer_parity", "lines": n_lines, "pairs": n_pairs, "vocabs": list(VOCABS),
+            "max_length": max_length, "mismatches": mismatches, "mismatches_by_vocab": per_vocab,
+            "examples": examples, "bertkit_lines_per_s": round(ours_rate, 1),
+            "transformers_lines_per_s": round(ref_rate, 1), "ratio": round(ours_rate / ref_rate, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--max-length", type=int, default=64, help="max_length of the pair encodings (default 64)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N lines of each file")
+    parser.add_argument("--quick", action="store_true", help="same as --limit 500")
+    args = parser.parse_args(argv)
+    limit = args.limit if args.limit is not None else (500 if args.quick else None)
+    try:
+        result = run(args.data_dir, args.max_length, limit)
+    except FileNotFoundError as err:
+        print(f"tokenizer_parity: skipped, {err}", file=sys.stderr)
+        return 0
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 1 if result["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

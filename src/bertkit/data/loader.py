@@ -1,0 +1,176 @@
+"""Deterministic, resumable streams of masked pretraining batches.
+
+The global stream of instances is a pure function of (corpus, options, seed): epoch e visits the documents in a
+seeded permutation, `chunk_docs` documents at a time; each chunk's instances are created with a generator seeded
+by (seed, e, chunk) and shuffled. Masks come from `masking_rng(seed, e, k)` (dynamic masking: fresh every epoch) or
+`masking_rng(seed, e, k, dupe_factor)` (static masking: with it the instances and their masks repeat every
+`dupe_factor` epochs, the `dupe_factor` fixed copies of BERT's offline data creation).
+
+Global micro-batch j holds instances [j·G, (j+1)·G) with G = micro_batch_size × world_size, masked together with
+a generator seeded by its first instance's (epoch, index); rank r takes the r-th slice of it. Every rank computes
+the same stream (instance creation and masking are cheap next to a training step) and keeps its own disjoint part,
+so a 2-rank run sees exactly the batches of a 1-rank run with twice the batch.
+A position is (epoch, chunk, offset in chunk, index in epoch): enough to regenerate the rest after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.data.instances import (
+    DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sop_instances, pack_doc_sentences,
+    pack_full_sentences, pad_instances,
+)
+from bertkit.data.masking import mask_tokens, masking_rng
+
+OBJECTIVE_INSTANCES = ("nsp", "sop", "full-sentences", "doc-sentences")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    instances: str = "nsp"  # nsp | sop | full-sentences | doc-sentences
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    mask_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    whole_word_masking: bool = False
+    dupe_factor: int | None = None  # None = dynamic masking; N = static masking with N copies
+    chunk_docs: int = 64
+
+    def __post_init__(self) -> None:
+        if self.instances not in OBJECTIVE_INSTANCES:
+            raise ValueError(f"unknown instance kind {self.instances!r}; choose one of {OBJECTIVE_INSTANCES}")
+
+
+class _Subset:
+    """The documents `indices` of `docs`, as a DocumentSource (for packing one chunk at a time)."""
+
+    def __init__(self, docs: DocumentSource, indices: Sequence[int]) -> None:
+        self.docs, self.indices = docs, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def document(self, i: int):
+        return self.docs.document(int(self.indices[i]))
+
+
+class PretrainingStream:
+    """This rank's micro-batches: dicts of (B, T) tensors input_ids, attention_mask, token_type_ids, labels,
+    and (B,) next_sentence_label for pair tasks; "_state" holds the position after the batch."""
+
+    def __init__(self, docs: DocumentSource, options: StreamOptions, special: SpecialIds, vocab_size: int,
+                 micro_batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 random_ids: np.ndarray | None = None, max_epochs: int | None = None) -> None:
+        if len(docs) == 0:
+            raise ValueError("the corpus has no documents")
+        self.docs, self.options, self.special = docs, options, special
+        self.vocab_size, self.micro_batch_size = vocab_size, micro_batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.random_ids = random_ids
+        self.max_epochs = max_epochs
+        self.position = {"epoch": 0, "chunk": 0, "offset": 0, "index": 0}
+
+    # ---- the pure part: instances of one chunk ------------------------------------------------------------------
+    def _creation_epoch(self, epoch: int) -> int:
+        d = self.options.dupe_factor
+        return epoch % d if d else epoch
+
+    def num_chunks(self) -> int:
+        return -(-len(self.docs) // self.options.chunk_docs)
+
+    def chunk_instances(self, epoch: int, chunk: int) -> list[Instance]:
+        o = self.options
+        e = self._creation_epoch(epoch)
+        order = np.random.default_rng([self.seed, 3, e]).permutation(len(self.docs))
+        members = order[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
+        rng = np.random.default_rng([self.seed, 2, e, chunk])
+        out: list[Instance] = []
+        if o.instances in ("nsp", "sop"):
+            create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
+            for d in members:
+                out.extend(create(self.docs, int(d), o.max_seq_length, o.short_seq_prob, rng, self.special))
+        else:
+            pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
+            out.extend(pack(_Subset(self.docs, members), o.max_seq_length, None, special=self.special))
+        perm = rng.permutation(len(out))
+        return [out[i] for i in perm]
+
+    def mask(self, input_ids: np.ndarray, special_mask: np.ndarray, word_starts: np.ndarray, epoch: int,
+             index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mask a (G, T) group whose first instance is instance `index` of `epoch`."""
+        o = self.options
+        rng = masking_rng(self.seed, epoch, index, o.dupe_factor)
+        return mask_tokens(input_ids, special_mask, rng, vocab_size=self.vocab_size, mask_id=self.special.mask,
+                           mask_prob=o.mask_prob, max_predictions=o.max_predictions_per_seq,
+                           whole_word=o.whole_word_masking, word_starts=word_starts, random_ids=self.random_ids)
+
+    # ---- iteration ------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        return dict(self.position)
+
+    def load_state_dict(self, state: dict[str, int] | None) -> None:
+        if state is not None:
+            self.position = {k: int(state[k]) for k in ("epoch", "chunk", "offset", "index")}
+
+    def instances(self) -> Iterator[tuple[Instance, int, int, dict[str, int]]]:
+        """(instance, epoch, index in epoch, position after it), from the current position on."""
+        pos = dict(self.position)
+        cache_key, cache = None, []
+        while self.max_epochs is None or pos["epoch"] < self.max_epochs:
+            if (pos["epoch"], pos["chunk"]) != cache_key:
+                cache_key, cache = (pos["epoch"], pos["chunk"]), self.chunk_instances(pos["epoch"], pos["chunk"])
+            if pos["offset"] < len(cache):
+                inst, epoch, index = cache[pos["offset"]], pos["epoch"], pos["index"]
+                pos["offset"] += 1
+                pos["index"] += 1
+                yield inst, epoch, index, dict(pos)
+                continue
+            pos["chunk"] += 1
+            pos["offset"] = 0
+            if pos["chunk"] >= self.num_chunks():
+                pos = {"epoch": pos["epoch"] + 1, "chunk": 0, "offset": 0, "index": 0}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        group = self.micro_batch_size * self.world_size
+        rows = slice(self.rank * self.micro_batch_size, (self.rank + 1) * self.micro_batch_size)
+        pending: list[tuple[Instance, int, int]] = []
+        for inst, epoch, index, after in self.instances():
+            pending.append((inst, epoch, index))
+            if len(pending) == group:
+                self.position = after
+                yield self.collate(pending, after, rows)
+                pending = []
+
+    def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
+                rows: slice = slice(None)) -> dict[str, Any]:
+        """Pad and mask a group of (instance, epoch, index) as one, then keep `rows` of it as tensors."""
+        arrays = pad_instances([inst for inst, _, _ in items], None, self.special.pad)
+        _, epoch, index = items[0]
+        ids, labels = self.mask(arrays["input_ids"], arrays["special_mask"], arrays["word_starts"], epoch, index)
+        batch: dict[str, Any] = {
+            "input_ids": torch.from_numpy(ids[rows]),
+            "attention_mask": torch.from_numpy(arrays["attention_mask"][rows]),
+            "token_type_ids": torch.from_numpy(arrays["token_type_ids"][rows]),
+            "labels": torch.from_numpy(labels[rows]),
+        }
+        if "next_sentence_label" in arrays:
+            batch["next_sentence_label"] = torch.from_numpy(arrays["next_sentence_label"][rows])
+        if state is not None:
+            batch["_state"] = dict(state)
+        return batch
+
+
+def fixed_batches(stream: PretrainingStream, max_instances: int, batch_size: int) -> list[dict[str, Any]]:
+    """The first `max_instances` instances of epoch 0, masked once, in batches: a fixed evaluation set."""
+    items: list[tuple[Instance, int, int]] = []
+    for inst, epoch, index, _ in stream.instances():
+        if epoch > 0 or len(items) >= max_instances:
+            break
+        items.append((inst, epoch, index))
+    return [stream.collate(items[i:i + batch_size]) for i in range(0, len(items), batch_size)]

@@ -1,0 +1,186 @@
+"""Training curves as PNG files, drawn from a run's `metrics.jsonl`.
+
+The trainer appends one JSON object per line to `run_dir/metrics.jsonl`: training lines carry `step` and keys such
+as `loss`, `mlm_loss`, `mlm_accuracy`, `lr`, `tokens_per_s`; evaluation lines carry `step` and keys starting with
+`eval_`. `plot_run` draws every numeric key it finds, one figure per group:
+
+    loss.png        training keys containing "loss" (loss, mlm_loss, nsp_loss, ...), on one axis
+    accuracy.png    training keys containing "accuracy" or "acc"
+    lr.png          the learning rate(s)
+    throughput.png  rates: keys ending in "_per_s" / "_per_sec", or "throughput", each on its own axis (units differ)
+    eval.png        every `eval_*` key: losses on one axis, accuracies on another, anything else on its own
+    other.png       any remaining numeric training key (grad_norm, epoch, ...), each on its own axis
+
+A figure is written only when its group has data. matplotlib is optional (`pip install matplotlib`) and imported
+only when a figure is drawn; its object-oriented API with the Agg canvas is used, so the global backend of the
+calling process (a notebook, say) is left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from bertkit.errors import DataError
+
+METRICS_FILE = "metrics.jsonl"
+# Figure names in the order they are written (and returned).
+GROUPS = ("loss", "accuracy", "lr", "throughput", "eval", "other")
+# Kinds whose keys are drawn on one axis; other keys have units of their own.
+_SHARED_AXIS = ("loss", "accuracy", "lr")
+# Series with at most this many points are drawn with markers (evaluation curves are sparse).
+_MARKER_MAX_POINTS = 50
+
+Series = dict[str, tuple[list[float], list[float]]]  # key -> (steps, values)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Reading
+# ------------------------------------------------------------------------------------------------------------------
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The JSON objects of a metrics file, one per non-blank line.
+
+    Raises FileNotFoundError when the file is absent and DataError ("path:line: ...") for a line that is not a
+    JSON object or has no numeric `step`; a half-written run is a fact to report, not to paper over.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such metrics file")
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError.at(path, number, f"not valid JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(record, dict):
+                raise DataError.at(path, number, f"expected a JSON object, found {type(record).__name__}")
+            if not _is_number(record.get("step")):
+                raise DataError.at(path, number, "no numeric 'step' on this line")
+            records.append(record)
+    return records
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def collect_series(records: list[dict]) -> Series:
+    """Every numeric key except `step` as (steps, values), sorted by step; non-finite values become NaN (a gap)."""
+    series: Series = {}
+    for record in records:
+        step = float(record["step"])
+        for key, value in record.items():
+            if key == "step" or not _is_number(value):
+                continue
+            value = float(value)
+            steps, values = series.setdefault(key, ([], []))
+            steps.append(step)
+            values.append(value if math.isfinite(value) else math.nan)
+    for key, (steps, values) in series.items():
+        order = sorted(range(len(steps)), key=steps.__getitem__)  # stable: a resumed run's repeats stay in order
+        series[key] = ([steps[i] for i in order], [values[i] for i in order])
+    return series
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Grouping
+# ------------------------------------------------------------------------------------------------------------------
+def kind(key: str) -> str | None:
+    """What a metric measures, from its name: "loss", "accuracy", "lr", "throughput" or None (anything else)."""
+    name = key.lower()
+    words = name.split("_")
+    if "loss" in name:
+        return "loss"
+    if "accuracy" in name or "acc" in words:
+        return "accuracy"
+    if name in ("lr", "learning_rate") or words[0] == "lr" or name.endswith("_lr"):
+        return "lr"
+    if name.endswith(("_per_s", "_per_sec", "_per_second")) or "throughput" in name:
+        return "throughput"
+    return None
+
+
+def group_keys(keys) -> dict[str, list[list[str]]]:
+    """Figure name -> its axes, each a list of keys drawn together. Only non-empty figures are present.
+
+    Training keys go to the figure of their kind or to "other"; `eval_*` keys go to "eval". Losses, accuracies
+    and learning rates share an axis per figure (same units); every other key gets an axis of its own.
+    """
+    figures: dict[str, dict[str, list[str]]] = {}
+    for key in sorted(keys):
+        evaluation = key.startswith("eval_")
+        what = kind(key[len("eval_"):] if evaluation else key)
+        figure = "eval" if evaluation else (what or "other")
+        axis = what if what in _SHARED_AXIS else key
+        figures.setdefault(figure, {}).setdefault(axis, []).append(key)
+    return {name: list(figures[name].values()) for name in GROUPS if name in figures}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Drawing
+# ------------------------------------------------------------------------------------------------------------------
+def _matplotlib():
+    """(Figure, FigureCanvasAgg), imported on first use."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plotting needs matplotlib, which is not installed: pip install matplotlib "
+                          "(or pip install 'bertkit[plots]')") from None
+    return Figure, FigureCanvasAgg
+
+
+_TITLES = {"loss": "Training loss", "accuracy": "Training accuracy", "lr": "Learning rate",
+           "throughput": "Throughput", "eval": "Evaluation", "other": "Other training metrics"}
+
+
+def _draw(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> None:
+    Figure, FigureCanvasAgg = _matplotlib()
+    n = len(axes_keys)
+    cols = 1 if n == 1 else 2
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(7 if cols == 1 else 11, 4 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(_TITLES[name])
+    for i, keys in enumerate(axes_keys):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for key in keys:
+            steps, values = series[key]
+            ax.plot(steps, values, label=key, marker="o" if len(steps) <= _MARKER_MAX_POINTS else None,
+                    markersize=3)
+        ax.set_xlabel("step")
+        if name == "lr":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        if len(keys) == 1 and n > 1:
+            ax.set_title(keys[0])
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+    fig.savefig(path, format="png", dpi=100)
+
+
+def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Draw the curves of `run_dir/metrics.jsonl` into PNG files; return their paths (in `GROUPS` order).
+
+    out_dir: where to write them, default `run_dir/plots` (created if needed). Only figures with data are
+    written (see the module docstring for the grouping). Raises FileNotFoundError without a metrics file,
+    DataError naming file:line for a malformed line, ImportError when matplotlib is not installed.
+    """
+    run_dir = Path(run_dir)
+    series = collect_series(read_metrics(run_dir / METRICS_FILE))
+    figures = group_keys(series)
+    if not figures:
+        return []
+    _matplotlib()  # fail before creating out_dir
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, axes_keys in figures.items():
+        path = out / f"{name}.png"
+        _draw(name, axes_keys, series, path)
+        written.append(path)
+    return written

@@ -1,0 +1,570 @@
+"""SQuAD v1.1 / v2.0: reading, sliding-window features, span post-processing, and the official evaluation.
+
+Pipeline: `read_squad` → tokenize question and context with any tokenizer that gives character offsets →
+`make_windows` (one example → one or more windows of `max_seq_length` tokens) → model start/end logits per
+window → `postprocess` (best span per question, as Google's `run_squad.py` `write_predictions`) →
+`evaluate_v1` / `evaluate_v2` (the official evaluation scripts, re-implemented line for line).
+
+Conventions copied from Google's `run_squad.py` because fine-tuned checkpoints and published numbers depend on
+them:
+  * window layout `[CLS] question [SEP] passage [SEP] [PAD]...`; segment 0 for [CLS], question and first [SEP],
+    segment 1 for the passage and the final [SEP];
+  * passage windows start every `doc_stride` tokens; a token seen in several windows is scored only in the one
+    where it has the most context (`_check_is_max_context`: min(left, right) + 0.01 * window length);
+  * training targets are token positions inside the window, and (0, 0), i.e. [CLS], when the answer is not
+    wholly inside the window or the question is unanswerable;
+  * SQuAD 2.0 null score s_null = min over windows of start_logit[CLS] + end_logit[CLS]; the answer is "" when
+    s_null - best_non_null_score > null_threshold (Google's `null_score_diff_threshold`). The paper writes the
+    same rule as "predict a span when s_best > s_null + τ", so null_threshold = -τ; on a tie Google (and this
+    code) answers with the span.
+The one deliberate difference: answer text is cut from the original context with the tokens' character
+offsets (start of the first token to end of the last) instead of Google's whitespace-token detokenisation
+(`get_final_text`), which needs the tokenizer. For WordPiece this gives the same string except where Google's
+heuristic fails.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import string
+import warnings
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from bertkit.errors import DataError
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    """One question about one paragraph."""
+
+    id: str  # the question id ("qid"), key of predictions.json
+    question: str
+    context: str  # the paragraph, verbatim
+    answers: list[tuple[str, int]]  # gold (text, answer_start character index); training uses the first
+    is_impossible: bool  # SQuAD 2.0 unanswerable question (then `answers` is empty)
+    title: str = ""  # title of the article the paragraph is from
+
+
+@dataclass(frozen=True)
+class AnswerMismatch:
+    """A gold answer whose text is not found at its stated character position in the context."""
+
+    qid: str
+    answer_index: int  # position in the question's answer list
+    text: str  # the answer text in the file
+    start: int  # the answer_start in the file
+    found: str  # context[start:start + len(text)]
+
+
+@dataclass(frozen=True)
+class SquadReadStats:
+    """What `read_squad_with_stats` saw; mismatches are kept in the examples but listed here."""
+
+    path: str
+    articles: int
+    examples: int
+    answers: int
+    impossible: int
+    mismatches: list[AnswerMismatch]
+
+
+def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExample], SquadReadStats]:
+    """Read a SQuAD v1.1 or v2.0 JSON file, checking every answer against its context.
+
+    Every answer must satisfy `context[answer_start:answer_start + len(text)] == text`; the ones that do not are
+    kept (dropping them would silently shrink the training set) and listed in the returned stats.
+
+    Returns:
+        (examples in file order, stats).
+    Raises:
+        DataError "{path}: ..." naming the question id (or article/paragraph index) for a missing key.
+    """
+    with open(path, encoding="utf-8") as f:
+        try:
+            dataset = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError.at(path, e.lineno, f"invalid JSON: {e.msg}") from e
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise DataError.at(path, None, "expected a JSON object with a 'data' list (SQuAD format)")
+
+    def need(record, key: str, where: str):
+        if not isinstance(record, dict) or key not in record:
+            raise DataError.at(path, None, f"{where}: missing key {key!r}")
+        return record[key]
+
+    examples: list[SquadExample] = []
+    mismatches: list[AnswerMismatch] = []
+    n_answers = 0
+    for a, article in enumerate(dataset["data"]):
+        title = article.get("title", "") if isinstance(article, dict) else ""
+        for p, paragraph in enumerate(need(article, "paragraphs", f"article {a}")):
+            context = need(paragraph, "context", f"article {a} paragraph {p}")
+            for q, qa in enumerate(need(paragraph, "qas", f"article {a} paragraph {p}")):
+                qid = str(need(qa, "id", f"article {a} paragraph {p} question {q}"))
+                question = need(qa, "question", f"question {qid}")
+                answers = []
+                for i, answer in enumerate(need(qa, "answers", f"question {qid}")):
+                    text = need(answer, "text", f"question {qid} answer {i}")
+                    start = need(answer, "answer_start", f"question {qid} answer {i}")
+                    if not isinstance(start, int) or isinstance(start, bool):
+                        raise DataError.at(path, None, f"question {qid} answer {i}: answer_start {start!r} "
+                                                       "is not an integer")
+                    found = context[start:start + len(text)] if start >= 0 else ""
+                    if found != text:
+                        mismatches.append(AnswerMismatch(qid=qid, answer_index=i, text=text, start=start,
+                                                         found=found))
+                    answers.append((text, start))
+                n_answers += len(answers)
+                examples.append(SquadExample(id=qid, question=question, context=context, answers=answers,
+                                             is_impossible=bool(qa.get("is_impossible", False)), title=title))
+    stats = SquadReadStats(path=os.fspath(path), articles=len(dataset["data"]), examples=len(examples),
+                           answers=n_answers, impossible=sum(e.is_impossible for e in examples),
+                           mismatches=mismatches)
+    return examples, stats
+
+
+def read_squad(path: str | os.PathLike[str]) -> list[SquadExample]:
+    """`read_squad_with_stats` that warns (file, count, first question ids) when answers mismatch their context."""
+    examples, stats = read_squad_with_stats(path)
+    if stats.mismatches:
+        first = ", ".join(m.qid for m in stats.mismatches[:5])
+        warnings.warn(f"{stats.path}: {len(stats.mismatches)} of {stats.answers} answers do not match "
+                      f"context[answer_start:answer_start+len(text)] (kept); first question ids: {first}",
+                      stacklevel=2)
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Windows (features)
+
+
+@dataclass(frozen=True)
+class SquadWindow:
+    """One model input cut from one example: `[CLS] question [SEP] passage-slice [SEP]`, padded."""
+
+    qid: str  # question id of the example the window comes from
+    window_index: int  # 0, 1, ... within the example
+    context: str  # the example's context (shared, not copied), for cutting answer text
+    input_ids: list[int]  # (T,) token ids, T = max_seq_length when padded
+    token_type_ids: list[int]  # (T,) 0 for [CLS] question [SEP], 1 for passage [SEP], 0 for padding
+    attention_mask: list[int]  # (T,) 1 for real tokens, 0 for padding
+    offsets: list[tuple[int, int] | None]  # (T,) passage tokens: (start, end) characters in context; else None
+    token_is_max_context: list[bool]  # (T,) True where a passage token has its most context in this window
+    doc_start: int  # index (into the context tokens) of the window's first passage token
+    start_position: int | None  # training target: answer start token in the window, 0 = [CLS]; None at inference
+    end_position: int | None  # training target: answer end token (inclusive), 0 = [CLS]; None at inference
+
+
+def char_span_to_token_span(offsets: Sequence[tuple[int, int]], start_char: int,
+                            end_char: int) -> tuple[int, int] | None:
+    """First and last token (inclusive) overlapping characters [start_char, end_char); None if none overlaps."""
+    hits = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
+    return (hits[0], hits[-1]) if hits else None
+
+
+def _is_max_context(spans: Sequence[tuple[int, int]], span_index: int, position: int) -> bool:
+    """Google's `_check_is_max_context`: is `spans[span_index]` the best window for context token `position`?
+
+    `spans` are (start, length) in context tokens. The score is min(left context, right context) plus a small
+    bonus for longer windows; the first window with the highest score wins.
+    """
+    best_score, best_index = None, None
+    for index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best_score is None or score > best_score:
+            best_score, best_index = score, index
+    return best_index == span_index
+
+
+def make_windows(question_ids: Sequence[int], context_ids: Sequence[int],
+                 context_offsets: Sequence[tuple[int, int]], *, qid: str, context: str, cls_id: int, sep_id: int,
+                 pad_id: int = 0, max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
+                 answer: tuple[str, int] | None = None, is_impossible: bool = False,
+                 pad_to_max_length: bool = True) -> list[SquadWindow]:
+    """Cut one example into overlapping windows, as Google's `convert_examples_to_features`.
+
+    Args:
+        question_ids: the question's token ids without special tokens; cut to `max_query_length` here.
+        context_ids: the context's token ids without special tokens, (N,).
+        context_offsets: (N,) (start, end) character offsets of each context token in `context`.
+        qid, context: the example's id and context string, carried on each window for post-processing.
+        cls_id, sep_id, pad_id: special token ids.
+        max_seq_length: window length T including [CLS] and two [SEP].
+        doc_stride: passage tokens between the starts of consecutive windows.
+        answer: for training, the gold (text, answer_start); positions are computed from characters
+            [answer_start, answer_start + len(text)). None at inference.
+        is_impossible: a SQuAD 2.0 unanswerable training question: every window's target is (0, 0).
+        pad_to_max_length: pad every window to exactly `max_seq_length` (else leave it at its real length).
+    Returns:
+        At least one window (an empty context gives one window with no passage tokens).
+    Raises:
+        ValueError if the question leaves no room for the passage, if offsets and ids differ in length,
+        or if the answer's characters cover no context token.
+    """
+    if len(context_ids) != len(context_offsets):
+        raise ValueError(f"{len(context_ids)} context ids but {len(context_offsets)} offsets")
+    question = list(question_ids[:max_query_length])
+    max_tokens_for_doc = max_seq_length - len(question) - 3  # room left after [CLS] question [SEP] ... [SEP]
+    if max_tokens_for_doc <= 0:
+        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the passage after "
+                         f"{len(question)} question tokens")
+    if doc_stride <= 0:
+        raise ValueError(f"doc_stride must be positive, got {doc_stride}")
+
+    # Answer position in context tokens, for training windows.
+    token_answer: tuple[int, int] | None = None
+    if answer is not None and not is_impossible:
+        text, start_char = answer
+        token_answer = char_span_to_token_span(context_offsets, start_char, start_char + len(text))
+        if token_answer is None:
+            raise ValueError(f"question {qid}: answer {text!r} at character {start_char} covers no context token")
+
+    # Window starts: every doc_stride tokens until one window reaches the end of the context.
+    spans: list[tuple[int, int]] = []  # (start, length) in context tokens
+    start = 0
+    while start < len(context_ids):
+        length = min(len(context_ids) - start, max_tokens_for_doc)
+        spans.append((start, length))
+        if start + length == len(context_ids):
+            break
+        start += min(length, doc_stride)
+    if not spans:
+        spans = [(0, 0)]
+
+    doc_offset = len(question) + 2  # window position of the first passage token
+    windows = []
+    for index, (doc_start, length) in enumerate(spans):
+        input_ids = [cls_id, *question, sep_id, *context_ids[doc_start:doc_start + length], sep_id]
+        token_type_ids = [0] * doc_offset + [1] * (length + 1)
+        offsets: list[tuple[int, int] | None] = [None] * doc_offset
+        offsets += [tuple(o) for o in context_offsets[doc_start:doc_start + length]] + [None]
+        max_context = [False] * doc_offset
+        max_context += [_is_max_context(spans, index, doc_start + i) for i in range(length)] + [False]
+        attention_mask = [1] * len(input_ids)
+        if pad_to_max_length:
+            n_pad = max_seq_length - len(input_ids)
+            input_ids += [pad_id] * n_pad
+            token_type_ids += [0] * n_pad
+            attention_mask += [0] * n_pad
+            offsets += [None] * n_pad
+            max_context += [False] * n_pad
+
+        start_position = end_position = None
+        if is_impossible:
+            start_position = end_position = 0
+        elif token_answer is not None:
+            first, last = token_answer
+            if first >= doc_start and last <= doc_start + length - 1:
+                start_position = first - doc_start + doc_offset
+                end_position = last - doc_start + doc_offset
+            else:  # the answer is not wholly inside this window: point at [CLS]
+                start_position = end_position = 0
+        windows.append(SquadWindow(qid=qid, window_index=index, context=context, input_ids=input_ids,
+                                   token_type_ids=token_type_ids, attention_mask=attention_mask, offsets=offsets,
+                                   token_is_max_context=max_context, doc_start=doc_start,
+                                   start_position=start_position, end_position=end_position))
+    return windows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Post-processing
+
+
+def _best_indexes(logits: np.ndarray, n_best_size: int) -> list[int]:
+    # Google sorts (index, logit) pairs with Python's stable sort, reverse=True: highest first, equal logits in
+    # index order. A stable ascending argsort of the negated logits gives the same order.
+    return np.argsort(-logits, kind="stable")[:n_best_size].tolist()
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[float]],
+                end_logits: Sequence[Sequence[float]], n_best_size: int = 20, max_answer_length: int = 30,
+                version_2: bool = False, null_threshold: float = 0.0,
+                ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
+    """Best answer span per question from per-window logits, as Google's `write_predictions`.
+
+    For each question, over all its windows: take the `n_best_size` highest start and end logits (over all
+    positions, padding included, as Google does); keep pairs whose both ends are passage tokens, start ≤ end,
+    length ≤ max_answer_length and whose start token has its max context in that window; rank by
+    start_logit + end_logit; drop duplicate texts. With `version_2`, the null answer (score s_null, the minimum
+    over windows of start_logit[0] + end_logit[0]) competes too.
+
+    Args:
+        windows: windows of any number of examples (from `make_windows`), grouped by `qid` in first-seen order.
+        start_logits, end_logits: one (T,) sequence/array per window, aligned with `windows`.
+        version_2: SQuAD 2.0 (unanswerable questions allowed).
+        null_threshold: answer "" when s_null - best_non_null_score > null_threshold. Use the evaluation's
+            `best_f1_thresh` here; `math.inf` always answers with the best span.
+    Returns:
+        predictions: qid → answer text (official predictions.json);
+        null_odds: qid → s_null - best_non_null_score (official null_odds.json); empty unless version_2;
+        nbest: qid → list of {"text", "probability", "start_logit", "end_logit"}, best first (the softmax is
+            over this list only), as Google's nbest_predictions.json.
+    Where no span is valid (Google would answer the placeholder "empty" in v1 and crash in v2) the answer is "",
+    and in v2 null_odds is +inf.
+    """
+    if not len(windows) == len(start_logits) == len(end_logits):
+        raise ValueError(f"{len(windows)} windows, {len(start_logits)} start logits, {len(end_logits)} end logits")
+    by_qid: dict[str, list[int]] = {}
+    for i, window in enumerate(windows):
+        by_qid.setdefault(window.qid, []).append(i)
+
+    predictions: dict[str, str] = {}
+    null_odds: dict[str, float] = {}
+    nbest_out: dict[str, list[dict]] = {}
+    for qid, members in by_qid.items():
+        prelim = []  # (window, start, end, start_logit, end_logit), in Google's insertion order
+        score_null = math.inf
+        null_entry = None
+        for w in members:
+            window = windows[w]
+            starts = np.asarray(start_logits[w], dtype=np.float64)
+            ends = np.asarray(end_logits[w], dtype=np.float64)
+            if version_2:
+                null_score = float(starts[0] + ends[0])
+                if null_score < score_null:  # strict: the first window with the lowest null score is kept
+                    score_null, null_entry = null_score, (w, 0, 0, float(starts[0]), float(ends[0]))
+            n_tokens = len(window.offsets)
+            best_ends = _best_indexes(ends, n_best_size)
+            for s in _best_indexes(starts, n_best_size):
+                for e in best_ends:
+                    if s >= n_tokens or e >= n_tokens:
+                        continue
+                    if window.offsets[s] is None or window.offsets[e] is None:
+                        continue  # not a passage token: question, special or padding
+                    if not window.token_is_max_context[s]:
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    prelim.append((w, s, e, float(starts[s]), float(ends[e])))
+        if version_2 and null_entry is not None:
+            prelim.append(null_entry)
+        prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
+
+        seen: set[str] = set()
+        nbest: list[tuple[str, float, float]] = []  # (text, start_logit, end_logit)
+        for w, s, e, start_logit, end_logit in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            if s > 0:
+                window = windows[w]
+                text = window.context[window.offsets[s][0]:window.offsets[e][1]]
+                if text in seen:
+                    continue
+            else:
+                text = ""
+            seen.add(text)
+            nbest.append((text, start_logit, end_logit))
+        if version_2 and "" not in seen and null_entry is not None:
+            nbest.append(("", null_entry[3], null_entry[4]))  # the null answer always appears in the n-best
+
+        probs = _softmax([s + e for _, s, e in nbest])
+        nbest_out[qid] = [{"text": text, "probability": p, "start_logit": s, "end_logit": e}
+                          for (text, s, e), p in zip(nbest, probs)]
+        best_non_null = next((entry for entry in nbest if entry[0]), None)
+        if not version_2:
+            predictions[qid] = nbest[0][0] if nbest else ""
+            continue
+        if best_non_null is None:
+            null_odds[qid] = math.inf
+            predictions[qid] = ""
+            continue
+        score_diff = score_null - best_non_null[1] - best_non_null[2]
+        null_odds[qid] = score_diff
+        predictions[qid] = "" if score_diff > null_threshold else best_non_null[0]
+    return predictions, null_odds, nbest_out
+
+
+def _write_json(path: str | os.PathLike[str], obj) -> None:
+    # indent=4 and a trailing newline, exactly as Google's run_squad.py writes its output files.
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=4) + "\n")
+
+
+def write_predictions(path: str | os.PathLike[str], predictions: Mapping[str, str]) -> None:
+    """Write predictions.json in the official format: {qid: answer text}."""
+    _write_json(path, dict(predictions))
+
+
+def write_null_odds(path: str | os.PathLike[str], null_odds: Mapping[str, float]) -> None:
+    """Write null_odds.json in the official format ({qid: float}), the --na-prob-file of evaluate-v2.0.py."""
+    _write_json(path, {k: float(v) for k, v in null_odds.items()})
+
+
+def write_nbest(path: str | os.PathLike[str], nbest: Mapping[str, list[dict]]) -> None:
+    """Write nbest_predictions.json as Google's run_squad.py does."""
+    _write_json(path, dict(nbest))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Official evaluation (evaluate-v1.1.py and evaluate-v2.0.py)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-case, drop punctuation, drop the articles a/an/the, collapse whitespace (official order)."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCTUATION)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+_PUNCTUATION = set(string.punctuation)
+
+
+def _tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def compute_exact(a_gold: str, a_pred: str) -> int:
+    """1 if the normalised strings are equal, else 0."""
+    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+
+
+def compute_f1(a_gold: str, a_pred: str) -> float:
+    """Token F1 of normalised answers, v2.0 rule: if either side is empty, 1.0 when both are, else 0.0."""
+    gold, pred = _tokens(a_gold), _tokens(a_pred)
+    if not gold or not pred:
+        return float(gold == pred)
+    return _overlap_f1(gold, pred)
+
+
+def _overlap_f1(gold: list[str], pred: list[str]) -> float:
+    num_same = sum((collections.Counter(gold) & collections.Counter(pred)).values())
+    if num_same == 0:
+        return 0.0
+    precision, recall = num_same / len(pred), num_same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def evaluate_v1(examples: Sequence[SquadExample], predictions: Mapping[str, str]) -> dict[str, float]:
+    """evaluate-v1.1.py: {"exact_match", "f1"} in percent, max over gold answers.
+
+    A question without a prediction scores 0 (with a warning) and still counts in the total. v1.1's F1 is 0
+    whenever no token is shared, even for two empty answers.
+    """
+    exact = f1 = 0.0
+    missing = []
+    for example in examples:
+        if example.id not in predictions:
+            missing.append(example.id)
+            continue
+        pred = predictions[example.id]
+        golds = [text for text, _ in example.answers]
+        exact += max((compute_exact(g, pred) for g in golds), default=0)
+        f1 += max((_overlap_f1(normalize_answer(g).split(), normalize_answer(pred).split()) for g in golds),
+                  default=0.0)
+    if missing:
+        warnings.warn(f"{len(missing)} unanswered question(s) score 0; first: {missing[0]}", stacklevel=2)
+    total = len(examples)
+    return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1 / total}
+
+
+def find_best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float],
+                        null_odds: Mapping[str, float], qid_to_has_ans: Mapping[str, bool]) -> tuple[float, float]:
+    """evaluate-v2.0.py `find_best_thresh`: the null-odds threshold that maximises a score, and that score.
+
+    Start from answering "" everywhere (score = number of unanswerable questions); walk the questions in
+    increasing null odds, switching each to its predicted answer (gain: its raw score if answerable, -1 if
+    unanswerable and the prediction is non-empty); keep the best running total and the odds where it was
+    reached (first reached on ties; 0.0 if answering "" everywhere is best).
+
+    Returns:
+        (best score in percent of len(scores), threshold): predict "" when null_odds > threshold.
+    """
+    cur = best = sum(1 for has in qid_to_has_ans.values() if not has)
+    best_thresh = 0.0
+    for qid in sorted(null_odds, key=lambda k: null_odds[k]):
+        if qid not in scores:
+            continue
+        if qid_to_has_ans[qid]:
+            diff = scores[qid]
+        else:
+            diff = -1 if predictions[qid] else 0
+        cur += diff
+        if cur > best:
+            best, best_thresh = cur, null_odds[qid]
+    return 100.0 * best / len(scores), best_thresh
+
+
+def evaluate_v2(examples: Sequence[SquadExample], predictions: Mapping[str, str],
+                null_odds: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict[str, float]:
+    """evaluate-v2.0.py: exact/f1/total, HasAns_* and NoAns_* breakdowns, and best thresholds.
+
+    Gold answers that normalise to "" are dropped; a question with none left has the single gold "". A
+    question without a prediction is skipped (with a warning) and not counted, as in the official script.
+    With `null_odds` (the --na-prob-file), a question whose odds exceed `na_prob_thresh` counts as answered ""
+    for exact/f1, and best_exact, best_exact_thresh, best_f1, best_f1_thresh are added.
+
+    Returns:
+        The official dict: percentages, plus the counts "total", "HasAns_total", "NoAns_total".
+    """
+    qid_to_has_ans = {e.id: bool(e.answers) for e in examples}
+    exact_raw: dict[str, float] = {}
+    f1_raw: dict[str, float] = {}
+    missing = []
+    for example in examples:
+        golds = [text for text, _ in example.answers if normalize_answer(text)] or [""]
+        if example.id not in predictions:
+            missing.append(example.id)
+            continue
+        pred = predictions[example.id]
+        exact_raw[example.id] = max(compute_exact(g, pred) for g in golds)
+        f1_raw[example.id] = max(compute_f1(g, pred) for g in golds)
+    if missing:
+        warnings.warn(f"{len(missing)} question(s) without a prediction are not scored; first: {missing[0]}",
+                      stacklevel=2)
+    if not exact_raw:
+        raise ValueError("no question has a prediction")
+    if null_odds is not None:
+        absent = [qid for qid in exact_raw if qid not in null_odds]
+        if absent:
+            raise ValueError(f"{len(absent)} question(s) have no null odds; first: {absent[0]}")
+    odds = dict(null_odds) if null_odds is not None else {qid: 0.0 for qid in predictions}
+
+    def thresholded(raw: dict[str, float]) -> dict[str, float]:
+        return {qid: float(not qid_to_has_ans[qid]) if odds[qid] > na_prob_thresh else s for qid, s in raw.items()}
+
+    exact_t, f1_t = thresholded(exact_raw), thresholded(f1_raw)
+
+    def summary(qids: list[str]) -> tuple[float, float, int]:
+        n = len(qids)
+        return 100.0 * sum(exact_t[q] for q in qids) / n, 100.0 * sum(f1_t[q] for q in qids) / n, n
+
+    out: dict[str, float] = {}
+    out["exact"], out["f1"], out["total"] = summary(list(exact_t))
+    for name, want in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q in exact_t if qid_to_has_ans[q] == want]
+        if qids:
+            out[f"{name}_exact"], out[f"{name}_f1"], out[f"{name}_total"] = summary(qids)
+    if null_odds is not None:
+        out["best_exact"], out["best_exact_thresh"] = find_best_threshold(predictions, exact_raw, odds,
+                                                                          qid_to_has_ans)
+        out["best_f1"], out["best_f1_thresh"] = find_best_threshold(predictions, f1_raw, odds, qid_to_has_ans)
+    return out
+
+
+def squad_evaluate(examples: Sequence[SquadExample], predictions: Mapping[str, str],
+                   null_odds: Mapping[str, float] | None = None, version_2: bool = False) -> dict[str, float]:
+    """The official evaluation for the dataset version: `evaluate_v2` if version_2 else `evaluate_v1`."""
+    return evaluate_v2(examples, predictions, null_odds) if version_2 else evaluate_v1(examples, predictions)

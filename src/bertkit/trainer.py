@@ -1,0 +1,488 @@
+"""THE training loop, shared by pretraining, fine-tuning and distillation.
+
+`train(model, task, batches, config, run_dir)` runs AdamW with linear warmup and decay, gradient accumulation,
+clipping, bf16 autocast, DistributedDataParallel under torchrun, logging, periodic evaluation and atomic,
+resumable checkpoints, and stops on steps, tokens or time. What is trained is given by a *task*:
+
+    task.counts(batch)  -> {term: number of items}            known before the forward pass
+    task(model, batch)  -> {name: (sum, count)}               summed losses and metrics of one micro-batch
+
+Names ending in `_loss` are loss terms. The optimised loss is, per term, the sum over every micro-batch of the
+step on every rank divided by that term's total count: the mean over the global batch, whatever the split into
+micro-batches and ranks. This is why 2 processes with half the batch each give the same losses as 1 process.
+
+`batches` yields this rank's micro-batches: dicts of tensors that carry, under "_state", the data position just
+after them; `batches.load_state_dict(state)` seeks there. A checkpoint holds model, optimizer, schedule position,
+every rank's RNG states and that data position, so a resumed run repeats the uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bertkit.checkpoint import unwrap
+
+
+def _f(default, help: str):  # a dataclass field with its help text (shown by `--help`)
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to optimise; the defaults are the BERT paper's pretraining recipe for BERT-base."""
+
+    max_steps: int = _f(1_000_000, "optimizer steps; the learning-rate schedule spans them")
+    max_time: float | None = _f(None, "stop after this many seconds of training (the schedule then follows time)")
+    max_tokens: int | None = _f(None, "stop after this many real (non-padding) tokens")
+    learning_rate: float = _f(1e-4, "peak learning rate")
+    warmup_steps: int = _f(10_000, "linear warm-up steps (overrides warmup_ratio when > 0)")
+    warmup_ratio: float = _f(0.0, "warm-up as a fraction of max_steps, used when warmup_steps is 0")
+    weight_decay: float = _f(0.01, "AdamW weight decay; never applied to biases and LayerNorm weights")
+    adam_beta1: float = _f(0.9, "AdamW beta1")
+    adam_beta2: float = _f(0.999, "AdamW beta2")
+    adam_epsilon: float = _f(1e-6, "AdamW epsilon")
+    max_grad_norm: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
+    grad_accumulation: int = _f(1, "micro-batches per optimizer step on each rank")
+    precision: str = _f("auto", "fp32, bf16 (autocast) or auto (bf16 on GPUs that support it, else fp32)")
+    log_every: int = _f(10, "write a metrics line every N steps")
+    eval_every: int = _f(0, "evaluate every N steps (0 = only at the end)")
+    save_every: int = _f(1000, "write a resume checkpoint every N steps (and at the end)")
+    keep_last: int = _f(2, "resume checkpoints to keep")
+    seed: int = _f(0, "seed for initialisation, data order, masking and dropout")
+    device: str = _f("auto", "cpu, cuda, cuda:N or auto")
+    progress: bool = _f(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.grad_accumulation < 1:
+            raise ValueError(f"grad_accumulation must be at least 1, got {self.grad_accumulation}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        for name in ("log_every", "save_every", "keep_last"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps > 0 else round(self.warmup_ratio * self.max_steps)
+
+
+class Task(Protocol):
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]: ...
+
+    def __call__(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Set-up helpers
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass
+class Distributed:
+    """This process's place among the torchrun workers (world_size 1 without torchrun)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(device: str = "auto") -> tuple[Distributed, torch.device]:
+    """Join the torchrun process group (NCCL on GPU, gloo on CPU) when launched by torchrun; pick the device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    info = Distributed(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and world > 1:
+        device = f"cuda:{info.local_rank}"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return info, dev
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    if precision == "bf16":
+        return True
+    return precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices and embeddings only: not on biases or LayerNorm parameters (as in BERT)."""
+    decay, no_decay = [], []
+    for module_name, module in model.named_modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad:
+                continue
+            if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
+                no_decay.append(param)
+            else:
+                decay.append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def learning_rate(config: TrainConfig, step: int, elapsed: float) -> float:
+    """Linear warm-up to the peak, then linear decay to 0 at the end of the budget.
+
+    Progress through the budget is step / max_steps, or elapsed / max_time when that is larger (a time-bounded
+    run decays on time). Warm-up is `warmup_steps` steps, or else the first `warmup_ratio` of the progress.
+    """
+    progress = step / config.max_steps
+    if config.max_time:
+        progress = max(progress, elapsed / config.max_time)
+    if config.warmup_steps > 0:
+        if step < config.warmup_steps:
+            return config.learning_rate * (step + 1) / config.warmup_steps
+        warm = min(config.warmup_steps / config.max_steps, 0.999)
+    else:
+        warm = config.warmup_ratio
+        if progress < warm:  # counting the step being taken, so the first step does not get 0
+            return config.learning_rate * max(progress, (step + 1) / config.max_steps) / warm
+    return config.learning_rate * min(1.0, max(0.0, (1.0 - progress) / (1.0 - warm)))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Resume checkpoints
+# ------------------------------------------------------------------------------------------------------------------
+_CKPT = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state["numpy"] = (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    folder = run_dir / "checkpoints"
+    found = sorted(p for p in folder.glob("step-*.pt") if _CKPT.match(p.name)) if folder.is_dir() else []
+    return found[-1] if found else None
+
+
+def save_checkpoint(path: Path, state: dict[str, Any], keep_last: int) -> None:
+    """torch.save to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        torch.save(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    old = sorted(p for p in path.parent.glob("step-*.pt") if _CKPT.match(p.name))
+    for stale in old[:-keep_last]:
+        stale.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a torn or foreign file: say which
+        raise ValueError(f"{path}: not a readable bertkit checkpoint ({err})") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Logging
+# ------------------------------------------------------------------------------------------------------------------
+class MetricsLog:
+    """Appends one JSON object per logged step to run_dir/metrics.jsonl (and TensorBoard when installed)."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None, enabled: bool) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self.tb = None
+        if not enabled:
+            return
+        if resume_step is not None and self.path.exists():
+            # Forget what was logged after the checkpoint: the resumed run logs those steps again.
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        elif resume_step is None:
+            self.path.write_text("", encoding="utf-8")
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        except Exception:  # tensorboard is optional
+            self.tb = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self.tb.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The loop
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass
+class TrainResult:
+    step: int
+    tokens: int
+    elapsed: float
+    last_metrics: dict[str, float]
+    eval_metrics: dict[str, float]
+    stopped_by: str
+
+
+def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], config: TrainConfig, run_dir: str | Path,
+          evaluate: Callable[[nn.Module], dict[str, float]] | None = None, resume: bool = False,
+          on_save: Callable[[nn.Module, int], None] | None = None,
+          dist_info: Distributed | None = None, device: torch.device | None = None,
+          eval_at_start: bool = False) -> TrainResult:
+    """Train `model` on `task` over `batches` until max_steps, max_tokens or max_time; see the module docstring.
+
+    evaluate: called on the plain model (eval mode, no grad) on rank 0 every eval_every steps and at the end; its
+    metrics are logged with an "eval_" prefix. on_save: called on rank 0 with the plain model at every checkpoint.
+    resume: continue from the newest checkpoint in run_dir/checkpoints (start fresh if there is none).
+    eval_at_start: also evaluate before the first step of a fresh run (a "before" figure).
+    """
+    run_dir = Path(run_dir)
+    if dist_info is None or device is None:
+        dist_info, device = setup_distributed(config.device)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model.to(device)
+    bf16 = use_bf16(config.precision, device)
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.learning_rate,
+                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
+                                  fused=device.type == "cuda")
+    step, tokens, elapsed_before = 0, 0, 0.0
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
+        batches.load_state_dict(state["data"])
+        set_rng_state(state["rng"][dist_info.rank])
+        if dist_info.is_main:
+            print(f"resuming from {checkpoint} (step {step})", flush=True)
+    wrapped: nn.Module = model
+    if dist_info.world_size > 1:
+        wrapped = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    log = MetricsLog(run_dir, step if checkpoint is not None else None, dist_info.is_main)
+
+    bar = None
+    if config.progress and dist_info.is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.max_steps, initial=step, unit="step", dynamic_ncols=True,
+                   desc="training", smoothing=0.05)
+
+    data_state: Any = state["data"] if checkpoint is not None else None
+    stream = iter(batches)
+    window: dict[str, list[float]] = {}
+    window_loss: list[float] = []
+    window_tokens, window_start = 0, time.perf_counter()
+    eval_metrics: dict[str, float] = {}
+    last: dict[str, float] = {}
+    start = time.perf_counter()
+    stopped_by = "max_steps"
+
+    def elapsed() -> float:
+        return elapsed_before + time.perf_counter() - start
+
+    def run_eval() -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if evaluate is not None and dist_info.is_main:  # the other ranks wait at the barrier
+            was_training = model.training
+            model.eval()
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                metrics = {f"eval_{k}": float(v) for k, v in evaluate(model).items()}
+            model.train(was_training)
+            log.write({"step": step, **metrics})
+        if dist_info.world_size > 1:
+            dist.barrier()
+        return metrics
+
+    def save() -> None:
+        rng = [rng_state()]
+        if dist_info.world_size > 1:
+            gathered: list[Any] = [None] * dist_info.world_size
+            dist.all_gather_object(gathered, rng[0])
+            rng = gathered
+        if dist_info.is_main:
+            state = {"step": step, "tokens": tokens, "elapsed": elapsed(), "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "data": data_state, "rng": rng,
+                     "config": dataclasses.asdict(config)}
+            save_checkpoint(run_dir / "checkpoints" / f"step-{step:08d}.pt", state, config.keep_last)
+            if on_save is not None:
+                on_save(model, step)
+        if dist_info.world_size > 1:
+            dist.barrier()
+
+    if eval_at_start and step == 0:
+        run_eval()
+    model.train()
+    while step < config.max_steps:
+        if config.max_time is not None and elapsed() >= config.max_time:
+            stopped_by = "max_time"
+            break
+        if config.max_tokens is not None and tokens >= config.max_tokens:
+            stopped_by = "max_tokens"
+            break
+        # Take the step's micro-batches first: the loss of each term is normalised by its count over all of them.
+        micro = []
+        for _ in range(config.grad_accumulation):
+            try:
+                micro.append(next(stream))
+            except StopIteration:
+                break
+        if not micro:
+            stopped_by = "end_of_data"
+            break
+        data_state = micro[-1].get("_state")
+        counts = {}
+        for b in micro:
+            for k, v in task.counts(b).items():
+                counts[k] = counts.get(k, 0.0) + float(v)
+        names = sorted(counts)
+        real_tokens = sum(float(b["attention_mask"].sum()) for b in micro)
+        totals = torch.tensor([counts[k] for k in names] + [real_tokens], dtype=torch.float64)
+        if dist_info.world_size > 1:
+            dist.all_reduce(totals)
+        global_counts = {k: max(float(totals[i]), 1.0) for i, k in enumerate(names)}
+        step_tokens = int(totals[-1])
+
+        lr = learning_rate(config, step, elapsed())
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        sums: dict[str, list[float]] = {}
+        for i, b in enumerate(micro):
+            b = _move(b, device)
+            sync = i == len(micro) - 1 or dist_info.world_size == 1
+            context = wrapped.no_sync() if not sync else contextlib.nullcontext()
+            with context:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    out = task(wrapped, b)
+                loss = sum(out[k][0].float() / global_counts[k] for k in out if k.endswith("_loss"))
+                (loss * dist_info.world_size).backward()  # DDP averages gradients over ranks; undo that
+            for k, (value, count) in out.items():
+                acc = sums.setdefault(k, [0.0, 0.0])
+                acc[0] += float(value.detach())
+                acc[1] += float(count)
+        if config.max_grad_norm > 0:
+            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+        else:
+            grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in model.parameters()
+                                                      if p.grad is not None])))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        tokens += step_tokens
+
+        # Step metrics over the global batch.
+        keys = sorted(sums)
+        flat = torch.tensor([x for k in keys for x in sums[k]], dtype=torch.float64)
+        if dist_info.world_size > 1:
+            dist.all_reduce(flat)
+        step_loss = 0.0
+        for j, k in enumerate(keys):
+            value, count = float(flat[2 * j]), float(flat[2 * j + 1])
+            window.setdefault(k, [0.0, 0.0])
+            window[k][0] += value
+            window[k][1] += count
+            if k.endswith("_loss"):
+                step_loss += value / max(count, 1.0)
+        window_loss.append(step_loss)
+        window_tokens += step_tokens
+        if not math.isfinite(step_loss):
+            raise FloatingPointError(f"the loss became {step_loss} at step {step}; lower the learning rate or "
+                                     f"check the data")
+
+        if step % config.log_every == 0 or step == config.max_steps:
+            now = time.perf_counter()
+            record: dict[str, Any] = {"step": step, "loss": sum(window_loss) / len(window_loss)}
+            for k, (value, count) in window.items():
+                record[k] = value / max(count, 1.0)
+            record.update(lr=lr, grad_norm=grad_norm, tokens=tokens,
+                          tokens_per_s=window_tokens / max(now - window_start, 1e-9), elapsed_s=elapsed())
+            log.write(record)
+            last = record
+            if bar is not None:
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
+                                tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+            window, window_loss, window_tokens, window_start = {}, [], 0, now
+        if bar is not None:
+            bar.update(1)
+        if config.eval_every and step % config.eval_every == 0 and step < config.max_steps:
+            eval_metrics = run_eval()
+        if step % config.save_every == 0 and step < config.max_steps:
+            save()
+
+    if bar is not None:
+        bar.close()
+    save()
+    eval_metrics = run_eval() or eval_metrics
+    log.close()
+    return TrainResult(step, tokens, elapsed(), last, eval_metrics, stopped_by)

@@ -1,0 +1,241 @@
+"""Tests for bertkit.data.corpus: the three formats, gzip, bad lines, paths, sentence splitting, resumable reading."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bertkit.data.corpus import (CorpusStats, Document, Position, detect_format, expand_paths, iter_documents,
+                                 iter_lines, iter_positioned_documents, split_sentences)
+from bertkit.errors import DataError
+
+WIKITEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
+
+
+def sentences_of(docs: list[Document]) -> list[list[str]]:
+    return [d.sentences for d in docs]
+
+
+# ---- text --------------------------------------------------------------------------------------------------
+def test_text_format_documents_lines_and_line_numbers(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\n\nFirst sentence.\n  Second one.  \r\n\n \n\nOther doc.\nIts end. Not split.\n\n")
+    docs = list(iter_documents(path))
+    assert docs == [Document(str(path), 3, ["First sentence.", "Second one."]),
+                    Document(str(path), 8, ["Other doc.", "Its end. Not split."])]
+
+
+def test_text_format_can_split_sentences(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("A b. C d.\nE f!\n")
+    assert sentences_of(list(iter_documents(path, split_sentences=True))) == [["A b.", "C d.", "E f!"]]
+
+
+def test_unknown_extension_reads_as_text_and_format_overrides(tmp_path):
+    path = tmp_path / "corpus.dat"
+    path.write_text('{"text": "x"}\n')
+    assert sentences_of(list(iter_documents(path))) == [['{"text": "x"}']]
+    assert sentences_of(list(iter_documents(path, format="jsonl"))) == [["x"]]
+    with pytest.raises(ValueError, match="unknown corpus format"):
+        list(iter_documents(path, format="csv"))
+    with pytest.raises(ValueError, match="on_bad_line"):
+        list(iter_documents(path, on_bad_line="ignore"))
+
+
+# ---- jsonl -------------------------------------------------------------------------------------------------
+def test_jsonl_documents_are_split_into_sentences(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = [json.dumps({"text": "One here. Two there!\n\nThree, in \"quotes.\" 4 is a digit.", "id": 7}), "",
+             json.dumps({"text": "Single"})]
+    path.write_text("\n".join(lines) + "\n")
+    assert list(iter_documents(path)) == [
+        Document(str(path), 1, ["One here.", "Two there!", "Three, in \"quotes.\"", "4 is a digit."]),
+        Document(str(path), 3, ["Single"])]
+
+
+@pytest.mark.parametrize("line, reason, message", [
+    ("{not json", "invalid_json", "not valid JSON"),
+    ('["text"]', "missing_text", 'string "text"'),
+    ('{"title": "x"}', "missing_text", "no 'text' key"),
+    ('{"text": 3}', "missing_text", "'text' is int"),
+    ('{"text": " \\n "}', "empty_document", "empty"),
+])
+def test_jsonl_bad_lines_error_or_skip(tmp_path, line, reason, message):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"text": "Good."}) + "\n" + line + "\n" + json.dumps({"text": "Also good."}) + "\n")
+    with pytest.raises(DataError, match=f"^{path}:2: .*{message}"):
+        list(iter_documents(path))
+    stats = CorpusStats()
+    docs = list(iter_documents(path, on_bad_line="skip", stats=stats))
+    assert sentences_of(docs) == [["Good."], ["Also good."]]
+    assert stats.skipped == {reason: 1} and stats.documents == 2 and stats.sentences == 2
+
+
+# ---- wikitext ----------------------------------------------------------------------------------------------
+WIKI_SAMPLE = (
+    " \n = Alpha Beta = \n \n Alpha is a thing . It has 1 @,@ 000 parts and a state @-@ of @-@ the @-@ art "
+    "core of 0 @.@ 5 kg . \n \n = = History = = \n \n = = = Early = = = \n \n Built in 1900 . \n \n"
+    " = Qualified for the next round \n \n = Gamma = \n \n Gamma is short . \n")
+
+
+def test_wikitext_articles_headings_dropped_markers_joined(tmp_path):
+    path = tmp_path / "wiki.valid.raw"
+    path.write_text(WIKI_SAMPLE)
+    assert detect_format(path) == "wikitext"
+    assert list(iter_documents(path)) == [
+        Document(str(path), 2, ["Alpha is a thing .", "It has 1,000 parts and a state-of-the-art core of 0.5 kg .",
+                                "Built in 1900 .", "= Qualified for the next round"]),
+        Document(str(path), 14, ["Gamma is short ."])]
+
+
+def test_wikitext_prose_before_first_title_and_empty_article(tmp_path):
+    path = tmp_path / "wiki.x.tokens"
+    path.write_text(" Loose text . \n = Empty = \n \n = = Only a heading = = \n = Full = \n Body . \n")
+    with pytest.raises(DataError, match=f"^{path}:2: the article 'Empty' has no text"):
+        list(iter_documents(path))
+    stats = CorpusStats()
+    docs = list(iter_documents(path, on_bad_line="skip", stats=stats))
+    assert [(d.line, d.sentences) for d in docs] == [(1, ["Loose text ."]), (5, ["Body ."])]
+    assert stats.skipped == {"empty_document": 1}
+
+
+@pytest.mark.skipif(not WIKITEXT.is_file(), reason="shared WikiText-2 data not present")
+def test_real_wikitext_file():
+    docs = list(iter_documents(WIKITEXT))
+    assert len(docs) == 62  # 64 lines look like " = X = " titles, but two are table legends with one "="
+    assert docs[0].line == 2
+    assert docs[0].sentences[0] == "Robert Boulter is an English film , television and theatre actor ."
+    assert all(d.sentences for d in docs)
+
+
+# ---- gzip, bad bytes ---------------------------------------------------------------------------------------
+def test_gzip_is_transparent(tmp_path):
+    text = "One.\nTwo.\n\nThree.\n"
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "One. Two."}\n'))
+    plain = sentences_of(list(iter_documents(tmp_path / "a.txt")))
+    assert sentences_of(list(iter_documents(tmp_path / "b.txt.gz"))) == plain == [["One.", "Two."], ["Three."]]
+    assert detect_format(tmp_path / "c.jsonl.gz") == "jsonl"
+    assert sentences_of(list(iter_documents(tmp_path / "c.jsonl.gz"))) == [["One.", "Two."]]
+
+
+def test_truncated_gzip_names_the_file(tmp_path):
+    path = tmp_path / "t.txt.gz"
+    path.write_bytes(gzip.compress(("Some line.\n" * 2000).encode())[:-30])
+    with pytest.raises(DataError, match=f"^{path}:\\d+: the gzip data is corrupt or truncated"):
+        list(iter_documents(path))
+
+
+def test_invalid_utf8_error_and_skip(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"Good one.\nBad \xff byte.\nStill doc one.\n\nDoc two.\n")
+    gz = tmp_path / "bad.txt.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    for source in (path, gz):
+        with pytest.raises(DataError, match=f"^{source}:2: invalid UTF-8 at byte 4"):
+            list(iter_documents(source))
+        stats = CorpusStats()
+        docs = list(iter_documents(source, on_bad_line="skip", stats=stats))
+        assert sentences_of(docs) == [["Good one.", "Still doc one."], ["Doc two."]]
+        assert stats.skipped == {"invalid_utf8": 1}
+        assert stats.summary() == "skipped 1 lines (1 invalid UTF-8)"
+    with pytest.raises(DataError, match=f"^{path}:2: invalid UTF-8"):
+        list(iter_lines([path]))
+
+
+# ---- paths -------------------------------------------------------------------------------------------------
+def test_expand_paths_directories_globs_and_errors(tmp_path):
+    for name in ("b/2.txt", "b/1.jsonl.gz", "a.txt", "b/.hidden.txt", ".git/x.txt", "notes.md", "b/wiki.t.raw"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in expand_paths(tmp_path)]
+    assert found == ["a.txt", "b/1.jsonl.gz", "b/2.txt", "b/wiki.t.raw"]
+    globbed = expand_paths([str(tmp_path / "b" / "*.txt"), tmp_path / "a.txt", str(tmp_path / "**" / "*.txt")])
+    assert [p.relative_to(tmp_path).as_posix() for p in globbed] == ["b/2.txt", "a.txt"]  # duplicates dropped
+    assert expand_paths(tmp_path / "notes.md") == [tmp_path / "notes.md"]  # an explicit file is always taken
+    with pytest.raises(FileNotFoundError, match=r"no corpus files match the pattern '.*\*\.csv'"):
+        expand_paths([str(tmp_path / "*.csv")])
+    with pytest.raises(FileNotFoundError, match="missing.txt: no such corpus file"):
+        expand_paths([tmp_path / "missing.txt"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no corpus files"):
+        expand_paths(tmp_path / "empty")
+    with pytest.raises(ValueError, match="no input paths"):
+        expand_paths([])
+
+
+def test_iter_lines_and_empty_corpus(tmp_path):
+    (tmp_path / "a.txt").write_text("One.\nTwo.\n\nThree.\n")
+    (tmp_path / "e.txt").write_text("\n \n\n")
+    assert list(iter_lines([tmp_path / "a.txt"])) == ["One.", "Two.", "Three."]
+    with pytest.raises(ValueError, match=r"corpus .*e\.txt.* is empty"):
+        list(iter_lines([tmp_path / "e.txt"]))
+
+
+def test_tokenizer_trains_from_corpus_files(tmp_path):
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": f"The cat number {i} sat. It purred."})
+                                                for i in range(20)) + "\n")
+    tokenizer = WordPieceTokenizer.train([tmp_path / "a.jsonl"], vocab_size=120, show_progress=False)
+    assert "cat" in tokenizer.get_vocab()
+
+
+# ---- sentence splitting ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("It rained. Then it stopped! Mr. Smith left at 5. 3 dogs barked.",
+     ["It rained.", "Then it stopped!", "Mr. Smith left at 5.", "3 dogs barked."]),
+    ('He said "Go." Then (it ended.) "Next?" Yes.', ['He said "Go."', "Then (it ended.)", '"Next?"', "Yes."]),
+    ("J. R. R. Tolkien wrote e.g. Books. Done", ["J. R. R. Tolkien wrote e.g. Books.", "Done"]),
+    ("pi is 3.14 and e.g. not. lower case follows. Ünïcode Upper.", ["pi is 3.14 and e.g. not. lower case follows.",
+                                                                  "Ünïcode Upper."]),
+    ("Wait... What? Fine", ["Wait...", "What?", "Fine"]),
+    ("  ", []),
+])
+def test_split_sentences_examples(text, expected):
+    assert split_sentences(text) == expected
+
+
+_word = st.text(alphabet="abcdefghijklmnopqrstuvwxyzé", min_size=3, max_size=8)
+_sentence = st.builds(lambda first, rest, end: " ".join([first.capitalize(), *rest]) + end,
+                      _word, st.lists(_word, max_size=6), st.sampled_from([".", "!", "?", ".\"", "!)"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_sentence, min_size=1, max_size=6), st.sampled_from([" ", "  ", "\t", " \u00a0"]))
+def test_split_sentences_recovers_joined_sentences(sentences, gap):
+    assert split_sentences(gap.join(sentences)) == sentences
+
+
+_line = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x0b\x0c\x1c\x1d"
+                                       "\x1e\x85\u2028\u2029"), min_size=1, max_size=12).map(str.strip).filter(bool)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_line, min_size=1, max_size=4), min_size=1, max_size=5), st.integers(1, 3))
+def test_text_format_round_trip(tmp_path_factory, documents, blanks):
+    path = tmp_path_factory.mktemp("rt") / "c.txt"
+    path.write_text(("\n" * (blanks + 1)).join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    assert sentences_of(list(iter_documents(path))) == documents
+
+
+# ---- resumable reading ---------------------------------------------------------------------------------------
+def test_reading_resumes_from_every_position(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"A one.\nA two.\n\n\nB one.\n\xff\n\nC.\n")
+    (tmp_path / "wiki.b.raw").write_text(WIKI_SAMPLE)
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "X. Y."}\n{"text": ""}\n{"text": "Z."}\n'))
+    files = expand_paths(tmp_path)
+    stats = CorpusStats()
+    full = list(iter_positioned_documents(files, on_bad_line="skip", stats=stats))
+    assert len(full) == 3 + 2 + 2 and stats.skipped == {"invalid_utf8": 1, "empty_document": 1}
+    for k, (_, position) in enumerate(full):
+        rest = list(iter_positioned_documents(files, on_bad_line="skip", start=position))
+        assert rest == full[k + 1:]
+        assert [p.to_dict() for _, p in rest] == [p.to_dict() for _, p in full[k + 1:]]
+        assert Position.from_dict(position.to_dict()) == position and position.line > 0

@@ -1,0 +1,144 @@
+"""Pretraining end to end on a tiny synthetic corpus: the loss falls, a killed run resumes exactly, and two
+gloo processes train exactly like one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import WordPieceTokenizer
+from bertkit.data.shards import prepare
+from bertkit.pretrain import PretrainConfig, pretrain, resolve_config
+
+WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
+         "park runs sleeps sings under over near with and but because").split()
+
+
+def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0) -> Path:
+    """Documents of short sentences in Google's format (blank line between documents)."""
+    rng = random.Random(seed)
+    lines = []
+    for d in range(documents):
+        topic = rng.choice(WORDS)
+        for _ in range(rng.randint(3, 8)):
+            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]) + ".")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = synthetic_corpus(root / "corpus.txt")
+    held_out = synthetic_corpus(root / "held_out.txt", documents=8, seed=1)
+    tok = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1, show_progress=False)
+    tok.save(root / "tok")
+    prepare([corpus], root / "tok", root / "data", eval_paths=[held_out], progress=False)
+    return root / "data"
+
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+        "max_seq_length": 32, "max_predictions_per_seq": 5, "eval_instances": 32, "progress": False,
+        "warmup_steps": 0, "warmup_ratio": 0.1}
+
+
+def tiny_config(**overrides) -> PretrainConfig:
+    values = dict(TINY)
+    values.update(overrides)
+    return resolve_config("tiny", values)
+
+
+def losses(run_dir: Path, key: str = "loss") -> dict[int, float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r[key] for r in records if key in r}
+
+
+def test_loss_falls_and_model_directory_is_written(data_dir, tmp_path):
+    config = tiny_config(max_steps=60, batch_size=16, learning_rate=3e-3, log_every=1, save_every=30,
+                         eval_every=0)
+    result = pretrain(data_dir, tmp_path / "run", config, eval_at_start=True)
+    curve = losses(tmp_path / "run")
+    first = np.mean([curve[s] for s in range(1, 11)])
+    last = np.mean([curve[s] for s in range(51, 61)])
+    assert last < first - 0.5, (first, last)
+    evals = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+             if "eval_mlm_accuracy" in l]
+    assert len(evals) == 2 and evals[0]["step"] == 0 and evals[1]["step"] == 60
+    assert evals[1]["eval_mlm_accuracy"] > evals[0]["eval_mlm_accuracy"]
+    assert result.step == 60 and result.stopped_by == "max_steps"
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000030.pt",
+                                                                                  "step-00000060.pt"]
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "run" / "model"))
+    assert hf.config.hidden_size == 32
+
+
+def _cli(*args: str, env: dict | None = None) -> list[str]:
+    return [sys.executable, "-m", "bertkit.cli", *args]
+
+
+def _pretrain_args(data_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    args = ["pretrain", "--data", str(data_dir), "--out", str(run_dir), "--config", "tiny"]
+    for key, value in TINY.items():
+        args += [f"--{key}", str(value)]
+    return args + ["--log-every", "1", "--eval-every", "0", "--learning-rate", "2e-3", *extra]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    return env
+
+
+def test_sigkilled_run_resumes_bit_identically(data_dir, tmp_path):
+    steps = ["--max-steps", "14", "--save-every", "3", "--batch-size", "8"]
+    full = tmp_path / "full"
+    subprocess.run(_cli(*_pretrain_args(data_dir, full, *steps)), check=True, env=_env(), capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_cli(*_pretrain_args(data_dir, killed, *steps)), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoints" / "step-00000006.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    time.sleep(random.Random().uniform(0.0, 0.3))  # kill at an arbitrary point after that checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = losses(killed)
+    assert max(done) < 14, "the run finished before the kill; nothing was tested"
+    subprocess.run(_cli(*_pretrain_args(data_dir, killed, *steps, "--resume")), check=True, env=_env(),
+                   capture_output=True)
+    assert losses(killed) == losses(full)  # every step, bit for bit
+    assert len(losses(full)) == 14
+
+
+def test_two_gloo_processes_equal_one_process(data_dir, tmp_path):
+    common = ["--max-steps", "6", "--save-every", "100", "--hidden-dropout-prob", "0",
+              "--attention-probs-dropout-prob", "0"]
+    one = tmp_path / "one"
+    subprocess.run(_cli(*_pretrain_args(data_dir, one, *common, "--batch-size", "8")), check=True, env=_env(),
+                   capture_output=True)
+    two = tmp_path / "two"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", "4")]
+    proc = subprocess.run(torchrun, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = (two / "config.yaml").read_text()
+    assert "world_size: 2" in config and "global_batch_size: 8" in config
+    a, b = losses(one), losses(two)
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for step in a:
+        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])
+    for key in ("mlm_accuracy", "nsp_accuracy"):
+        assert losses(one, key) == pytest.approx(losses(two, key), abs=1e-9)

@@ -1,0 +1,317 @@
+"""Tests for bertkit.data.shards: prepare -> ShardedCorpus round trip, reuse and resume, eval split, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.data import shards
+from bertkit.data.corpus import iter_documents
+from bertkit.data.shards import Manifest, ShardedCorpus, prepare
+from bertkit.errors import DataError
+from bertkit.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
+
+WORDS = ("the cat dog sat ran on a mat under tree quickly slowly unbelievable bird sang morning evening river "
+         "flowed past stones and hills where children played games all day long").split()
+
+
+def sentence(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(2, 9))]
+    return " ".join(words).capitalize() + rng.choice([".", "!", "?", ", indeed."])
+
+
+def documents(seed: int, count: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[sentence(rng) for _ in range(rng.randint(1, 5))] for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> WordPieceTokenizer:
+    texts = [" ".join(s) for s in documents(99, 60)]
+    return WordPieceTokenizer.train(texts=texts, vocab_size=200, show_progress=False)
+
+
+@pytest.fixture
+def tok_dir(tmp_path, tokenizer) -> Path:
+    tokenizer.save(tmp_path / "tok")
+    return tmp_path / "tok"
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    """Three files, three formats: 12 text documents, 8 gzipped JSONL documents, 4 WikiText articles."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "a.txt").write_text("\n\n".join("\n".join(doc) for doc in documents(1, 12)) + "\n")
+    jsonl = "".join(json.dumps({"text": " ".join(doc)}) + "\n" for doc in documents(2, 8))
+    (root / "b.jsonl.gz").write_bytes(gzip.compress(jsonl.encode()))
+    wiki = "".join(f" = Article {i} = \n \n = = Part = = \n \n {' '.join(doc)} \n \n"
+                   for i, doc in enumerate(documents(3, 4)))
+    (root / "wiki.c.raw").write_text(wiki)
+    return root
+
+
+def expected(tokenizer, paths, **options) -> list[tuple[list[list[int]], list[list[bool]]]]:
+    """What the shards must hold: encode_plain ids per sentence, word starts from the engine's word ids."""
+    out = []
+    for document in iter_documents(paths, **options):
+        ids = tokenizer.encode_plain(document.sentences)
+        encodings = tokenizer.backend.encode_batch(document.sentences, add_special_tokens=False)
+        starts = [[k == 0 or e.word_ids[k] != e.word_ids[k - 1] for k in range(len(e.ids))] for e in encodings]
+        kept = [(i, s) for i, s in zip(ids, starts) if i]
+        if kept:
+            out.append(([i for i, _ in kept], [s for _, s in kept]))
+    return out
+
+
+def as_lists(corpus: ShardedCorpus):
+    return [([s.tolist() for s in ids], [w.tolist() for w in starts]) for ids, starts in corpus.documents_in_order()]
+
+
+def shard_mtimes(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted(out.glob("*/shard_*"))}
+
+
+def checksums(out: Path) -> dict[str, str]:
+    manifest = Manifest.load(out)
+    return {f"{split}/{s['name']}.{suffix}": f["sha256"] for split in manifest.splits
+            for s in manifest.split(split)["shards"] for suffix, f in s["files"].items()}
+
+
+# ---- round trip --------------------------------------------------------------------------------------------
+def test_round_trip_ids_word_starts_and_layout(tokenizer, tok_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    manifest = prepare([corpus], tok_dir, out, shard_tokens=150, progress=False)
+    want = expected(tokenizer, [corpus])
+    data = ShardedCorpus(out, tokenizer=tokenizer)
+    assert len(data) == len(want) == 24
+    assert as_lists(data) == want
+    assert [data.document(i)[0][0].tolist() for i in (0, -1)] == [want[0][0][0], want[-1][0][0]]
+    assert all(s.dtype == np.int64 for s in data.document(3)[0]) and data.document(3)[1][0].dtype == bool
+    assert [t.tolist() for t in data.token_stream()] == [sum(ids, []) for ids, _ in want]
+    assert data.num_tokens == sum(len(t) for ids, _ in want for t in ids) == manifest.split("train")["tokens"]
+    assert data.vocab_size == tokenizer.vocab_size
+    # Storage: uint16 for a small vocabulary, offsets and packed bits as documented.
+    assert manifest.data["dtype"] == "uint16" and data.dtype == np.dtype("<u2")
+    first = out / "train" / "shard_00000"
+    entry = manifest.split("train")["shards"][0]
+    assert Path(f"{first}.tokens.bin").stat().st_size == 2 * entry["tokens"]
+    sentences = np.load(f"{first}.sentences.npy")
+    docs = np.load(f"{first}.documents.npy")
+    assert sentences.dtype == docs.dtype == np.int64
+    assert (sentences[0], sentences[-1], docs[0], docs[-1]) == (0, entry["tokens"], 0, entry["sentences"])
+    assert np.fromfile(f"{first}.wordstarts.bin", np.uint8).size == (entry["tokens"] + 7) // 8
+    # Shards hold whole documents and close at the first document arriving once they are full.
+    for shard in manifest.split("train")["shards"][:-1]:
+        assert shard["tokens"] >= 150
+    assert len(manifest.split("train")["shards"]) > 3
+    # The tokenizer travels with the data, and the manifest records what the data was built from.
+    assert WordPieceTokenizer.from_pretrained(data.tokenizer_dir).vocab_hash() == tokenizer.vocab_hash()
+    assert manifest.data["tokenizer"]["vocab_hash"] == tokenizer.vocab_hash()
+    assert [Path(f["path"]).name for f in manifest.data["streams"]["corpus"]["inputs"]] == \
+        ["a.txt", "b.jsonl.gz", "wiki.c.raw"]
+    assert data.verify() == 4 * len(manifest.split("train")["shards"])
+
+
+def test_word_starts_follow_word_ids(tokenizer, tok_dir, tmp_path):
+    texts = ["unbelievable birds", "Quickly, quickly!! un-believable", "#hashtag ##x", "Ünïcode naïve café",
+             "中文 text", "[MASK] masked", "x" * 120]
+    (tmp_path / "w.txt").write_text("\n".join(texts) + "\n")
+    prepare(tmp_path / "w.txt", tok_dir, tmp_path / "out", progress=False)
+    assert as_lists(ShardedCorpus(tmp_path / "out")) == expected(tokenizer, tmp_path / "w.txt")
+
+
+def test_uint32_for_large_vocabularies(tmp_path):
+    vocab = list(SPECIAL_TOKENS) + ["hello", "world", "##s"] + [f"w{i}" for i in range(65600)]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    big = WordPieceTokenizer.from_vocab(tmp_path / "vocab.txt")
+    (tmp_path / "c.txt").write_text("hello worlds w65599\n")
+    manifest = prepare(tmp_path / "c.txt", big, tmp_path / "out", progress=False)
+    assert manifest.data["dtype"] == "uint32"
+    assert as_lists(ShardedCorpus(tmp_path / "out")) == expected(big, tmp_path / "c.txt")
+
+
+def test_batch_size_does_not_change_the_shards(tok_dir, corpus, tmp_path):
+    prepare(corpus, tok_dir, tmp_path / "one", shard_tokens=150, batch_size=1, progress=False)
+    prepare(corpus, tok_dir, tmp_path / "many", shard_tokens=150, batch_size=10_000, progress=False)
+    assert checksums(tmp_path / "one") == checksums(tmp_path / "many")
+
+
+def test_empty_sentences_and_documents_are_dropped_and_counted(tok_dir, tmp_path):
+    # "\x07" is a control character: the normaliser removes it, leaving no token.
+    (tmp_path / "c.txt").write_text("Real one.\n\x07\nReal two.\n\n\x07\n\x07\n\nLast.\n")
+    manifest = prepare(tmp_path / "c.txt", tok_dir, tmp_path / "out", progress=False)
+    train = manifest.split("train")
+    assert (train["documents"], train["sentences"]) == (2, 3)
+    assert (train["dropped_documents"], train["dropped_sentences"]) == (1, 3)
+
+
+def test_skipped_lines_are_counted_in_the_manifest(tok_dir, tmp_path):
+    (tmp_path / "c.jsonl").write_bytes(b'{"text": "Good."}\n{"text": ""}\nnot json\n{"text": "Bad \xff"}\n')
+    with pytest.raises(DataError, match=r"c\.jsonl:2: "):
+        prepare(tmp_path / "c.jsonl", tok_dir, tmp_path / "out", progress=False)
+    manifest = prepare(tmp_path / "c.jsonl", tok_dir, tmp_path / "out", on_bad_line="skip", progress=False)
+    assert manifest.data["skipped"] == {"empty_document": 1, "invalid_json": 1, "invalid_utf8": 1}
+    assert manifest.split("train")["documents"] == 1
+
+
+# ---- reuse, resume, rebuild ----------------------------------------------------------------------------------
+def test_rerun_reuses_everything(tok_dir, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    first = prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    assert first.reused == {"train": []} and len(first.written["train"]) > 3
+    before = shard_mtimes(out)
+    again = prepare(corpus, tok_dir, out, shard_tokens=150, progress=True)
+    assert again.reused["train"] == first.written["train"] and again.written == {"train": []}
+    assert shard_mtimes(out) == before
+    summary = again.summary()
+    assert summary["splits"]["train"]["reused"] == summary["splits"]["train"]["shards"] == len(before) // 5
+    json.dumps(summary)
+    assert "reused all" in capsys.readouterr().err
+
+
+def test_resume_after_a_crash_redoes_only_unfinished_shards(tok_dir, corpus, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    prepare(corpus, tok_dir, tmp_path / "clean", shard_tokens=150, eval_fraction=0.3, progress=False)
+    original = shards._ShardWriter._close
+    calls = []
+
+    def crashing_close(self, *args, **kwargs):
+        calls.append(self.split)
+        if len(calls) == 5:
+            raise KeyboardInterrupt("simulated crash")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(shards._ShardWriter, "_close", crashing_close)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(corpus, tok_dir, out, shard_tokens=150, eval_fraction=0.3, progress=False)
+    assert not (out / "manifest.json").exists()
+    finished = shard_mtimes(out)
+    monkeypatch.setattr(shards._ShardWriter, "_close", original)
+    manifest = prepare(corpus, tok_dir, out, shard_tokens=150, eval_fraction=0.3, progress=False)
+    assert sum(map(len, manifest.reused.values())) == 4
+    assert {k: v for k, v in shard_mtimes(out).items() if k in finished and k.endswith(".json")} == \
+        {k: v for k, v in finished.items() if k.endswith(".json")}
+    assert checksums(out) == checksums(tmp_path / "clean")
+    assert Manifest.load(out).data["splits"] == Manifest.load(tmp_path / "clean").data["splits"]
+
+
+def test_changed_input_rebuilds_from_the_first_shard_that_reads_it(tokenizer, tok_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    first = prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    records = [json.loads((out / "train" / f"{n}.json").read_text()) for n in first.written["train"]]
+    only_first_file = [r["name"] for r in records if r["end"]["file"] == 0]
+    assert 0 < len(only_first_file) < len(records)
+    wiki = corpus / "wiki.c.raw"
+    wiki.write_text(wiki.read_text() + " = New = \n \n The new dog sang . \n")
+    again = prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    assert again.reused["train"] == [r["name"] for r in records if r["end"]["file"] <= 1]
+    assert again.written["train"]
+    assert as_lists(ShardedCorpus(out)) == expected(tokenizer, corpus)
+
+
+def test_changed_tokenizer_or_options_rebuild_everything(tok_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    other = WordPieceTokenizer.train(texts=[" ".join(d) for d in documents(5, 40)], vocab_size=150,
+                                     show_progress=False)
+    rebuilt = prepare(corpus, other, out, shard_tokens=150, progress=False)
+    assert rebuilt.reused == {"train": []} and rebuilt.data["tokenizer"]["vocab_hash"] == other.vocab_hash()
+    resized = prepare(corpus, other, out, shard_tokens=1000, progress=False)
+    assert resized.reused == {"train": []}
+    assert sorted(p.name.split(".")[0] for p in (out / "train").glob("shard_*")) == \
+        sorted(n for n in resized.written["train"] for _ in range(5))  # old, higher-numbered shards are gone
+
+
+def test_corrupted_shard_is_detected_and_rebuilt(tok_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    victim = out / "train" / "shard_00002.tokens.bin"
+    payload = bytearray(victim.read_bytes())
+    payload[0] ^= 1
+    victim.write_bytes(bytes(payload))
+    with pytest.raises(DataError, match="shard_00002.tokens.bin does not match its checksum"):
+        ShardedCorpus(out).verify()
+    again = prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    assert again.reused["train"] == ["shard_00000", "shard_00001"]
+    ShardedCorpus(out).verify()
+
+
+# ---- eval split --------------------------------------------------------------------------------------------
+def test_eval_fraction_partitions_documents_deterministically(tokenizer, tok_dir, corpus, tmp_path):
+    manifest = prepare(corpus, tok_dir, tmp_path / "a", eval_fraction=0.3, seed=1, progress=False)
+    train, held = as_lists(ShardedCorpus(tmp_path / "a")), as_lists(ShardedCorpus(tmp_path / "a", "eval"))
+    assert 0 < len(held) < len(train)
+    assert sorted(map(repr, train + held)) == sorted(map(repr, expected(tokenizer, corpus)))
+    assert manifest.split("eval")["documents"] == len(held)
+    prepare(corpus, tok_dir, tmp_path / "b", eval_fraction=0.3, seed=1, progress=False)
+    assert checksums(tmp_path / "a") == checksums(tmp_path / "b")
+    prepare(corpus, tok_dir, tmp_path / "c", eval_fraction=0.3, seed=2, progress=False)
+    assert as_lists(ShardedCorpus(tmp_path / "c", "eval")) != held
+    again = prepare(corpus, tok_dir, tmp_path / "c", progress=False)  # no eval split any more
+    assert again.splits == ["train"] and not list((tmp_path / "c" / "eval").glob("shard_*"))
+    assert as_lists(ShardedCorpus(tmp_path / "c")) == expected(tokenizer, corpus)
+
+
+def test_eval_paths(tokenizer, tok_dir, corpus, tmp_path):
+    held_out = tmp_path / "held.txt"
+    held_out.write_text("Held out one.\n\nHeld out two.\n")
+    manifest = prepare(corpus, tok_dir, tmp_path / "out", eval_paths=[held_out], progress=False)
+    assert manifest.splits == ["train", "eval"]
+    assert as_lists(ShardedCorpus(tmp_path / "out", "eval")) == expected(tokenizer, held_out)
+    assert as_lists(ShardedCorpus(tmp_path / "out", "train")) == expected(tokenizer, corpus)
+    with pytest.raises(ValueError, match="not both"):
+        prepare(corpus, tok_dir, tmp_path / "x", eval_paths=[held_out], eval_fraction=0.1, progress=False)
+    with pytest.raises(ValueError, match="leak"):
+        prepare(corpus, tok_dir, tmp_path / "x", eval_paths=[corpus / "a.txt"], progress=False)
+    with pytest.raises(KeyError, match="no split 'test'"):
+        ShardedCorpus(tmp_path / "out", "test")
+
+
+# ---- reading errors ----------------------------------------------------------------------------------------
+def test_vocabulary_mismatch_names_both_hashes(tokenizer, tok_dir, corpus, tmp_path):
+    prepare(corpus, tok_dir, tmp_path / "out", progress=False)
+    other = WordPieceTokenizer.train(texts=["something else entirely"] * 5, vocab_size=60, show_progress=False)
+    with pytest.raises(ValueError) as error:
+        ShardedCorpus(tmp_path / "out", tokenizer=other)
+    assert tokenizer.vocab_hash() in str(error.value) and other.vocab_hash() in str(error.value)
+    ShardedCorpus(tmp_path / "out", tokenizer=tok_dir)  # a directory works too
+
+
+def test_missing_or_truncated_files_name_the_file(tok_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(FileNotFoundError, match="manifest.json not found"):
+        ShardedCorpus(out)
+    prepare(corpus, tok_dir, out, shard_tokens=150, progress=False)
+    sentences = out / "train" / "shard_00001.sentences.npy"
+    sentences.write_bytes(sentences.read_bytes()[:-8])
+    with pytest.raises(DataError, match=f"{sentences}: .* bytes, the manifest says"):
+        ShardedCorpus(out)
+    sentences.unlink()
+    with pytest.raises(FileNotFoundError, match=f"{sentences}: shard file missing"):
+        ShardedCorpus(out)
+
+
+def test_pickles_and_is_a_document_source(tok_dir, corpus, tmp_path):
+    prepare(corpus, tok_dir, tmp_path / "out", progress=False)
+    data = ShardedCorpus(tmp_path / "out")
+    copy = pickle.loads(pickle.dumps(data))
+    assert len(pickle.dumps(data)) < 20_000  # the maps are reopened, not copied
+    assert as_lists(copy) == as_lists(data)
+    instances = pytest.importorskip("bertkit.data.instances")
+    assert isinstance(data, instances.DocumentSource)
+
+
+def test_progress_bar_and_environment(tok_dir, corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    prepare(corpus, tok_dir, tmp_path / "out", progress=True)
+    err = capsys.readouterr().err
+    assert "prepare" in err and "24 documents" in err
+    assert "TOKENIZERS_PARALLELISM" not in os.environ
