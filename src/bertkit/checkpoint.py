@@ -51,16 +51,24 @@ ENCODER_KEYS: dict[str, str] = {
     "pooler.dense.weight": "pooler.dense.weight",
     "pooler.dense.bias": "pooler.dense.bias",
 }
-# Heads of BertForPreTraining (top-level names on both sides).
-PRETRAINING_HEAD_KEYS: dict[str, str] = {
-    "cls.predictions.transform.dense.weight": "mlm.dense.weight",
-    "cls.predictions.transform.dense.bias": "mlm.dense.bias",
-    "cls.predictions.transform.LayerNorm.weight": "mlm.norm.weight",
-    "cls.predictions.transform.LayerNorm.bias": "mlm.norm.bias",
-    "cls.predictions.bias": "mlm.bias",
-    "cls.seq_relationship.weight": "nsp.weight",
-    "cls.seq_relationship.bias": "nsp.bias",
+# Heads, by family: transformers name -> bertkit name (top-level names on both sides). A model class declares
+# which family it has (`head_family`); tensors of the other families are dropped on load (a pretraining
+# checkpoint's MLM head when fine-tuning, say), anything else unknown is an error.
+HEAD_KEYS: dict[str, dict[str, str]] = {
+    "pretraining": {
+        "cls.predictions.transform.dense.weight": "mlm.dense.weight",
+        "cls.predictions.transform.dense.bias": "mlm.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight": "mlm.norm.weight",
+        "cls.predictions.transform.LayerNorm.bias": "mlm.norm.bias",
+        "cls.predictions.bias": "mlm.bias",
+        "cls.seq_relationship.weight": "nsp.weight",
+        "cls.seq_relationship.bias": "nsp.bias",
+    },
+    # BertForSequenceClassification, BertForTokenClassification and BertForMultipleChoice share these names.
+    "classifier": {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"},
+    "qa": {"qa_outputs.weight": "qa.weight", "qa_outputs.bias": "qa.bias"},
 }
+PRETRAINING_HEAD_KEYS = HEAD_KEYS["pretraining"]
 # Tensors some writers store that carry nothing of their own: buffers, and the decoder that is tied to the word
 # embeddings (older transformers versions wrote it out). Dropped on load.
 REDUNDANT_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
@@ -92,20 +100,21 @@ def _invert(table: dict[str, str]) -> dict[str, str]:
     return {dst: src for src, dst in table.items()}
 
 
-def hf_to_bertkit(state: dict[str, torch.Tensor], with_heads: bool,
-                  source: str = "checkpoint") -> tuple[dict[str, torch.Tensor], bool, dict[str, str]]:
-    """Rename a transformers state dict to bertkit names.
+def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encoder_prefix: str = "bert.",
+                  source: str = "checkpoint") -> tuple[dict[str, torch.Tensor], set[str], dict[str, str]]:
+    """Rename a transformers state dict to the bertkit names of a model with heads `head_family` (None: bare).
 
-    Encoder tensors may carry the `bert.` prefix (task and pretraining models) or none (a bare BertModel).
-    Returns the renamed encoder(+head) tensors, whether the pretraining heads were present, and for each
-    renamed tensor the name it had in the file (for error messages).
-    Raises CheckpointError naming any tensor the table does not know.
+    Encoder tensors may carry the `bert.` prefix (task and pretraining models) or none (a bare BertModel); they
+    are given `encoder_prefix`. Returns the renamed tensors, the head families found in the file, and for each
+    renamed tensor the name it had in the file (for error messages). Raises CheckpointError naming any tensor
+    the tables do not know.
     """
-    encoder_rules, head_rules = _compile(ENCODER_KEYS), _compile(PRETRAINING_HEAD_KEYS)
+    encoder_rules = _compile(ENCODER_KEYS)
+    head_rules = {family: _compile(table) for family, table in HEAD_KEYS.items()}
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     unknown: list[str] = []
-    has_heads = False
+    found: set[str] = set()
     for name, tensor in state.items():
         stored = name
         for old, new in _LEGACY_SUFFIXES:
@@ -116,35 +125,38 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], with_heads: bool,
             continue
         target = _rename(bare, encoder_rules)
         if target is not None:
-            target = ("bert." if with_heads else "") + target
+            target = encoder_prefix + target
             out[target], origin[target] = tensor, stored
             continue
-        target = _rename(name, head_rules)
-        if target is not None:
-            has_heads = True
-            if with_heads:
-                out[target], origin[target] = tensor, stored
-            continue
-        unknown.append(stored)
+        for family, rules in head_rules.items():
+            target = _rename(name, rules)
+            if target is not None:
+                found.add(family)
+                if family == head_family:
+                    out[target], origin[target] = tensor, stored
+                break
+        else:
+            unknown.append(stored)
     if unknown:
         shown = ", ".join(unknown[:8]) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
         raise CheckpointError(f"{source}: tensors that are not part of a BERT model: {shown}")
-    return out, has_heads, origin
+    return out, found, origin
 
 
-def bertkit_to_hf(state: dict[str, torch.Tensor], with_heads: bool) -> dict[str, torch.Tensor]:
+def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None,
+                  encoder_prefix: str = "bert.") -> dict[str, torch.Tensor]:
     """Rename a bertkit state dict to transformers names (inverse of `hf_to_bertkit`)."""
     encoder_rules = _compile(_invert(ENCODER_KEYS))
-    head_rules = _compile(_invert(PRETRAINING_HEAD_KEYS))
+    head_rules = _compile(_invert(HEAD_KEYS[head_family])) if head_family else []
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
         if name == "mlm.word_embeddings.weight":  # the tied decoder: transformers re-ties it on load
             continue
-        bare = name[len("bert."):] if with_heads and name.startswith("bert.") else name
-        target = _rename(bare, encoder_rules)
-        if target is not None:
-            out[("bert." if with_heads else "") + target] = tensor
-            continue
+        if name.startswith(encoder_prefix):
+            target = _rename(name[len(encoder_prefix):], encoder_rules)
+            if target is not None:
+                out[("bert." if encoder_prefix else "") + target] = tensor
+                continue
         target = _rename(name, head_rules)
         if target is None:
             raise CheckpointError(f"no transformers name for bertkit tensor {name!r}")
@@ -177,24 +189,36 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **model_kwargs: Any):
     """Build `cls` from a model directory, strictly.
 
-    new_heads: when the checkpoint is a bare encoder and `cls` has heads, initialise the heads fresh instead of
-    refusing (e.g. to continue pretraining from a sentence-embedding model).
+    A task model (classifier, QA, ...) loaded from a directory without its head starts that head fresh, as
+    fine-tuning from a pretrained encoder needs; `BertForPreTraining` refuses a bare encoder unless
+    `new_heads=True`. With `new_heads=True` a head present in the directory is also replaced by a fresh one (to
+    fine-tune with a different number of labels, say).
     """
-    from bertkit.modeling import BertModel
-
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a model directory")
-    config = BertConfig.from_json_file(directory / CONFIG_NAME)
-    with_heads = cls is not BertModel
-    state, has_heads, origin = hf_to_bertkit(read_weights(directory), with_heads, source=str(directory))
-    if with_heads and not has_heads and not new_heads:
-        raise CheckpointError(
-            f"{directory} holds only an encoder (no pretraining heads 'cls.*'); load it with "
-            f"BertModel.from_pretrained, or pass new_heads=True to start fresh heads on top of it")
-    model = cls(config, **model_kwargs)
-    load_state_strict(model, state, source=str(directory), allow_missing=() if has_heads else ("mlm.", "nsp."),
-                      origin=origin)
+    raw = read_config(directory)
+    config = BertConfig.from_dict(raw, source=str(directory / CONFIG_NAME))
+    family, prefix = cls.head_family, cls.encoder_prefix
+    state, found, origin = hf_to_bertkit(read_weights(directory), family, prefix, source=str(directory))
+    head_names = tuple(sorted({name.split(".")[0] + "." for name in HEAD_KEYS[family].values()})) if family else ()
+    if family and (family not in found or new_heads):
+        if family not in found and cls.requires_pretrained_heads and not new_heads:
+            raise CheckpointError(
+                f"{directory} holds no pretraining heads ('cls.*'; found {sorted(found) or 'an encoder only'}); "
+                f"load it with BertModel.from_pretrained, or pass new_heads=True to start fresh heads on it")
+        state = {k: v for k, v in state.items() if not k.startswith(head_names)}
+        found.discard(family)
+    kwargs = {**cls.kwargs_from_config(raw), **model_kwargs} if family in found else dict(model_kwargs)
+    model = cls(config, **kwargs)
+    try:
+        load_state_strict(model, state, source=str(directory),
+                          allow_missing=head_names if family not in found else (), origin=origin)
+    except CheckpointError as err:
+        if family in found and any(k.startswith(head_names) for k in state) and "shape" in str(err):
+            raise CheckpointError(f"{err}. The head in {directory} does not fit the task (e.g. another number "
+                                  f"of labels); pass new_heads=True to replace it with a fresh one") from None
+        raise
     return model
 
 
@@ -222,18 +246,16 @@ def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], so
 
 def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
     """Write `model` as a transformers-compatible model directory, atomically (a crash leaves the old one intact)."""
-    from bertkit.modeling import BertModel
-
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     model = unwrap(model)
-    with_heads = not isinstance(model, BertModel)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    hf_state = bertkit_to_hf(state, with_heads)
+    hf_state = bertkit_to_hf(state, model.head_family, model.encoder_prefix)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         save_file(hf_state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
-        model.config.to_json_file(staging / CONFIG_NAME, architectures=[model.architecture])
+        model.config.to_json_file(staging / CONFIG_NAME, architectures=[model.architecture],
+                                  extra=model.config_extras())
         if tokenizer is not None:
             tokenizer.save(staging)
         elif directory.is_dir():  # keep tokenizer files a previous save put there

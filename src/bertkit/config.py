@@ -112,12 +112,17 @@ class BertConfig:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from None
 
-    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None) -> None:
-        """Write `config.json` in transformers' form (its extra keys included so its loaders are at home)."""
+    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
+                     extra: dict[str, Any] | None = None) -> None:
+        """Write `config.json` in transformers' form (its extra keys included so its loaders are at home).
+
+        extra: further transformers keys a task model needs (id2label, label2id, problem_type).
+        """
         data = self.to_dict()
         data.update(model_type="bert", position_embedding_type="absolute", tie_word_embeddings=True)
         if architectures:
             data["architectures"] = architectures
+        data.update(extra or {})
         Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     @classmethod

@@ -196,6 +196,18 @@ class PreTrainedModel(nn.Module):
 
     config: BertConfig
     architecture = "BertModel"  # the transformers class name written to config.json
+    head_family: str | None = None  # which table of bertkit.checkpoint.HEAD_KEYS names this model's head
+    encoder_prefix = "bert."  # where the encoder sits in this model's parameter names
+    requires_pretrained_heads = False  # refuse a checkpoint without this model's head (instead of starting fresh)
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        """Constructor arguments a model directory's config.json implies (e.g. the number of labels)."""
+        return {}
+
+    def config_extras(self) -> dict:
+        """Keys besides BertConfig's that config.json needs for transformers to build this model."""
+        return {}
 
     def init_weights(self) -> None:
         """BERT initialisation: normal(0, initializer_range) weights, zero biases, LayerNorm weight 1 / bias 0."""
@@ -233,6 +245,7 @@ class BertModel(PreTrainedModel):
     """The BERT encoder: token ids -> contextual vectors (and the pooled [CLS] vector)."""
 
     architecture = "BertModel"
+    encoder_prefix = ""
 
     def __init__(self, config: BertConfig, add_pooler: bool = True) -> None:
         super().__init__()
@@ -268,6 +281,8 @@ class BertForPreTraining(PreTrainedModel):
     """BERT with the masked-LM head and the next-sentence-prediction head, as the paper pretrains it."""
 
     architecture = "BertForPreTraining"
+    head_family = "pretraining"
+    requires_pretrained_heads = True
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -305,6 +320,166 @@ class BertForPreTraining(PreTrainedModel):
         losses = [l for l in (mlm_loss, nsp_loss) if l is not None]
         loss = sum(losses[1:], losses[0]) if losses else None
         return PreTrainingOutput(loss, logits, nsp_logits, mlm_loss, nsp_loss, out.hidden_states, out.attentions)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Task models (fine-tuning): a small head on the encoder, as in the BERT paper, section 4
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass
+class TaskOutput:
+    """What a task model returns; `loss` is None without labels."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels), (B, T, num_labels), (B, num_choices); QA: (B, T, 2) start/end
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def start_logits(self) -> torch.Tensor:  # question answering
+        return self.logits[..., 0]
+
+    @property
+    def end_logits(self) -> torch.Tensor:
+        return self.logits[..., 1]
+
+
+class _LabelledHead(PreTrainedModel):
+    """Shared by models whose head predicts one of `num_labels` named labels."""
+
+    head_family = "classifier"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False, add_pooler: bool = True) -> None:
+        super().__init__()
+        if labels is not None and len(labels) != num_labels:
+            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
+        if regression and num_labels != 1:
+            raise ValueError("a regression head has num_labels=1")
+        self.config, self.num_labels = config, num_labels
+        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.regression = regression
+        self.bert = BertModel(config, add_pooler=add_pooler)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        id2label = raw.get("id2label")
+        if not id2label:
+            return {}
+        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
+        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
+
+    def config_extras(self) -> dict:
+        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
+                  "label2id": {name: i for i, name in enumerate(self.labels)}}
+        if self.regression:
+            extras["problem_type"] = "regression"
+        return extras
+
+
+class BertForSequenceClassification(_LabelledHead):
+    """[CLS] pooled output -> dropout -> linear: classification (cross-entropy) or, with one output, regression."""
+
+    architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, regression or num_labels == 1)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B,) class ids, or (B,) floats for regression."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.regression:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForTokenClassification(_LabelledHead):
+    """Every token's output -> dropout -> linear (NER, tagging); labels on first sub-words, IGNORE_INDEX elsewhere."""
+
+    architecture = "BertForTokenClassification"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, False, add_pooler=False)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B, T) label ids, IGNORE_INDEX where no label applies."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForMultipleChoice(_LabelledHead):
+    """One [CLS] score per (context, choice) pair, softmax over the choices (SWAG)."""
+
+    architecture = "BertForMultipleChoice"
+
+    def __init__(self, config: BertConfig, num_labels: int = 1, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, 1, None, False)
+        self.init_weights()
+
+    def config_extras(self) -> dict:
+        return {}
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        return {}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels: (B,) the right choice."""
+        B, C, T = input_ids.shape
+        flat = [None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids)]
+        out = self.bert(input_ids.reshape(B * C, T), *flat)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForQuestionAnswering(PreTrainedModel):
+    """Extractive QA: a start and an end score for every token (SQuAD); position 0 ([CLS]) means no answer."""
+
+    architecture = "BertForQuestionAnswering"
+    head_family = "qa"
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooler=False)
+        self.qa = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> TaskOutput:
+        """start_positions, end_positions: (B,) token indices of the answer span (0 when there is none)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.qa(out.last_hidden_state)  # (B, T, 2)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = logits.shape[1]
+            # Positions outside the window are clamped to T and ignored, as in the reference implementation.
+            start = start_positions.clamp(0, T)
+            end = end_positions.clamp(0, T)
+            loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
+                    + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
+        return TaskOutput(loss, logits)
 
 
 def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
