@@ -24,12 +24,11 @@ import sys
 import torch
 
 try:  # `python bench/bench_inference.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
-                              measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts,
-                              time_alternating)
+    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit,
+                              log, make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
 except ImportError:
-    from common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
-                        measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts, time_alternating)
+    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit, log,
+                        make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a call of about a second on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 256, "mini": 64, "small": 32, "medium": 16, "base": 8, "large": 4}
@@ -40,11 +39,12 @@ def forward(model: torch.nn.Module, batch) -> None:
     model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
 
 
-def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0):
-    """Benchmark every (preset, seq_len, kind); yield one result dict each (also printed by `main`)."""
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0) -> list[dict]:
+    """Benchmark every (preset, seq_len, kind); one result dict each, in that order (MFU as in bench_pretrain_step)."""
+    meter = PeakMeter()
     log(f"measuring the fp32 matmul peak for {peak_seconds:g} s ...")
-    peak = measure_peak_gflops(peak_seconds)
-    log(f"peak {peak:.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    log(f"peak {meter.measure(peak_seconds):.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    results = []  # (record, model FLOPs per call)
     for preset in presets:
         config, ours, peer = model_pair(preset, pretraining=False, seed=seed)
         ours.eval(), peer.eval()
@@ -56,25 +56,15 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
                 log(f"inference {preset} T={seq_len} {kind} B={rows}: {warmup} warm-up + {iters} timed rounds")
                 times = time_alternating({"transformers": lambda: forward(peer, batch),
                                           "bertkit": lambda: forward(ours, batch)}, iters=iters, warmup=warmup)
-                flops = model_flops(config, batch.lengths, training=False, mlm_head=False)
-                t_ours, t_peer = median(times["bertkit"]), median(times["transformers"])
-                yield {
-                    "bench": "inference", "preset": preset, "seq_len": seq_len, "batch": kind, "batch_size": rows,
-                    "bertkit_sequences_per_s": round(rows / t_ours, 2),
-                    "transformers_sequences_per_s": round(rows / t_peer, 2),
-                    "ratio": round(t_peer / t_ours, 3),
-                    "bertkit_mfu": round(mfu(flops, t_ours, peak), 4),
-                    "transformers_mfu": round(mfu(flops, t_peer, peak), 4),
-                    "peak_gflops": round(peak, 1),
-                    "bertkit_tokens_per_s": round(batch.real_tokens / t_ours, 1),
-                    "transformers_tokens_per_s": round(batch.real_tokens / t_peer, 1),
-                    "real_tokens": batch.real_tokens, "bertkit_call_s": round(t_ours, 4),
-                    "transformers_call_s": round(t_peer, 4),
-                    "bertkit_min_s": round(min(times["bertkit"]), 4),
-                    "transformers_min_s": round(min(times["transformers"]), 4),
-                    "iters": iters, "threads": torch.get_num_threads(),
-                }
+                record = {"bench": "inference", "preset": preset, "seq_len": seq_len, "batch": kind,
+                          "batch_size": rows}
+                record.update(rates(times, rows, "sequences_per_s", "call_s"))
+                record.update(rates(times, batch.real_tokens, "tokens_per_s", None))
+                record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
+                results.append((record, model_flops(config, batch.lengths, training=False, mlm_head=False)))
+                meter.measure(peak_seconds / 4)
         del ours, peer
+    return [add_mfu(record, flops, meter.gflops) for record, flops in results]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Benchmark: one full pretraining step of bertkit's BertForPreTraining against transformers', on identical weights.
 
 A step is what the trainer does per batch: zero the gradients, forward with MLM labels and NSP labels, backward,
-AdamW step. fp32, train mode (dropout 0.1 on, as in real pretraining), torch's default thread count. bertkit's
+AdamW step (fused, both sides). bertkit is timed twice: with the same dense MLM logits as transformers ("ratio")
+and as its trainer runs it, projecting to the vocabulary only at masked positions ("ratio_sparse", same loss). fp32, train mode (dropout 0.1 on, as in real pretraining), torch's default thread count. bertkit's
 model is initialised from a seed, written with `save_pretrained` and loaded by transformers' `from_pretrained`
 (its default attention implementation); both get the same batch and the same AdamW settings, and their
 eval-mode outputs are checked to agree before anything is timed.
@@ -29,67 +30,67 @@ import sys
 import torch
 
 try:  # `python bench/bench_pretrain_step.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
-                              measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts,
-                              time_alternating)
+    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit,
+                              log, make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
 except ImportError:
-    from common import (add_model_bench_args, batch_size_for, check_same_function, emit, log, make_batch,
-                        measure_peak_gflops, median, mfu, model_flops, model_pair, resolve_counts, time_alternating)
+    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit, log,
+                        make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a step of a few seconds on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 32, "mini": 8, "small": 4, "medium": 2, "base": 2, "large": 1}
 # The same optimizer on both sides: BERT's AdamW settings, weight decay on every parameter (cost is what matters).
-ADAMW = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+# The fused kernel (one pass over memory per parameter) is what bertkit's trainer uses; both sides get it.
+ADAMW = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, fused=True)
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
-    """zero_grad, forward with both pretraining losses, backward, AdamW step: one pretraining step."""
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch, sparse: bool = False) -> None:
+    """zero_grad, forward with both pretraining losses, backward, AdamW step: one pretraining step.
+
+    sparse: bertkit's training path, the vocabulary projection only at the masked positions (same loss).
+    """
     optimizer.zero_grad(set_to_none=True)
+    extra = {"predict_at": batch.labels != -100} if sparse else {}
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids,
-                labels=batch.labels, next_sentence_label=batch.nsp_labels)
+                labels=batch.labels, next_sentence_label=batch.nsp_labels, **extra)
     out.loss.backward()
     optimizer.step()
 
 
-def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0):
-    """Benchmark every (preset, seq_len, kind); yield one result dict each (also printed by `main`)."""
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0) -> list[dict]:
+    """Benchmark every (preset, seq_len, kind); one result dict each, in that order.
+
+    The matmul peak is measured for `peak_seconds` first and for a quarter of that after each configuration;
+    MFU uses the best of those samples, so every record is completed only at the end.
+    """
+    meter = PeakMeter()
     log(f"measuring the fp32 matmul peak for {peak_seconds:g} s ...")
-    peak = measure_peak_gflops(peak_seconds)
-    log(f"peak {peak:.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    log(f"peak {meter.measure(peak_seconds):.1f} GFLOP/s with {torch.get_num_threads()} threads")
+    results = []  # (record, model FLOPs per step)
     for preset in presets:
         config, ours, peer = model_pair(preset, pretraining=True, seed=seed)
         # Before any step: once trained (different dropout draws), the two copies' weights drift apart.
         check_same_function(ours, peer, make_batch("varlen", 2, max(seq_lens), seed=seed), pretraining=True)
         optimizers = {"bertkit": torch.optim.AdamW(ours.parameters(), **ADAMW),
                       "transformers": torch.optim.AdamW(peer.parameters(), **ADAMW)}
+        ours.train(), peer.train()
         for seq_len in seq_lens:
             for kind in kinds:
                 rows = batch_size_for(DEFAULT_BATCH_SIZE, preset, seq_len, batch_size)
                 batch = make_batch(kind, rows, seq_len, seed=seed, vocab_size=config.vocab_size)
-                ours.train(), peer.train()
                 log(f"pretrain_step {preset} T={seq_len} {kind} B={rows}: {warmup} warm-up + {iters} timed rounds")
                 times = time_alternating({
                     "transformers": lambda: train_step(peer, optimizers["transformers"], batch),
                     "bertkit": lambda: train_step(ours, optimizers["bertkit"], batch),
+                    "bertkit_sparse": lambda: train_step(ours, optimizers["bertkit"], batch, sparse=True),
                 }, iters=iters, warmup=warmup)
-                flops = model_flops(config, batch.lengths, training=True)
-                t_ours, t_peer = median(times["bertkit"]), median(times["transformers"])
-                yield {
-                    "bench": "pretrain_step", "preset": preset, "seq_len": seq_len, "batch": kind,
-                    "batch_size": rows,
-                    "bertkit_tokens_per_s": round(batch.real_tokens / t_ours, 1),
-                    "transformers_tokens_per_s": round(batch.real_tokens / t_peer, 1),
-                    "ratio": round(t_peer / t_ours, 3),
-                    "bertkit_mfu": round(mfu(flops, t_ours, peak), 4),
-                    "transformers_mfu": round(mfu(flops, t_peer, peak), 4),
-                    "peak_gflops": round(peak, 1),
-                    "real_tokens": batch.real_tokens, "bertkit_step_s": round(t_ours, 4),
-                    "transformers_step_s": round(t_peer, 4),
-                    "bertkit_min_s": round(min(times["bertkit"]), 4),
-                    "transformers_min_s": round(min(times["transformers"]), 4),
-                    "iters": iters, "threads": torch.get_num_threads(),
-                }
+                record = {"bench": "pretrain_step", "preset": preset, "seq_len": seq_len, "batch": kind,
+                          "batch_size": rows}
+                record.update(rates(times, batch.real_tokens, "tokens_per_s", "step_s"))
+                record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
+                results.append((record, model_flops(config, batch.lengths, training=True)))
+                meter.measure(peak_seconds / 4)
         del ours, peer, optimizers
+    return [add_mfu(record, flops, meter.gflops) for record, flops in results]
 
 
 def main(argv: list[str] | None = None) -> int:

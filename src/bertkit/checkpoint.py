@@ -210,10 +210,19 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
         state = {k: v for k, v in state.items() if not k.startswith(head_names)}
         found.discard(family)
     kwargs = {**cls.kwargs_from_config(raw), **model_kwargs} if family in found else dict(model_kwargs)
+    if family is None and "add_pooler" not in kwargs and not any(k.startswith("pooler.") for k in state):
+        kwargs["add_pooler"] = False  # the encoder of a token-classification or QA model has no pooler
     model = cls(config, **kwargs)
+    # The pooler belongs to some heads only: a token classifier or QA model has none (drop it from the file), and
+    # a sequence classifier built on a checkpoint without one starts it fresh, as transformers does.
+    own = model.state_dict()
+    pooler = prefix + "pooler."
+    state = {k: v for k, v in state.items() if not k.startswith(pooler) or k in own}
+    missing_ok = head_names if family not in found else ()
+    if not any(k.startswith(pooler) for k in state) and family is not None:
+        missing_ok = (*missing_ok, pooler)
     try:
-        load_state_strict(model, state, source=str(directory),
-                          allow_missing=head_names if family not in found else (), origin=origin)
+        load_state_strict(model, state, source=str(directory), allow_missing=missing_ok, origin=origin)
     except CheckpointError as err:
         if family in found and any(k.startswith(head_names) for k in state) and "shape" in str(err):
             raise CheckpointError(f"{err}. The head in {directory} does not fit the task (e.g. another number "

@@ -132,6 +132,13 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
                           "stopped_by": result.stopped_by, **result.eval_metrics, "model": str(Path(args.out) / "model")}))
 
 
+def cmd_init(args: argparse.Namespace) -> None:
+    from bertkit.pretrain import init_model_dir
+
+    path = init_model_dir(args.out, args.tokenizer, preset=args.preset, seed=args.seed)
+    print(f"wrote a randomly initialised {args.preset} BERT to {path}")
+
+
 def cmd_plot(args: argparse.Namespace) -> None:
     from bertkit.plots import plot_run
 
@@ -144,6 +151,141 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
 
     run_pipeline(args.out, corpus=args.corpus, minutes=args.minutes, preset=args.preset,
                  vocab_size=args.vocab_size, probes=args.probe, seed=args.seed)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# finetune / evaluate / predict / features
+# ------------------------------------------------------------------------------------------------------------------
+def cmd_finetune(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from bertkit.finetune import FinetuneConfig, config_fields, finetune
+
+    given = {name: getattr(args, name) for name, *_ in config_fields()
+             if name != "kind" and getattr(args, name, None) is not None}
+    if args.quiet:
+        given["progress"] = False
+    config = dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+    results = finetune(args.kind, args.model, args.train, args.dev, args.out, config, resume=args.resume,
+                       new_heads=args.new_head)
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = {k: results.get(k) for k in ("kind", "task", "metric", "best", "train_examples_per_s", "steps")}
+        summary["model"] = str(Path(args.out) / "model")
+        print(json.dumps(summary, default=float))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from bertkit.finetune import evaluate_predictions
+
+    metrics = evaluate_predictions(args.kind, args.data, args.predictions, args.null_odds, task=args.task,
+                                   text_column=args.text_column, pair_column=args.pair_column,
+                                   label_column=args.label_column, regression=args.regression)
+    print(json.dumps(metrics, indent=None if args.compact else 2))
+
+
+def _predict_inputs(args: argparse.Namespace) -> list:
+    """The inputs of `bertkit predict`: from the flags, or from --input (JSON Lines or tab-separated lines)."""
+    kind = args.kind
+    if args.input is None:
+        if kind == "squad":
+            if args.question is None or args.context is None:
+                raise ValueError("squad prediction needs --question and --context (or --input)")
+            return [(args.question, args.context)]
+        if kind == "swag":
+            if args.context is None or not args.choice:
+                raise ValueError("swag prediction needs --context and --choice (repeated) (or --input)")
+            return [(args.context, list(args.choice))]
+        if args.text is None:
+            raise ValueError(f"{kind} prediction needs --text (or --input)")
+        return [args.text if args.pair is None else (args.text, args.pair)]
+    path = Path(args.input)
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if line.strip()]
+    keys = {"classify": ("text", "pair"), "ner": ("text",), "squad": ("question", "context"),
+            "swag": ("context", "choices")}[kind]
+    inputs = []
+    for number, line in lines:
+        if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: invalid JSON: {err.msg}") from None
+            if not isinstance(record, dict) or any(k not in record for k in keys if k != "pair"):
+                raise ValueError(f"{path}:{number}: expected a JSON object with keys {list(keys)}")
+            fields = [record.get(k) for k in keys]
+        else:
+            fields = line.split("\t")
+            if kind == "swag":
+                fields = [fields[0], fields[1:]]
+        if kind == "classify":
+            inputs.append(fields[0] if len(fields) < 2 or fields[1] is None else (fields[0], fields[1]))
+        elif kind == "ner":
+            inputs.append(fields[0])
+        else:
+            if len(fields) < 2 or not fields[1]:
+                raise ValueError(f"{path}:{number}: expected {' and '.join(keys)} separated by a tab")
+            inputs.append((fields[0], fields[1]))
+    return inputs
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    from bertkit.finetune import predict
+
+    inputs = _predict_inputs(args)
+    results = predict(args.model, args.kind, inputs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                      top_k=args.top_k)
+    for item, result in zip(inputs, results):
+        if args.json:
+            print(json.dumps(result, ensure_ascii=False, default=float))
+        elif args.kind == "classify":
+            shown = result.get("label", result.get("score"))
+            extra = f" ({result['probability']:.3f})" if "probability" in result else ""
+            print(f"{shown}{extra}")
+        elif args.kind == "ner":
+            print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
+        elif args.kind == "squad":
+            print(f"{result['answer'] or '(no answer)'} ({result['score']:.3f})")
+        else:
+            print(f"{result['choice']}: {result['text']} ({max(result['probabilities']):.3f})")
+
+
+def cmd_features(args: argparse.Namespace) -> None:
+    from bertkit.features import extract_features, write_features
+
+    try:
+        layers = [int(x) for x in args.layers.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
+    texts = Path(args.input).read_text(encoding="utf-8").splitlines()
+    features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
+                                        batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+    written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
+    shape = list(features[0].shape[1:]) if features else []
+    print(json.dumps({"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}))
+
+
+def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per FinetuneConfig field (the single source of truth), default None = the config's default."""
+    import types
+    import typing
+
+    from bertkit.finetune import config_fields
+
+    aliases = {"learning_rate": ["--lr"]}
+    group = parser.add_argument_group("fine-tuning settings (FinetuneConfig)")
+    for name, hint, default, text in config_fields():
+        if name in ("kind", "progress"):
+            continue
+        flags = [f"--{name.replace('_', '-')}", *aliases.get(name, [])]
+        shown = "" if default is None else f" (default {default})"
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        base = args[0] if (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) else hint
+        if base is bool:
+            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=text + shown)
+        else:
+            metavar = {int: "N", float: "X", str: "NAME"}.get(base, "V")
+            group.add_argument(*flags, dest=name, type=base, default=None, metavar=metavar, help=text + shown)
 
 
 def _pretrain_epilog() -> str:
@@ -259,11 +401,91 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.add_argument("--seed", type=int, default=0, help="seed")
     pipe.set_defaults(func=cmd_pipeline)
 
+    init = verbs.add_parser("init", help="write a randomly initialised model directory",
+                            description="Write a BertForPreTraining with BERT's initialisation and the given "
+                                        "tokenizer (a from-scratch baseline, or a start for pretraining).")
+    init.add_argument("--tokenizer", required=True, help="tokenizer or model directory, or a vocab.txt")
+    init.add_argument("--preset", default="mini", choices=list(__import__("bertkit.config").config.PRESETS),
+                      help="model size (default mini)")
+    init.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    init.add_argument("--out", required=True, help="model directory to write")
+    init.set_defaults(func=cmd_init)
+
     plot = verbs.add_parser("plot", help="draw a run's training curves as PNG",
                             description="Write PNG curves (loss, accuracy, learning rate, throughput, eval) of a run.")
     plot.add_argument("run_dir", help="run directory with metrics.jsonl")
     plot.add_argument("--out", help="output directory (default RUN_DIR/plots)")
     plot.set_defaults(func=cmd_plot)
+
+    kinds = ["glue", "classify", "ner", "squad", "swag"]
+    fine = verbs.add_parser("finetune", help="fine-tune a model on GLUE, a CSV/TSV/JSONL table, NER, SQuAD or SWAG",
+                            description="Fine-tune a pretrained model directory on a task: a fresh head, AdamW with "
+                                        "warm-up and linear decay, dev evaluation every epoch with the official "
+                                        "metric; the best epoch is kept as OUT/model, every metric is in "
+                                        "OUT/results.json.")
+    fine.add_argument("kind", choices=kinds, help="task family")
+    fine.add_argument("--model", required=True, help="pretrained model directory (with vocab.txt)")
+    fine.add_argument("--train", required=True, help="training file")
+    fine.add_argument("--dev", required=True, help="development file, evaluated every epoch")
+    fine.add_argument("--out", required=True, help="run directory (model, results.json, predictions, checkpoints)")
+    fine.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    fine.add_argument("--new-head", action="store_true",
+                      help="replace a task head the model directory already has (another task's labels)")
+    fine.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_finetune_options(fine)
+    fine.set_defaults(func=cmd_finetune)
+
+    ev = verbs.add_parser("evaluate", help="score a predictions file against a labelled data file",
+                          description="Print the metrics (JSON) of a predictions file: SQuAD predictions.json (and "
+                                      "null_odds.json) with the official scripts' keys; GLUE / classify: one label "
+                                      "per line or a GLUE submission TSV; NER: CoNLL with the predicted tag last; "
+                                      "SWAG: one ending index per line.")
+    ev.add_argument("kind", choices=kinds, help="task family")
+    ev.add_argument("--data", required=True, help="labelled data file (dev set)")
+    ev.add_argument("--predictions", required=True, help="predictions file")
+    ev.add_argument("--null-odds", help="SQuAD 2.0: null_odds.json (the official --na-prob-file)")
+    ev.add_argument("--task", help="GLUE task name (glue only)")
+    ev.add_argument("--text-column", default="text", help="classify: text column (default text)")
+    ev.add_argument("--pair-column", help="classify: second-text column")
+    ev.add_argument("--label-column", default="label", help="classify: label column (default label)")
+    ev.add_argument("--regression", action="store_true", help="classify: numeric labels")
+    ev.add_argument("--compact", action="store_true", help="JSON on one line")
+    ev.set_defaults(func=cmd_evaluate)
+
+    pr = verbs.add_parser("predict", help="predict with a fine-tuned model directory",
+                          description="Labels with probabilities (classify), entity spans (ner), answers (squad) or "
+                                      "the best ending (swag). --input: one input per line (fields separated by a "
+                                      "tab: text, pair / question, context / context, choice, choice, ...) or JSON "
+                                      "Lines with those keys (text, pair / question, context / context, choices).")
+    pr.add_argument("kind", choices=["classify", "ner", "squad", "swag"], help="task family")
+    pr.add_argument("--model", required=True, help="fine-tuned model directory")
+    pr.add_argument("--text", help="text to classify or tag")
+    pr.add_argument("--pair", help="second text of a pair (classify)")
+    pr.add_argument("--question", help="question (squad)")
+    pr.add_argument("--context", help="passage (squad) or context sentence (swag)")
+    pr.add_argument("--choice", action="append", help="a candidate ending (swag; repeat for each)")
+    pr.add_argument("--input", help="file of inputs (.txt/.tsv lines or .jsonl)")
+    pr.add_argument("--top-k", type=int, help="labels (classify) or n-best answers (squad) to show")
+    pr.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
+    pr.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned)")
+    pr.add_argument("--json", action="store_true", help="one JSON object per input")
+    pr.set_defaults(func=cmd_predict)
+
+    feat = verbs.add_parser("features", help="per-token vectors from chosen hidden layers (feature-based BERT)",
+                            description="Write each input line's per-token features (hidden states of --layers, "
+                                        "combined) to .safetensors (tensors line_0, line_1, ...; tokens in the "
+                                        "metadata), .npz (features (N, T, D) zero-padded, lengths, tokens) or .npy "
+                                        "(the padded array; NAME.lengths.npy and NAME.tokens.json beside it).")
+    feat.add_argument("--model", required=True, help="model directory (any head; the encoder is used)")
+    feat.add_argument("--input", required=True, help="text file, one input per line")
+    feat.add_argument("--out", required=True, help="output file: .safetensors, .npz or .npy")
+    feat.add_argument("--layers", default="-1,-2,-3,-4",
+                      help="comma-separated layer indices, 0 = embeddings, -1 = last (default -1,-2,-3,-4)")
+    feat.add_argument("--combine", choices=["concat", "sum", "none"], default="concat",
+                      help="how to combine the layers (default concat)")
+    feat.add_argument("--batch-size", type=int, default=32, help="lines per forward pass (default 32)")
+    feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
+    feat.set_defaults(func=cmd_features)
     return parser
 
 

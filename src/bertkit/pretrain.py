@@ -206,6 +206,21 @@ def build_model(config: PretrainConfig, vocab_size: int, init_from: str | Path |
     return BertForPreTraining(BertConfig.preset(config.preset, **overrides))
 
 
+def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str = "mini", seed: int = 0,
+                   **overrides: Any) -> Path:
+    """Write a randomly initialised BertForPreTraining (BERT initialisation) with the given tokenizer: the
+    "from scratch" baseline of a fine-tuning comparison, or a starting point to pretrain."""
+    from bertkit.modeling import BertForPreTraining
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(seed)
+    fields = {"vocab_size": tokenizer.vocab_size, **overrides}
+    model = BertForPreTraining(BertConfig.preset(preset, **fields))
+    model.save_pretrained(out_dir, tokenizer=tokenizer)
+    return Path(out_dir)
+
+
 def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, resume: bool = False,
              init_from: str | Path | None = None, eval_at_start: bool = False) -> TrainResult:
     """Pretrain on `bertkit prepare` output; writes metrics, checkpoints and RUN_DIR/model (a model directory)."""

@@ -181,8 +181,13 @@ class WordPieceTokenizer:
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> "WordPieceTokenizer":
-        """Load from a model directory: `vocab.txt` plus casing from `tokenizer_config.json` when present."""
+        """Load from a model directory: `vocab.txt` plus casing from `tokenizer_config.json` when present.
+
+        A path to a vocab file itself is read with `from_vocab` (uncased).
+        """
         directory = Path(directory)
+        if directory.is_file():
+            return cls.from_vocab(directory)
         lowercase, strip_accents = True, None
         config = directory / "tokenizer_config.json"
         if config.is_file():
@@ -279,6 +284,23 @@ class WordPieceTokenizer:
 
     def _prepare(self, text: str) -> str:
         return _final_sigma(text) if self.lowercase else text
+
+    def encode_raw(self, texts: Sequence[str]):
+        """Engine encodings (no special tokens) of whole texts: ids, tokens, character offsets, word ids.
+
+        For tasks that build their own inputs from pieces and need offsets into the text (SQuAD windows).
+        """
+        return self.backend.encode_batch([self._prepare(t) for t in texts], add_special_tokens=False)
+
+    def encode_words(self, words: Sequence[Sequence[str]]):
+        """Engine encodings (no special tokens) of pre-split words, one list of words per item.
+
+        For tasks whose input comes split into words (CoNLL NER): each word is normalised and pieced on its own,
+        and `word_ids` index the given words. Returns `tokenizers.Encoding` objects (ids, tokens, offsets within
+        each word, word_ids).
+        """
+        prepared = [[self._prepare(w) for w in item] for item in words]
+        return self.backend.encode_batch(prepared, is_pretokenized=True, add_special_tokens=False)
 
     def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
                padding: bool | str = False) -> Encoding:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import threading
+from queue import Full, Queue
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,7 @@ from bertkit.data.instances import (
 from bertkit.data.masking import mask_tokens, masking_rng
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "full-sentences", "doc-sentences")
+_END = object()  # end-of-stream marker of the prefetch queue
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,14 @@ class _Subset:
 
 class PretrainingStream:
     """This rank's micro-batches: dicts of (B, T) tensors input_ids, attention_mask, token_type_ids, labels,
-    and (B,) next_sentence_label for pair tasks; "_state" holds the position after the batch."""
+    and (B,) next_sentence_label for pair tasks; "_state" holds the position after the batch.
+
+    Iteration starts at the position last given to `load_state_dict` (the beginning by default); the position
+    of what has been consumed travels with each batch, so prefetching never confuses a checkpoint."""
 
     def __init__(self, docs: DocumentSource, options: StreamOptions, special: SpecialIds, vocab_size: int,
                  micro_batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 random_ids: np.ndarray | None = None, max_epochs: int | None = None) -> None:
+                 random_ids: np.ndarray | None = None, max_epochs: int | None = None, prefetch: int = 4) -> None:
         if len(docs) == 0:
             raise ValueError("the corpus has no documents")
         self.docs, self.options, self.special = docs, options, special
@@ -74,6 +80,7 @@ class PretrainingStream:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.random_ids = random_ids
         self.max_epochs = max_epochs
+        self.prefetch = prefetch  # batches made ahead by a background thread (0: make them on demand)
         self.position = {"epoch": 0, "chunk": 0, "offset": 0, "index": 0}
 
     # ---- the pure part: instances of one chunk ------------------------------------------------------------------
@@ -137,13 +144,48 @@ class PretrainingStream:
                 pos = {"epoch": pos["epoch"] + 1, "chunk": 0, "offset": 0, "index": 0}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Batches from the current position on, made `prefetch` ahead in a background thread."""
+        if self.prefetch <= 0:
+            yield from self._batches()
+            return
+        queue: Queue = Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for batch in self._batches():
+                    while not stop.is_set():
+                        try:
+                            queue.put(batch, timeout=0.1)
+                            break
+                        except Full:
+                            continue
+                    if stop.is_set():
+                        return
+                queue.put(_END)
+            except BaseException as err:  # hand the error to the consumer, which raises it
+                queue.put(err)
+
+        worker = threading.Thread(target=produce, name="bertkit-batches", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
         group = self.micro_batch_size * self.world_size
         rows = slice(self.rank * self.micro_batch_size, (self.rank + 1) * self.micro_batch_size)
         pending: list[tuple[Instance, int, int]] = []
         for inst, epoch, index, after in self.instances():
             pending.append((inst, epoch, index))
             if len(pending) == group:
-                self.position = after
                 yield self.collate(pending, after, rows)
                 pending = []
 
