@@ -1,8 +1,18 @@
 """bertkit: BERT and its family end to end, from raw text to an evaluated model."""
 
+from bertkit.bpe import ByteLevelBPETokenizer
 from bertkit.config import BertConfig
+from bertkit.modeling import (
+    BertForCausalLM, BertForMaskedLM, BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
+    BertForReplacedTokenDetection, BertForSequenceClassification, BertForTokenClassification, BertModel,
+    GeneratorDiscriminator,
+)
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.modeling import BertForPreTraining, BertModel
 
 __version__ = "0.1.0"
-__all__ = ["BertConfig", "WordPieceTokenizer", "BertModel", "BertForPreTraining", "__version__"]
+__all__ = [
+    "BertConfig", "WordPieceTokenizer", "ByteLevelBPETokenizer", "BertModel", "BertForPreTraining",
+    "BertForMaskedLM", "BertForCausalLM", "BertForReplacedTokenDetection", "GeneratorDiscriminator",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+    "BertForMultipleChoice", "__version__",
+]

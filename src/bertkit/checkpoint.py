@@ -1,10 +1,11 @@
 """Model directories and training-state checkpoints.
 
-A *model directory* is what every verb consumes and what transformers reads: `config.json` (transformers' BERT
-fields), `model.safetensors` (transformers' parameter names) and the tokenizer files (`vocab.txt`, ...).
-Our modules have short names of their own; `BERT_KEYS` maps transformers' names to ours, one row per tensor with
-`{}` standing for the layer index, and its inverse is derived from it. Loading is strict: an unknown tensor, a
-missing tensor or a shape that disagrees with config.json is an error that names the tensor.
+A *model directory* is what every verb consumes and what transformers reads: `config.json` (transformers' fields
+of the model's family), `model.safetensors` (transformers' parameter names) and the tokenizer files (`vocab.txt`,
+or `vocab.json` + `merges.txt`, ...). Our modules have short names of their own; one `Format` per family (BERT,
+RoBERTa, ALBERT, ELECTRA, DistilBERT) maps transformers' names to ours, one row per tensor with `{}` standing for
+the layer index, and its inverse is derived from it. Loading is strict: an unknown tensor, a missing tensor or a
+shape that disagrees with config.json is an error that names the tensor.
 
 Weights are data, never code: `.safetensors` is read with safetensors and a legacy `pytorch_model.bin` with
 `torch.load(weights_only=True)`.
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +71,116 @@ HEAD_KEYS: dict[str, dict[str, str]] = {
     "qa": {"qa_outputs.weight": "qa.weight", "qa_outputs.bias": "qa.bias"},
 }
 PRETRAINING_HEAD_KEYS = HEAD_KEYS["pretraining"]
+# BertForMaskedLM and BertLMHeadModel: the MLM head without NSP.
+HEAD_KEYS["mlm"] = {k: v for k, v in PRETRAINING_HEAD_KEYS.items() if k.startswith("cls.predictions.")}
 # Tensors some writers store that carry nothing of their own: buffers, and the decoder that is tied to the word
 # embeddings (older transformers versions wrote it out). Dropped on load.
 REDUNDANT_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # TF-era names for LayerNorm parameters, still found in old checkpoints.
 _LEGACY_SUFFIXES = ((".gamma", ".weight"), (".beta", ".bias"))
 
+
+def _linear(theirs: str, ours: str) -> dict[str, str]:
+    """The weight and bias rows of one Linear or LayerNorm."""
+    return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
+
+
+def _embedding_keys(layernorm: str = "LayerNorm") -> dict[str, str]:
+    return {"embeddings.word_embeddings.weight": "embeddings.word.weight",
+            "embeddings.position_embeddings.weight": "embeddings.position.weight",
+            "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
+            **_linear(f"embeddings.{layernorm}", "embeddings.norm")}
+
+
+# RoBERTa: BERT's encoder names; the LM head is lm_head.* (decoder tied to the word embeddings, bias lm_head.bias).
+_ROBERTA_LM = {**_linear("lm_head.dense", "mlm.dense"), **_linear("lm_head.layer_norm", "mlm.norm"),
+               "lm_head.bias": "mlm.bias"}
+# ALBERT: one layer per group (inner_group_num 1), so the group index is our weight-set index.
+_ALBERT_LAYER = "encoder.albert_layer_groups.{}.albert_layers.0."
+ALBERT_ENCODER_KEYS: dict[str, str] = {
+    **_embedding_keys(),
+    **_linear("encoder.embedding_hidden_mapping_in", "project"),
+    **_linear(_ALBERT_LAYER + "attention.query", "layers.{}.attn.query"),
+    **_linear(_ALBERT_LAYER + "attention.key", "layers.{}.attn.key"),
+    **_linear(_ALBERT_LAYER + "attention.value", "layers.{}.attn.value"),
+    **_linear(_ALBERT_LAYER + "attention.dense", "layers.{}.attn.out"),
+    **_linear(_ALBERT_LAYER + "attention.LayerNorm", "layers.{}.attn.norm"),
+    **_linear(_ALBERT_LAYER + "ffn", "layers.{}.ffn.up"),
+    **_linear(_ALBERT_LAYER + "ffn_output", "layers.{}.ffn.down"),
+    **_linear(_ALBERT_LAYER + "full_layer_layer_norm", "layers.{}.ffn.norm"),
+    **_linear("pooler", "pooler.dense"),
+}
+_ALBERT_MLM = {**_linear("predictions.dense", "mlm.dense"), **_linear("predictions.LayerNorm", "mlm.norm"),
+               "predictions.bias": "mlm.bias"}
+# ELECTRA: BERT's layers, no pooler, the E -> H projection as embeddings_project.
+ELECTRA_ENCODER_KEYS: dict[str, str] = {
+    **{k: v for k, v in ENCODER_KEYS.items() if not k.startswith("pooler.")},
+    **_linear("embeddings_project", "project"),
+}
+_ELECTRA_GENERATOR = {**_linear("generator_predictions.dense", "mlm.dense"),
+                      **_linear("generator_predictions.LayerNorm", "mlm.norm"),
+                      "generator_lm_head.bias": "mlm.bias"}
+# DistilBERT: other names for the same post-LN layer; no token types, no pooler.
+_DISTIL_LAYER = "transformer.layer.{}."
+DISTILBERT_ENCODER_KEYS: dict[str, str] = {
+    **{k: v for k, v in _embedding_keys().items() if "token_type" not in k},
+    **_linear(_DISTIL_LAYER + "attention.q_lin", "layers.{}.attn.query"),
+    **_linear(_DISTIL_LAYER + "attention.k_lin", "layers.{}.attn.key"),
+    **_linear(_DISTIL_LAYER + "attention.v_lin", "layers.{}.attn.value"),
+    **_linear(_DISTIL_LAYER + "attention.out_lin", "layers.{}.attn.out"),
+    **_linear(_DISTIL_LAYER + "sa_layer_norm", "layers.{}.attn.norm"),
+    **_linear(_DISTIL_LAYER + "ffn.lin1", "layers.{}.ffn.up"),
+    **_linear(_DISTIL_LAYER + "ffn.lin2", "layers.{}.ffn.down"),
+    **_linear(_DISTIL_LAYER + "output_layer_norm", "layers.{}.ffn.norm"),
+}
+_DISTIL_MLM = {**_linear("vocab_transform", "mlm.dense"), **_linear("vocab_layer_norm", "mlm.norm"),
+               "vocab_projector.bias": "mlm.bias"}
+_TASK_HEADS = {"classifier": HEAD_KEYS["classifier"], "qa": HEAD_KEYS["qa"]}
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+
+@dataclass(frozen=True)
+class Format:
+    """One family's on-disk names: where the encoder sits, its tensors, its heads, and its class names."""
+
+    prefix: str  # the encoder's prefix in transformers' task and pretraining models ("bert.")
+    encoder: dict[str, str]  # encoder tensors: their name (without prefix) -> ours (without "bert.")
+    heads: dict[str, dict[str, str]]  # head family -> {their name: our name}
+    redundant: tuple[str, ...]  # tensors dropped on load: buffers and tied copies
+    class_prefix: str  # "Bert" in our architecture names becomes this ("Roberta")
+    architectures: dict[str, str] = field(default_factory=dict)  # our architecture -> theirs, where not a rename
+    label: str = "BERT"  # how error messages name the family
+
+
+FORMATS: dict[str, Format] = {
+    "bert": Format("bert.", ENCODER_KEYS, HEAD_KEYS, REDUNDANT_KEYS, "Bert"),
+    "roberta": Format("roberta.", ENCODER_KEYS, {"pretraining": _ROBERTA_LM, "mlm": _ROBERTA_LM, **_TASK_HEADS},
+                      (*_BUFFERS, "lm_head.decoder.weight", "lm_head.decoder.bias"), "Roberta",
+                      {"BertForPreTraining": "RobertaForMaskedLM", "BertLMHeadModel": "RobertaForCausalLM"},
+                      "RoBERTa"),
+    "albert": Format("albert.", ALBERT_ENCODER_KEYS,
+                     {"pretraining": {**_ALBERT_MLM, **_linear("sop_classifier.classifier", "nsp")},
+                      "mlm": _ALBERT_MLM, **_TASK_HEADS},
+                     (*_BUFFERS, "predictions.decoder.weight", "predictions.decoder.bias"), "Albert", label="ALBERT"),
+    "electra": Format("electra.", ELECTRA_ENCODER_KEYS,
+                      {"discriminator": {**_linear("discriminator_predictions.dense", "rtd.dense"),
+                                         **_linear("discriminator_predictions.dense_prediction", "rtd.out")},
+                       "pretraining": _ELECTRA_GENERATOR, "mlm": _ELECTRA_GENERATOR, **_TASK_HEADS},
+                      (*_BUFFERS, "generator_lm_head.weight"), "Electra",
+                      {"BertForPreTraining": "ElectraForMaskedLM", "BertForReplacedTokenDetection":
+                       "ElectraForPreTraining", "BertLMHeadModel": "ElectraForCausalLM"}, "ELECTRA"),
+    "distilbert": Format("distilbert.", DISTILBERT_ENCODER_KEYS,
+                         {"pretraining": _DISTIL_MLM, "mlm": _DISTIL_MLM, "qa": HEAD_KEYS["qa"],
+                          "classifier": HEAD_KEYS["classifier"]},
+                         (*_BUFFERS, "vocab_projector.weight"), "DistilBert",
+                         {"BertForPreTraining": "DistilBertForMaskedLM"}, "DistilBERT"),
+}
+
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
+# Tokenizer files a re-save keeps when no tokenizer is given (WordPiece, then byte-level BPE).
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "vocab.json", "merges.txt")
 
 
 class CheckpointError(ValueError):
@@ -100,17 +203,28 @@ def _invert(table: dict[str, str]) -> dict[str, str]:
     return {dst: src for src, dst in table.items()}
 
 
-def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encoder_prefix: str = "bert.",
-                  source: str = "checkpoint") -> tuple[dict[str, torch.Tensor], set[str], dict[str, str]]:
-    """Rename a transformers state dict to the bertkit names of a model with heads `head_family` (None: bare).
+def architecture_name(model) -> str:
+    """The transformers class name config.json gets for `model` in its family (BertForPreTraining for BERT,
+    RobertaForMaskedLM for RoBERTa, ...)."""
+    fmt = FORMATS[model.config.model_type]
+    name = model.architecture
+    return fmt.architectures.get(name) or (fmt.class_prefix + name[len("Bert"):] if name.startswith("Bert") else name)
 
-    Encoder tensors may carry the `bert.` prefix (task and pretraining models) or none (a bare BertModel); they
-    are given `encoder_prefix`. Returns the renamed tensors, the head families found in the file, and for each
-    renamed tensor the name it had in the file (for error messages). Raises CheckpointError naming any tensor
-    the tables do not know.
+
+def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encoder_prefix: str = "bert.",
+                  source: str = "checkpoint", model_type: str = "bert",
+                  ) -> tuple[dict[str, torch.Tensor], set[str], dict[str, str]]:
+    """Rename a transformers state dict of family `model_type` to the bertkit names of a model with heads
+    `head_family` (None: bare).
+
+    Encoder tensors may carry the family prefix (`bert.`, `roberta.`, ...: task and pretraining models) or none (a
+    bare encoder); they are given `encoder_prefix`. Returns the renamed tensors, the head families found in the
+    file, and for each renamed tensor the name it had in the file (for error messages). Raises CheckpointError
+    naming any tensor the tables do not know.
     """
-    encoder_rules = _compile(ENCODER_KEYS)
-    head_rules = {family: _compile(table) for family, table in HEAD_KEYS.items()}
+    fmt = FORMATS[model_type]
+    encoder_rules = _compile(fmt.encoder)
+    head_rules = {family: _compile(table) for family, table in fmt.heads.items()}
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     unknown: list[str] = []
@@ -120,34 +234,38 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
         for old, new in _LEGACY_SUFFIXES:
             if name.endswith(old) and "LayerNorm" in name:
                 name = name[: -len(old)] + new
-        bare = name[len("bert."):] if name.startswith("bert.") else name
-        if bare in REDUNDANT_KEYS or name in REDUNDANT_KEYS:
+        bare = name[len(fmt.prefix):] if name.startswith(fmt.prefix) else name
+        if bare in fmt.redundant or name in fmt.redundant:
             continue
         target = _rename(bare, encoder_rules)
         if target is not None:
             target = encoder_prefix + target
             out[target], origin[target] = tensor, stored
             continue
-        for family, rules in head_rules.items():
-            target = _rename(name, rules)
-            if target is not None:
-                found.add(family)
-                if family == head_family:
-                    out[target], origin[target] = tensor, stored
-                break
-        else:
+        # A head tensor may belong to several head families (the MLM head is in "pretraining" and "mlm").
+        families = [family for family, rules in head_rules.items() if _rename(name, rules) is not None]
+        if not families:
             unknown.append(stored)
+            continue
+        found.update(families)
+        if head_family in families:
+            target = _rename(name, head_rules[head_family])
+            out[target], origin[target] = tensor, stored
     if unknown:
         shown = ", ".join(unknown[:8]) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
-        raise CheckpointError(f"{source}: tensors that are not part of a BERT model: {shown}")
+        article = "an" if fmt.label[0] in "AE" else "a"
+        raise CheckpointError(f"{source}: tensors that are not part of {article} {fmt.label} model: {shown}")
     return out, found, origin
 
 
-def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None,
-                  encoder_prefix: str = "bert.") -> dict[str, torch.Tensor]:
-    """Rename a bertkit state dict to transformers names (inverse of `hf_to_bertkit`)."""
-    encoder_rules = _compile(_invert(ENCODER_KEYS))
-    head_rules = _compile(_invert(HEAD_KEYS[head_family])) if head_family else []
+def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encoder_prefix: str = "bert.",
+                  model_type: str = "bert") -> dict[str, torch.Tensor]:
+    """Rename a bertkit state dict to transformers names of family `model_type` (inverse of `hf_to_bertkit`)."""
+    fmt = FORMATS[model_type]
+    encoder_rules = _compile(_invert(fmt.encoder))
+    if head_family and head_family not in fmt.heads:
+        raise CheckpointError(f"the {fmt.label} format has no {head_family!r} head; transformers has no such model")
+    head_rules = _compile(_invert(fmt.heads[head_family])) if head_family else []
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
         if name == "mlm.word_embeddings.weight":  # the tied decoder: transformers re-ties it on load
@@ -155,11 +273,11 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None,
         if name.startswith(encoder_prefix):
             target = _rename(name[len(encoder_prefix):], encoder_rules)
             if target is not None:
-                out[("bert." if encoder_prefix else "") + target] = tensor
+                out[(fmt.prefix if encoder_prefix else "") + target] = tensor
                 continue
         target = _rename(name, head_rules)
         if target is None:
-            raise CheckpointError(f"no transformers name for bertkit tensor {name!r}")
+            raise CheckpointError(f"no transformers name for bertkit tensor {name!r} in the {fmt.label} format")
         out[target] = tensor
     return out
 
@@ -200,12 +318,18 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
     raw = read_config(directory)
     config = BertConfig.from_dict(raw, source=str(directory / CONFIG_NAME))
     family, prefix = cls.head_family, cls.encoder_prefix
-    state, found, origin = hf_to_bertkit(read_weights(directory), family, prefix, source=str(directory))
-    head_names = tuple(sorted({name.split(".")[0] + "." for name in HEAD_KEYS[family].values()})) if family else ()
+    fmt = FORMATS[config.model_type]
+    if family and family not in fmt.heads:
+        raise CheckpointError(f"{directory}: a {fmt.label} model directory cannot hold a {cls.__name__} "
+                              f"(transformers has no {fmt.label} model with a {family!r} head)")
+    state, found, origin = hf_to_bertkit(read_weights(directory), family, prefix, source=str(directory),
+                                         model_type=config.model_type)
+    head_names = tuple(sorted({name.split(".")[0] + "." for name in fmt.heads[family].values()})) if family else ()
     if family and (family not in found or new_heads):
         if family not in found and cls.requires_pretrained_heads and not new_heads:
+            stored = ", ".join(sorted({f"'{name.split('.')[0]}.*'" for name in fmt.heads[family]}))
             raise CheckpointError(
-                f"{directory} holds no pretraining heads ('cls.*'; found {sorted(found) or 'an encoder only'}); "
+                f"{directory} holds no {family} heads ({stored}; found {sorted(found) or 'an encoder only'}); "
                 f"load it with BertModel.from_pretrained, or pass new_heads=True to start fresh heads on it")
         state = {k: v for k, v in state.items() if not k.startswith(head_names)}
         found.discard(family)
@@ -259,16 +383,16 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     model = unwrap(model)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    hf_state = bertkit_to_hf(state, model.head_family, model.encoder_prefix)
+    hf_state = bertkit_to_hf(state, model.head_family, model.encoder_prefix, model_type=model.config.model_type)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         save_file(hf_state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
-        model.config.to_json_file(staging / CONFIG_NAME, architectures=[model.architecture],
+        model.config.to_json_file(staging / CONFIG_NAME, architectures=[architecture_name(model)],
                                   extra=model.config_extras())
         if tokenizer is not None:
             tokenizer.save(staging)
         elif directory.is_dir():  # keep tokenizer files a previous save put there
-            for name in ("vocab.txt", "tokenizer_config.json", "tokenizer.json"):
+            for name in TOKENIZER_FILES:
                 if (directory / name).is_file():
                     shutil.copy2(directory / name, staging / name)
         for path in staging.iterdir():

@@ -90,7 +90,7 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model.to(device).eval()
-    T = min(max_seq_length, model.config.max_position_embeddings)
+    T = min(max_seq_length, model.config.max_length)
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     features: list[np.ndarray | None] = [None] * len(encoded)

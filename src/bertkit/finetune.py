@@ -760,7 +760,7 @@ def _max_positions(model_dir: Path) -> int:
 
     if not (model_dir / CONFIG_NAME).is_file():
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    return BertConfig.from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME)).max_position_embeddings
+    return BertConfig.from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME)).max_length
 
 
 def _read_history(path: Path, up_to_step: int | None) -> list[dict[str, Any]]:
@@ -990,7 +990,7 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
         raise ValueError(f"{model_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
                          f"{family.model_class_name}; fine-tune it for {kind} first (bertkit finetune {kind})")
     model = getattr(modeling, family.model_class_name).from_pretrained(model_dir).to(device).eval()
-    T = min(config.seq_length, model.config.max_position_embeddings)
+    T = min(config.seq_length, model.config.max_length)
     inputs = list(inputs)
     if not inputs:
         return []

@@ -30,7 +30,7 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     model.eval()
-    enc = tokenizer.encode(text, max_length=model.config.max_position_embeddings)
+    enc = tokenizer.encode(text, max_length=model.config.max_length)
     positions = [i for i, t in enumerate(enc.input_ids) if t == tokenizer.mask_id]
     if not positions:
         raise ValueError(f"no [MASK] token in {text!r}")

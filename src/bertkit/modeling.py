@@ -1,16 +1,26 @@
-"""The BERT model: embeddings -> encoder layers -> pooler, and the pretraining heads.
+"""The BERT family's model: embeddings -> encoder layers -> pooler, and the pretraining heads.
 
 Read it top to bottom: small helpers, the embedding block, self-attention, the feed-forward block, one encoder
-layer, the encoder, the pooler, then the models. Shapes use B = batch, T = sequence length, H = hidden size,
-A = attention heads, D = H / A (head size), V = vocabulary size.
+layer, the pooler and the heads, then the models. Shapes use B = batch, T = sequence length, H = hidden size,
+E = embedding width (H unless factorised), A = attention heads, D = H / A (head size), V = vocabulary size.
+
+One implementation serves the whole family; the variants are fields of `BertConfig`, read where they act:
+
+    RoBERTa   padding_offset_positions   Embeddings: positions count from pad_token_id + 1, skipping padding
+    ALBERT    embedding_size             Embeddings E wide, then BertModel.project (E -> H); MLM head back to E
+              num_hidden_groups          BertModel runs L layers over fewer weight sets (cross-layer sharing)
+    ELECTRA   embedding_size             as ALBERT; BertForReplacedTokenDetection + a small BertForMaskedLM
+    GPT-style causal                     the attention mask hides later tokens (BertForCausalLM, `generate`)
+    DistilBERT type_vocab_size = 0       no token-type embedding
 
 Inside, modules carry short names of our own (`attn.query`, `ffn.up`, ...). On disk a model directory uses
-transformers' parameter names; the mapping between the two is a table in `bertkit.checkpoint`, so a checkpoint
-written here loads in transformers and the other way round.
+transformers' parameter names of its family; the mapping is a table per family in `bertkit.checkpoint`, so a
+checkpoint written here loads in transformers and the other way round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +43,7 @@ class BertOutput:
 
     last_hidden_state: torch.Tensor  # (B, T, H) output of the last layer
     pooler_output: torch.Tensor | None  # (B, H) tanh(dense([CLS])), None without a pooler
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 tensors (B, T, H): embeddings, then every layer
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 tensors (B, T, H): embeddings (projected), every layer
     attentions: tuple[torch.Tensor, ...] | None = None  # L tensors (B, A, T, T): attention probabilities
 
 
@@ -43,11 +53,29 @@ class PreTrainingOutput:
 
     loss: torch.Tensor | None  # mlm_loss + nsp_loss (those of them that were computed)
     prediction_logits: torch.Tensor  # (B, T, V) MLM scores
-    seq_relationship_logits: torch.Tensor  # (B, 2) NSP scores: 0 = IsNext, 1 = NotNext
+    seq_relationship_logits: torch.Tensor | None  # (B, 2) NSP/SOP scores: 0 = IsNext / in order; None without a head
     mlm_loss: torch.Tensor | None = None
     nsp_loss: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TaskOutput:
+    """What a task model (and the LM and discriminator models) returns; `loss` is None without labels."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels), (B, T, num_labels), (B, num_choices); QA: (B, T, 2) start/end
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def start_logits(self) -> torch.Tensor:  # question answering
+        return self.logits[..., 0]
+
+    @property
+    def end_logits(self) -> torch.Tensor:
+        return self.logits[..., 1]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -72,24 +100,56 @@ def extended_attention_mask(attention_mask: torch.Tensor, dtype: torch.dtype) ->
     return (1.0 - mask) * torch.finfo(dtype).min
 
 
+def attention_bias(attention_mask: torch.Tensor | None, causal: bool, T: int, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor | None:
+    """What every layer adds to its attention scores: (B, 1, 1, T) for padding; (B or 1, 1, T, T) when causal.
+
+    The causal part hides key j from query i when j > i. It is combined with the padding mask by a minimum, not a
+    sum, so that a doubly hidden entry stays at the dtype's minimum instead of overflowing to -inf.
+    """
+    mask = None if attention_mask is None else extended_attention_mask(attention_mask, dtype)
+    if not causal:
+        return mask
+    future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)  # (T, T): True above the diagonal
+    bias = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(future, torch.finfo(dtype).min)[None, None]
+    return bias if mask is None else torch.minimum(mask, bias)
+
+
+def position_ids(input_ids: torch.Tensor, config: BertConfig) -> torch.Tensor:
+    """(B, T) ids -> positions: 0..T-1 (BERT), or RoBERTa's padding-offset positions.
+
+    RoBERTa (fairseq) numbers the real tokens pad_token_id + 1, pad_token_id + 2, ... and gives every padding
+    token the position pad_token_id, as transformers' `create_position_ids_from_input_ids` does.
+    """
+    T = input_ids.shape[1]
+    if not config.padding_offset_positions:
+        return torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
+    real = input_ids.ne(config.pad_token_id).long()  # (B, T)
+    return torch.cumsum(real, dim=1) * real + config.pad_token_id
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Blocks
 # ------------------------------------------------------------------------------------------------------------------
 class Embeddings(nn.Module):
-    """word + position + token-type embeddings, then LayerNorm and dropout."""
+    """word + position + token-type embeddings, then LayerNorm and dropout; E wide (= H unless factorised)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        E = config.embedding_width
+        self.config = config
+        self.word = nn.Embedding(config.vocab_size, E)
+        self.position = nn.Embedding(config.max_position_embeddings, E)
+        # DistilBERT has no segments: type_vocab_size 0 means no table, and token_type_ids are ignored.
+        self.token_type = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device)
-        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)  # (B, T, H)
+        x = self.word(input_ids)  # (B, T, E)
+        if self.token_type is not None:
+            x = x + self.token_type(token_type_ids)
+        x = x + self.position(position_ids(input_ids, self.config))  # the order transformers sums in, bit for bit
         return self.dropout(self.norm(x))
 
 
@@ -110,7 +170,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); mask: (B, 1, 1, T) additive or None. Returns the new x and optionally (B, A, T, T) probs."""
+        """x: (B, T, H); mask: additive, (B, 1, 1, T) or (B, 1, T, T) when causal, or None.
+
+        Returns the new x and optionally the (B, A, T, T) attention probabilities.
+        """
         B, T, H = x.shape
 
         def heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, A, T, D)
@@ -162,7 +225,7 @@ class Layer(nn.Module):
 
 
 class Pooler(nn.Module):
-    """tanh(dense(h_[CLS])): the sentence vector the NSP head and sequence classifiers read."""
+    """tanh(dense(h_[CLS])): the sentence vector the NSP/SOP head and sequence classifiers read."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -173,19 +236,37 @@ class Pooler(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """dense + activation + LayerNorm, then scores over the vocabulary with the word-embedding matrix (tied)."""
+    """dense (H -> E) + activation + LayerNorm, then scores over the vocabulary with the word embeddings (tied).
+
+    With factorised embeddings (ALBERT, ELECTRA's generator) the transform lands in the E-wide embedding space, so
+    the decoder can be the E-wide embedding matrix itself.
+    """
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        E = config.embedding_width
+        self.dense = nn.Linear(config.hidden_size, E)
+        self.act = activation(config.mlm_head_act)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.word_embeddings = word_embeddings  # shared module, not a copy: the decoder is tied to it
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = self.norm(self.act(self.dense(hidden)))
+        h = self.norm(self.act(self.dense(hidden)))  # (..., E)
         return F.linear(h, self.word_embeddings.weight, self.bias)  # (..., V)
+
+
+class TokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator head: dense + activation + dense to one score per token (> 0: "replaced")."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.out = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.dense(hidden))).squeeze(-1)  # (B, T, H) -> (B, T)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -195,8 +276,8 @@ class PreTrainedModel(nn.Module):
     """Initialisation and model-directory io shared by every bertkit model."""
 
     config: BertConfig
-    architecture = "BertModel"  # the transformers class name written to config.json
-    head_family: str | None = None  # which table of bertkit.checkpoint.HEAD_KEYS names this model's head
+    architecture = "BertModel"  # the transformers class name (BERT's; checkpoint.py renames it per family)
+    head_family: str | None = None  # which head table of bertkit.checkpoint names this model's head
     encoder_prefix = "bert."  # where the encoder sits in this model's parameter names
     requires_pretrained_heads = False  # refuse a checkpoint without this model's head (instead of starting fresh)
 
@@ -224,7 +305,7 @@ class PreTrainedModel(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def num_parameters(self) -> int:
-        """Distinct parameters (the tied decoder counted once)."""
+        """Distinct parameters (tied and shared weights counted once)."""
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
@@ -242,17 +323,21 @@ class PreTrainedModel(nn.Module):
 
 
 class BertModel(PreTrainedModel):
-    """The BERT encoder: token ids -> contextual vectors (and the pooled [CLS] vector)."""
+    """The encoder: token ids -> contextual vectors (and the pooled [CLS] vector)."""
 
     architecture = "BertModel"
     encoder_prefix = ""
 
     def __init__(self, config: BertConfig, add_pooler: bool = True) -> None:
+        """add_pooler: build the pooler (families without one, ELECTRA and DistilBERT, never have it)."""
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
-        self.pooler = Pooler(config) if add_pooler else None
+        # Factorised embeddings: E-wide vectors enter the layers through one learned E -> H map.
+        self.project = nn.Linear(config.embedding_size, config.hidden_size) if config.embedding_size else None
+        # With sharing (ALBERT) there are fewer weight sets than layers; forward applies them in turn.
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_layer_weights))
+        self.pooler = Pooler(config) if add_pooler and config.family.pooler else None
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -262,12 +347,14 @@ class BertModel(PreTrainedModel):
         check_inputs(self.config, input_ids, attention_mask, token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids)
-        mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, E)
+        if self.project is not None:
+            x = self.project(x)  # (B, T, H)
+        mask = attention_bias(attention_mask, self.config.causal, input_ids.shape[1], x.dtype, x.device)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers:
-            x, probs = layer(x, mask, output_attentions)
+        for i in range(self.config.num_hidden_layers):
+            x, probs = self.layers[self.config.layer_weights_index(i)](x, mask, output_attentions)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
@@ -278,18 +365,24 @@ class BertModel(PreTrainedModel):
 
 
 class BertForPreTraining(PreTrainedModel):
-    """BERT with the masked-LM head and the next-sentence-prediction head, as the paper pretrains it."""
+    """The family's pretraining model: the masked-LM head, plus the sentence-pair head where the family has one.
+
+    BERT: MLM + NSP; ALBERT: MLM + SOP (the same two-way head on the pooled output); RoBERTa, ELECTRA's generator
+    and DistilBERT: MLM only (transformers' *ForMaskedLM).
+    """
 
     architecture = "BertForPreTraining"
     head_family = "pretraining"
     requires_pretrained_heads = True
+    with_pair_head = True  # BertForMaskedLM turns the pair head off whatever the family
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
+        pair = config.pair_head and self.with_pair_head
+        self.bert = BertModel(config, add_pooler=pair)
         self.mlm = MaskedLMHead(config, self.bert.embeddings.word)
-        self.nsp = nn.Linear(config.hidden_size, 2)
+        self.nsp = nn.Linear(config.hidden_size, 2) if pair else None
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -302,6 +395,8 @@ class BertForPreTraining(PreTrainedModel):
         ones, ~15% of tokens) and `prediction_logits` is (N, V) for the N selected positions in row-major order.
         The loss is the same as the dense one when predict_at covers every labelled position.
         """
+        if next_sentence_label is not None and self.nsp is None:
+            raise ValueError(f"{type(self).__name__} of a {self.config.model_type} model has no sentence-pair head")
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         hidden = out.last_hidden_state
         if predict_at is not None:
@@ -309,7 +404,7 @@ class BertForPreTraining(PreTrainedModel):
             if labels is not None:
                 labels = labels[predict_at]
         logits = self.mlm(hidden)  # (B, T, V), or (N, V)
-        nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
+        nsp_logits = self.nsp(out.pooler_output) if self.nsp is not None else None  # (B, 2)
         mlm_loss = nsp_loss = None
         if labels is not None:
             mlm_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
@@ -322,27 +417,181 @@ class BertForPreTraining(PreTrainedModel):
         return PreTrainingOutput(loss, logits, nsp_logits, mlm_loss, nsp_loss, out.hidden_states, out.attentions)
 
 
+class BertForMaskedLM(BertForPreTraining):
+    """The masked-LM head only, in any family (RoBERTa's model; ELECTRA's generator)."""
+
+    architecture = "BertForMaskedLM"
+    head_family = "mlm"
+    with_pair_head = False
+
+
+class BertForCausalLM(BertForMaskedLM):
+    """A causal (GPT-style) LM: the same encoder with `config.causal`, the MLM head scoring the next token."""
+
+    architecture = "BertLMHeadModel"
+
+    def __init__(self, config: BertConfig) -> None:
+        if not config.causal:
+            raise ValueError("BertForCausalLM needs a causal config (causal=True); without it every token sees "
+                             "the one it is asked to predict")
+        super().__init__(config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B, T) the token ids themselves (IGNORE_INDEX to skip); position t is scored on token t + 1."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.mlm(out.last_hidden_state)  # (B, T, V): scores for the token after each position
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, eos_token_id: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue each row of `input_ids` (B, T0), unpadded, by up to `max_new_tokens` tokens -> (B, T0 + n).
+
+        temperature 0 is greedy (argmax); above 0 samples from softmax(logits / temperature), among the `top_k`
+        best when given. Stops early when every row produced `eos_token_id`, or when the positions run out. No
+        key/value cache: each step reruns the prefix, which is fine for the quick checks this is for.
+        """
+        was_training = self.training
+        self.eval()
+        ids = input_ids
+        for _ in range(max_new_tokens):
+            if ids.shape[1] >= self.config.max_length:
+                break
+            logits = self(ids).logits[:, -1].float()  # (B, V) scores for the next token
+            if temperature <= 0:
+                token = logits.argmax(-1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                token = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+            ids = torch.cat([ids, token[:, None]], dim=1)
+            if eos_token_id is not None and bool((token == eos_token_id).all()):
+                break
+        self.train(was_training)
+        return ids
+
+
+class BertForReplacedTokenDetection(PreTrainedModel):
+    """ELECTRA's discriminator: for every token, was it replaced? (transformers' ElectraForPreTraining)."""
+
+    architecture = "BertForReplacedTokenDetection"  # ElectraForPreTraining in the electra format
+    head_family = "discriminator"
+    requires_pretrained_heads = True
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooler=False)
+        self.rtd = TokenDetectionHead(config)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> TaskOutput:
+        """labels: (B, T) 1 = replaced, 0 = original. The loss is the mean binary cross-entropy over real tokens."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        logits = self.rtd(out.last_hidden_state)  # (B, T)
+        loss = None
+        if labels is not None:
+            real = torch.ones_like(labels, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+            loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real].float())
+        return TaskOutput(loss, logits, out.hidden_states)
+
+
+@dataclass
+class ElectraOutput:
+    """One replaced-token-detection step; the losses are left to `bertkit.objectives.ElectraObjective`."""
+
+    mlm_logits: torch.Tensor  # (N, V) generator scores at the N masked positions (row-major)
+    mlm_labels: torch.Tensor  # (N,) the original tokens there
+    rtd_logits: torch.Tensor  # (B, T) discriminator scores, > 0 = "replaced"
+    rtd_labels: torch.Tensor  # (B, T) 1.0 where the discriminator's input differs from the original, else 0.0
+    corrupted_ids: torch.Tensor  # (B, T) what the discriminator saw
+
+
+def generator_config_for(config: BertConfig, fraction: float = 0.25) -> BertConfig:
+    """ELECTRA's generator for discriminator `config`: hidden size x fraction (1/4 in the paper for small/base,
+    1/3 for large), A = H/64 heads, 4H intermediate, same layers and the same E-wide embeddings."""
+    hidden = max(1, round(config.hidden_size * fraction))
+    heads = max(1, hidden // 64)
+    while hidden % heads:
+        heads -= 1
+    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+                               embedding_size=config.embedding_width)  # E = H: no projection, set to None
+
+
+class GeneratorDiscriminator(nn.Module):
+    """ELECTRA pretraining: a small MLM generator fills the masked positions with samples from its softmax, and the
+    discriminator learns to tell, for every token, whether it is the original.
+
+    Both models share one set of embedding tables (word, position, token type and their LayerNorm), as in the
+    paper; each keeps its own E -> H projection. `save_pretrained` writes the discriminator as an
+    ElectraForPreTraining directory (the model to fine-tune) and the generator as ElectraForMaskedLM in
+    `generator/` inside it.
+    """
+
+    def __init__(self, config: BertConfig, generator_config: BertConfig | None = None,
+                 generator_fraction: float = 0.25) -> None:
+        super().__init__()
+        generator_config = generator_config or generator_config_for(config, generator_fraction)
+        for name in ("vocab_size", "embedding_width", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                     "layer_norm_eps", "hidden_dropout_prob", "model_type"):
+            if getattr(config, name) != getattr(generator_config, name):
+                raise ValueError(f"generator and discriminator must agree on {name} to share embeddings: "
+                                 f"{getattr(generator_config, name)!r} vs {getattr(config, name)!r}")
+        self.config, self.generator_config = config, generator_config
+        self.discriminator = BertForReplacedTokenDetection(config)
+        self.generator = BertForMaskedLM(generator_config)
+        shared = self.discriminator.bert.embeddings
+        self.generator.bert.embeddings = shared  # one module under two names: one set of parameters
+        self.generator.mlm.word_embeddings = shared.word  # the generator's decoder stays tied to the shared table
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ElectraOutput:
+        """input_ids: (B, T) masked ids; labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere."""
+        masked = labels != IGNORE_INDEX if labels is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+        gen = self.generator(input_ids, attention_mask, token_type_ids, predict_at=masked)  # (N, V)
+        original = torch.where(masked, labels, input_ids) if labels is not None else input_ids
+        corrupted = original.clone()
+        if gen.prediction_logits.shape[0]:
+            with torch.no_grad():  # sampling is not differentiable: the generator learns from its MLM loss alone
+                probs = gen.prediction_logits.detach().float().softmax(-1)
+                corrupted[masked] = torch.multinomial(probs, 1).squeeze(1)
+        # A sample that happens to equal the original is no replacement: the discriminator must call it original.
+        replaced = (corrupted != original).float()
+        disc = self.discriminator(corrupted, attention_mask, token_type_ids)
+        return ElectraOutput(gen.prediction_logits, original[masked], disc.logits, replaced, corrupted)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
+        """The discriminator to `directory`, the generator to `directory/generator` (both transformers' format)."""
+        self.discriminator.save_pretrained(directory, tokenizer=tokenizer)
+        self.generator.save_pretrained(Path(directory) / "generator", tokenizer=tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> "GeneratorDiscriminator":
+        """Rebuild from `save_pretrained` output (both models, embeddings shared again)."""
+        discriminator = BertForReplacedTokenDetection.from_pretrained(directory)
+        generator = BertForMaskedLM.from_pretrained(Path(directory) / "generator")
+        model = cls(discriminator.config, generator.config)
+        model.generator.load_state_dict(generator.state_dict())
+        model.discriminator.load_state_dict(discriminator.state_dict())  # last: its tables are the shared ones
+        return model
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Task models (fine-tuning): a small head on the encoder, as in the BERT paper, section 4
 # ------------------------------------------------------------------------------------------------------------------
-@dataclass
-class TaskOutput:
-    """What a task model returns; `loss` is None without labels."""
-
-    loss: torch.Tensor | None
-    logits: torch.Tensor  # (B, num_labels), (B, T, num_labels), (B, num_choices); QA: (B, T, 2) start/end
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-
-    @property
-    def start_logits(self) -> torch.Tensor:  # question answering
-        return self.logits[..., 0]
-
-    @property
-    def end_logits(self) -> torch.Tensor:
-        return self.logits[..., 1]
-
-
 class _LabelledHead(PreTrainedModel):
     """Shared by models whose head predicts one of `num_labels` named labels."""
 
@@ -358,6 +607,9 @@ class _LabelledHead(PreTrainedModel):
         self.config, self.num_labels = config, num_labels
         self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
         self.regression = regression
+        if add_pooler and not config.family.pooler:
+            raise NotImplementedError(f"{type(self).__name__} reads the pooled [CLS] vector, and {config.model_type} "
+                                      f"has no pooler; its own classification head is not implemented")
         self.bert = BertModel(config, add_pooler=add_pooler)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
@@ -490,9 +742,12 @@ def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: to
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
     T = input_ids.shape[1]
-    if T > config.max_position_embeddings:
+    if T > config.max_length:
+        offset = (f", less the {config.pad_token_id + 1} that padding-offset positions skip"
+                  if config.padding_offset_positions else "")
         raise ValueError(f"sequence length {T} is longer than max_position_embeddings "
-                         f"({config.max_position_embeddings}); truncate the input (e.g. max_length={config.max_position_embeddings})")
+                         f"({config.max_position_embeddings}{offset}); truncate the input (e.g. "
+                         f"max_length={config.max_length})")
     for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if t is not None and t.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but input_ids has {tuple(input_ids.shape)}")
@@ -501,7 +756,7 @@ def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: to
         if low < 0 or high >= config.vocab_size:
             raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
                              f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
-        if token_type_ids is not None and token_type_ids.numel():
+        if token_type_ids is not None and token_type_ids.numel() and config.type_vocab_size:  # 0: ignored
             tt = int(token_type_ids.max())
             if tt >= config.type_vocab_size or int(token_type_ids.min()) < 0:
                 raise ValueError(f"token_type_ids contain {tt}, but type_vocab_size is {config.type_vocab_size}")

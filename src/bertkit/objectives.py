@@ -1,8 +1,9 @@
 """Pretraining objectives as trainer tasks: they turn a masked batch into summed losses and metrics.
 
 BERT = MLM + NSP, ALBERT = MLM + SOP (the same two-way head on the pooled output, other instances),
-RoBERTa = MLM only. Each returns, per term, (sum over the micro-batch, count), so the trainer can average over the
-global batch exactly (see `bertkit.trainer`).
+RoBERTa = MLM only, ELECTRA = generator MLM + 50 x replaced-token detection on every token, and a causal LM =
+next-token prediction. Each returns, per term, (sum over the micro-batch, count), so the trainer can average over
+the global batch exactly (see `bertkit.trainer`). `build_pretraining` pairs each objective with its model.
 """
 
 from __future__ import annotations
@@ -75,4 +76,107 @@ def evaluate_pretraining(model: torch.nn.Module, objective: MaskedLMObjective, b
     metrics = {k: v / max(c, 1.0) for k, (v, c) in sums.items()}
     if "mlm_loss" in metrics:
         metrics["perplexity"] = float(torch.tensor(metrics["mlm_loss"]).exp())
+    elif "lm_loss" in metrics:  # the causal LM's next-token perplexity
+        metrics["perplexity"] = float(torch.tensor(metrics["lm_loss"]).exp())
     return metrics
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# ELECTRA and the causal LM: objectives on other models than BertForPreTraining
+# ------------------------------------------------------------------------------------------------------------------
+def original_ids(batch: dict[str, Any]) -> torch.Tensor:
+    """(B, T) the ids before masking: the labels where a position was picked, the input elsewhere."""
+    labels = batch["labels"]
+    return torch.where(labels != IGNORE_INDEX, labels, batch["input_ids"])
+
+
+@dataclass
+class ElectraObjective:
+    """Replaced-token detection (ELECTRA, section 2) on a `bertkit.modeling.GeneratorDiscriminator`.
+
+    The generator is trained by MLM on the masked positions; its samples replace those positions, and the
+    discriminator is trained by binary cross-entropy on every real token (padding excluded, special tokens
+    included, as in the paper's code) to say whether it was replaced. A sample equal to the original counts as
+    original. Loss = mlm_loss + rtd_weight x rtd_bce (50 in the paper); `rtd_loss` is the weighted term, so the
+    trainer's sum of `_loss` terms is the paper's loss, and `rtd_bce` reports the unweighted one.
+    """
+
+    rtd_weight: float = 50.0
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"mlm_loss": float((batch["labels"] != IGNORE_INDEX).sum()),
+                "rtd_loss": float(batch["attention_mask"].sum())}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        targets = out.mlm_labels  # (N,)
+        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        real = batch["attention_mask"] == 1  # (B, T)
+        m = n.new_tensor(float(real.sum()))
+        scores, replaced = out.rtd_logits[real].float(), out.rtd_labels[real]  # (M,) each
+        bce = F.binary_cross_entropy_with_logits(scores, replaced, reduction="sum")
+        return {
+            "mlm_loss": (F.cross_entropy(out.mlm_logits.float(), targets, reduction="sum"), n),
+            "mlm_accuracy": ((out.mlm_logits.argmax(-1) == targets).sum().float(), n),
+            "rtd_loss": (self.rtd_weight * bce, m),
+            "rtd_bce": (bce.detach(), m),
+            "rtd_accuracy": (((scores > 0).float() == replaced).sum().float(), m),
+            "replaced_fraction": (replaced.sum(), m),
+        }
+
+
+@dataclass
+class CausalLMObjective:
+    """Next-token prediction on a `bertkit.modeling.BertForCausalLM`: position t is scored on token t + 1.
+
+    It reads the same batches as the MLM objectives and undoes their masking (`original_ids`), so the pretraining
+    stream needs no causal variant; use instances without a pair task (FULL-SENTENCES).
+    """
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"lm_loss": float(batch["attention_mask"][:, 1:].sum())}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        ids, mask = original_ids(batch), batch["attention_mask"]
+        logits = model(ids, mask, batch.get("token_type_ids")).logits[:, :-1]  # (B, T-1, V)
+        keep = mask[:, 1:] == 1  # a real next token to predict
+        scores, targets = logits[keep].float(), ids[:, 1:][keep]  # (N, V), (N,)
+        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        return {"lm_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
+                "lm_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
+
+
+# Objectives that train another model than BertForPreTraining: name -> (instance kind, pair task), as OBJECTIVES.
+FAMILY_OBJECTIVES = {
+    "electra": ("full-sentences", None),
+    "causal": ("full-sentences", None),
+}
+
+
+def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_weight: float = 50.0,
+                      generator_fraction: float = 0.25):
+    """(model, objective) that pretrain with objective `name` on an encoder of `config` (a BertConfig).
+
+    bert / albert / roberta / roberta-doc: BertForPreTraining + MaskedLMObjective (its pair head, NSP or SOP, is
+    the config family's); electra: GeneratorDiscriminator + ElectraObjective (config is the discriminator's, model
+    type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True).
+    """
+    from bertkit.modeling import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
+
+    if name == "electra":
+        if config.model_type != "electra":
+            raise ValueError(f"the electra objective saves an ElectraForPreTraining discriminator: set the model's "
+                             f"model_type to electra (got {config.model_type!r})")
+        return GeneratorDiscriminator(config, generator_fraction=generator_fraction), ElectraObjective(rtd_weight)
+    if name == "causal":
+        if not config.causal:
+            raise ValueError("the causal objective needs a causal model: set the model's causal to true")
+        return BertForCausalLM(config), CausalLMObjective()
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")
+    pair_task = OBJECTIVES[name][1]
+    model = BertForPreTraining(config)
+    if pair_task is not None and model.nsp is None:
+        raise ValueError(f"the {name} objective trains a sentence-pair head, which model_type {config.model_type!r} "
+                         f"does not have")
+    return model, MaskedLMObjective(pair_task=pair_task, sparse_prediction=sparse_prediction)

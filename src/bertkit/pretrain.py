@@ -27,7 +27,9 @@ import torch
 import yaml
 
 from bertkit.config import PRESETS, BertConfig
-from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
+from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES, build_pretraining, evaluate_pretraining
+
+ALL_OBJECTIVES = {**OBJECTIVES, **FAMILY_OBJECTIVES}  # name -> (instance kind, pair task or None)
 from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
 
 
@@ -40,7 +42,7 @@ class DataConfig:
     """What the model sees: objective, instance creation, masking and batch size."""
 
     objective: str = _f("bert", "bert (MLM+NSP), albert (MLM+SOP), roberta (MLM, FULL-SENTENCES), roberta-doc "
-                                "(MLM, DOC-SENTENCES)")
+                                "(MLM, DOC-SENTENCES), electra (replaced-token detection), causal (next-token LM)")
     max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included")
     short_seq_prob: float = _f(0.1, "fraction of NSP/SOP instances with a shorter random target length")
     mask_prob: float = _f(0.15, "fraction of (non-special) tokens to predict")
@@ -51,10 +53,12 @@ class DataConfig:
     batch_size: int = _f(256, "sequences per micro-batch on each rank; global batch = this x ranks x accumulation")
     eval_instances: int = _f(2000, "held-out instances evaluated (from the prepared eval split)")
     sparse_prediction: bool = _f(True, "run the vocabulary projection only on masked positions (same loss)")
+    rtd_weight: float = _f(50.0, "ELECTRA: weight of the discriminator loss against the generator's MLM loss")
+    generator_fraction: float = _f(0.25, "ELECTRA: generator hidden size as a fraction of the discriminator's")
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        if self.objective not in ALL_OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(ALL_OBJECTIVES)}")
         if self.masking not in ("dynamic", "static"):
             raise ValueError(f"masking must be dynamic or static, got {self.masking!r}")
         if not 0.0 < self.mask_prob < 1.0:
@@ -186,24 +190,37 @@ def resolve_config(recipe: str | Path | None = None, overrides: dict[str, Any] |
 # The driver
 # ------------------------------------------------------------------------------------------------------------------
 def random_token_ids(tokenizer) -> np.ndarray:
-    """Ids a masked position may be replaced by: every real token (no [PAD]/[CLS]/... or [unusedN] slots)."""
+    """Ids a masked position may be replaced by: every real token (no special tokens or [unusedN] slots)."""
     vocab = tokenizer.get_vocab()
-    return np.array(sorted(i for t, i in vocab.items() if not (t.startswith("[") and t.endswith("]"))),
-                    dtype=np.int64)
+    special = set(tokenizer.special_ids)
+    return np.array(sorted(i for t, i in vocab.items()
+                           if i not in special and not (t.startswith("[") and t.endswith("]"))), dtype=np.int64)
 
 
-def build_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None):
-    from bertkit.modeling import BertForPreTraining
+def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None):
+    """(model, objective) for the recipe: a fresh model of the preset, or `init_from`'s weights (fresh heads where
+    the directory has none)."""
+    from bertkit.modeling import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
 
+    d = config.data
+    overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
+    overrides.update(config.model)
+    model, objective = build_pretraining(d.objective, BertConfig.preset(config.preset, **overrides),
+                                         sparse_prediction=d.sparse_prediction, rtd_weight=d.rtd_weight,
+                                         generator_fraction=d.generator_fraction)
     if init_from is not None:
-        model = BertForPreTraining.from_pretrained(init_from, new_heads=True)
+        cls = {"electra": GeneratorDiscriminator, "causal": BertForCausalLM}.get(d.objective, BertForPreTraining)
+        kwargs = {"new_heads": True} if cls is BertForPreTraining else {}
+        model = cls.from_pretrained(init_from, **kwargs)
         if model.config.vocab_size != vocab_size:
             raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
                              f"tokenizer ({vocab_size})")
-        return model
-    overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, config.data.max_seq_length)}
-    overrides.update(config.model)
-    return BertForPreTraining(BertConfig.preset(config.preset, **overrides))
+    return model, objective
+
+
+def build_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None):
+    """The model `pretrain` would train (see `build_pretraining_model`)."""
+    return build_pretraining_model(config, vocab_size, init_from)[0]
 
 
 def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str = "mini", seed: int = 0,
@@ -222,7 +239,7 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
 
 
 def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, resume: bool = False,
-             init_from: str | Path | None = None, eval_at_start: bool = False) -> TrainResult:
+             init_from: str | Path | None = None, eval_at_start: bool = True) -> TrainResult:
     """Pretrain on `bertkit prepare` output; writes metrics, checkpoints and RUN_DIR/model (a model directory)."""
     from bertkit.data.instances import SpecialIds
     from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
@@ -236,9 +253,9 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     if tokenizer.vocab_hash() != corpus.manifest.vocab_hash:
         raise ValueError(f"{data_dir}: the tokenizer in {corpus.tokenizer_dir} does not match the shards' vocab hash")
     seed_everything(config.train.seed)
-    model = build_model(config, tokenizer.vocab_size, init_from)
+    model, objective = build_pretraining_model(config, tokenizer.vocab_size, init_from)
 
-    instances, pair_task = OBJECTIVES[config.data.objective]
+    instances, _ = ALL_OBJECTIVES[config.data.objective]
     d = config.data
     options = StreamOptions(instances=instances, max_seq_length=d.max_seq_length, short_seq_prob=d.short_seq_prob,
                             mask_prob=d.mask_prob, max_predictions_per_seq=d.max_predictions_per_seq,
@@ -248,7 +265,6 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     random_ids = random_token_ids(tokenizer)
     stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
                                rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids)
-    objective = MaskedLMObjective(pair_task=pair_task, sparse_prediction=d.sparse_prediction)
 
     evaluate = None
     if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
@@ -268,7 +284,8 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
         resolved["global_batch_size"] = d.batch_size * dist_info.world_size * config.train.grad_accumulation
         resolved["model_config"] = model.config.to_dict()
         (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
-        print(f"pretraining a {config.preset} BERT ({model.num_parameters() / 1e6:.1f}M parameters) with the "
+        print(f"pretraining a {config.preset} {model.config.model_type} model "
+              f"({model.num_parameters() / 1e6:.1f}M parameters) with the "
               f"{d.objective} objective on {corpus.num_tokens:,} tokens; global batch "
               f"{resolved['global_batch_size']} x {d.max_seq_length} tokens on {device}", flush=True)
 

@@ -1,0 +1,285 @@
+"""Byte-level BPE tokenisation (RoBERTa's, GPT-2's vocabulary scheme) on the `tokenizers` engine.
+
+Every text is first seen as UTF-8 bytes mapped to 256 printable characters, so no input is ever unknown; a space
+belongs to the word after it (the "Ġ" in "Ġworld"). The engine splits with GPT-2's pattern and applies the learned
+merges, configured exactly as transformers' `RobertaTokenizer` is, so both give the same ids from the same
+`vocab.json` + `merges.txt`. What RoBERTa adds on top, `<s> A </s>` and `<s> A </s></s> B </s>` with one token
+type and longest-first pair truncation, is built here in Python, as `bertkit.tokenizer` does for BERT, and the
+result is the same `Encoding` (ids, offsets, word and sequence ids).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from bertkit.tokenizer import Encoding, _atomic_write_text
+
+# RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+MERGES_HEADER = "#version: 0.2"
+
+
+def truncate_pair(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
+    """How many tokens of a (and b) to keep within `budget`: transformers' (the engine's) longest-first rule.
+
+    The shorter text is kept whole if the longer one can absorb the cut; otherwise both are cut to half the budget
+    and the odd token goes to the originally longer one. (BERT's rule, in `bertkit.tokenizer`, gives it to the
+    first text on ties; RoBERTa has no pair rule of its own, so transformers' is the reference here.)
+    """
+    budget = max(budget, 0)
+    if n_b is None:
+        return min(n_a, budget), 0
+    if n_a + n_b <= budget:
+        return n_a, n_b
+    short, long = sorted((n_a, n_b))
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short, long = budget // 2, budget // 2 + budget % 2
+    return (long, short) if n_a > n_b else (short, long)
+
+
+class ByteLevelBPETokenizer:
+    """RoBERTa's tokenizer: byte-level BPE with `<s>`/`</s>` framing.
+
+    Build one with `train` (from text), `from_files` (`vocab.json` + `merges.txt`) or `from_pretrained` (a model
+    directory); `save(dir)` writes `vocab.json`, `merges.txt`, `tokenizer_config.json` and `tokenizer.json`, which
+    transformers' `RobertaTokenizer` reads. The special-token ids are named as in `WordPieceTokenizer` (`cls_id` is
+    `<s>`, `sep_id` is `</s>`), so code written for one works with the other.
+    """
+
+    def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], add_prefix_space: bool = False,
+                 trim_offsets: bool = True, source: str = "vocab") -> None:
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}; a RoBERTa vocabulary "
+                             f"needs all of {list(SPECIAL_TOKENS)}")
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError(f"{source}: vocabulary ids must be 0..{len(vocab) - 1} without gaps")
+        self.add_prefix_space, self.trim_offsets = bool(add_prefix_space), bool(trim_offsets)
+        self._vocab = dict(vocab)
+        self._merges = [tuple(m) for m in merges]
+        self._id_to_token = {i: t for t, i in vocab.items()}
+        # As transformers builds it: no unknown token (every byte has a symbol), no word prefixes or suffixes.
+        self.backend = Tokenizer(models.BPE(vocab=self._vocab, merges=self._merges, dropout=None,
+                                            continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+        self.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=self.add_prefix_space)
+        self.backend.decoder = decoders.ByteLevel()
+        # <mask> swallows the space before it ("a <mask>" -> "a", "<mask>"), so the model predicts "Ġword".
+        self.backend.add_special_tokens([AddedToken(t, lstrip=t == "<mask>", rstrip=False, normalized=False)
+                                         for t in SPECIAL_TOKENS])
+        self.bos_id, self.pad_id, self.eos_id, self.unk_id, self.mask_id = (vocab[t] for t in SPECIAL_TOKENS)
+        self.cls_id, self.sep_id = self.bos_id, self.eos_id
+        self.special_ids = frozenset(vocab[t] for t in SPECIAL_TOKENS)
+        # Used by the engine only to trim the whitespace out of offsets (and by transformers' tokenizer.json).
+        self.backend.post_processor = processors.RobertaProcessing(
+            ("</s>", self.sep_id), ("<s>", self.cls_id), trim_offsets=self.trim_offsets,
+            add_prefix_space=self.add_prefix_space)
+
+    # ---- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_files(cls, vocab_file: str | os.PathLike, merges_file: str | os.PathLike,
+                   add_prefix_space: bool = False, trim_offsets: bool = True) -> "ByteLevelBPETokenizer":
+        """Load `vocab.json` (token -> id) and `merges.txt` (one "a b" merge per line, rank = line order)."""
+        vocab_file, merges_file = Path(vocab_file), Path(merges_file)
+        for path in (vocab_file, merges_file):
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: tokenizer file not found")
+        try:
+            vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{vocab_file}: not a valid JSON vocabulary ({err})") from None
+        if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+            raise ValueError(f"{vocab_file}: a vocabulary must map tokens to integer ids")
+        merges: list[tuple[str, str]] = []
+        for number, line in enumerate(merges_file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line or (number == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise ValueError(f"{merges_file}:{number}: a merge is two symbols separated by one space, got {line!r}")
+            merges.append((parts[0], parts[1]))
+        return cls(vocab, merges, add_prefix_space, trim_offsets, source=str(vocab_file))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "ByteLevelBPETokenizer":
+        """Load from a model directory: `vocab.json` + `merges.txt`, options from `tokenizer_config.json`."""
+        directory = Path(directory)
+        options = {}
+        config = directory / "tokenizer_config.json"
+        if config.is_file():
+            data = json.loads(config.read_text(encoding="utf-8"))
+            options = {k: bool(data[k]) for k in ("add_prefix_space", "trim_offsets") if k in data}
+        return cls.from_files(directory / "vocab.json", directory / "merges.txt", **options)
+
+    @classmethod
+    def train(cls, files: Sequence[str | os.PathLike] | None = None, vocab_size: int = 50265, min_frequency: int = 2,
+              *, texts: Iterable[str] | None = None, show_progress: bool = True) -> "ByteLevelBPETokenizer":
+        """Learn merges until the vocabulary has `vocab_size` tokens: the 5 special tokens (ids 0-4), the 256 byte
+        symbols, then one token per merge. `files` are corpus files as `bertkit.data.corpus` reads them; `texts` an
+        alternative iterable of strings."""
+        from bertkit.data.corpus import iter_lines
+
+        floor = len(SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
+        if vocab_size < floor:
+            raise ValueError(f"vocab_size {vocab_size} is too small: the special tokens and the 256 bytes take {floor}")
+        engine = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+        engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        seen = 0
+
+        def counted(stream: Iterable[str]) -> Iterator[str]:
+            nonlocal seen
+            for text in stream:
+                if text.strip():
+                    seen += 1
+                    yield text
+
+        engine.train_from_iterator(counted(texts if texts is not None else iter_lines(files or [])), trainer=trainer)
+        if seen == 0:
+            raise ValueError(f"the corpus {[str(f) for f in files or []] or '(texts)'} has no text to train on")
+        model = json.loads(engine.to_str())["model"]
+        merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+        return cls(engine.get_vocab(), merges, source="trained vocabulary")
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write `vocab.json`, `merges.txt`, `tokenizer_config.json` and `tokenizer.json` into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        vocab = {self._id_to_token[i]: i for i in range(len(self._id_to_token))}
+        _atomic_write_text(directory / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")
+        _atomic_write_text(directory / "merges.txt",
+                           "".join(f"{line}\n" for line in [MERGES_HEADER, *(f"{a} {b}" for a, b in self._merges)]))
+        config = {"tokenizer_class": "RobertaTokenizer", "add_prefix_space": self.add_prefix_space,
+                  "trim_offsets": self.trim_offsets, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>",
+                  "cls_token": "<s>", "sep_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+                  # roberta-base's <mask>, which swallows the space before it (transformers 5 defaults otherwise)
+                  "mask_token": {"__type": "AddedToken", "content": "<mask>", "lstrip": True, "rstrip": False,
+                                 "normalized": False, "single_word": False, "special": True},
+                  "model_max_length": 512}
+        _atomic_write_text(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+        _atomic_write_text(directory / "tokenizer.json", self.backend.to_str(pretty=True))
+
+    # ---- vocabulary ------------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._vocab.get(token)
+
+    def id_to_token(self, index: int) -> str:
+        return self._id_to_token[index]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self._id_to_token[int(i)] for i in ids]
+
+    def vocab_hash(self) -> str:
+        """SHA-256 of the vocabulary, the merges and the options: shards and models record it to refuse a mismatch."""
+        digest = hashlib.sha256()
+        digest.update(f"bpe;add_prefix_space={self.add_prefix_space}\n".encode())
+        for i in range(len(self._id_to_token)):
+            digest.update(self._id_to_token[i].encode("utf-8") + b"\n")
+        for a, b in self._merges:
+            digest.update(f"{a} {b}\n".encode("utf-8"))
+        return digest.hexdigest()
+
+    # ---- encoding --------------------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[str]:
+        """Byte-level BPE tokens of `text` ("Ġ" marks a leading space), without special tokens."""
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_raw(self, texts: Sequence[str]):
+        """Engine encodings (no special tokens, trimmed offsets) of whole texts, for tasks that need offsets."""
+        return self.backend.encode_batch(list(texts), add_special_tokens=False)
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
+               padding: bool | str = False) -> Encoding:
+        """Encode a text as `<s> text </s>`, or a pair as `<s> text </s></s> pair </s>` (one token type, 0).
+
+        max_length: the longest output, special tokens included; with `truncation` the pieces are cut
+        longest-first (as transformers does), without it a longer input raises ValueError.
+        padding: False; True or "max_length" pads with <pad> up to `max_length` (attention_mask 0 there).
+        """
+        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, padding)[0]
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
+                     truncation: bool = True, padding: bool | str = False) -> list[Encoding]:
+        """`encode` for many texts; padding=True pads to the longest in the batch (or to max_length if set)."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        firsts = self.encode_raw(texts)
+        seconds = self.encode_raw(list(pairs)) if pairs is not None else None
+        out = [self._build(firsts[i], None if seconds is None else seconds[i], max_length, truncation)
+               for i in range(len(texts))]
+        if padding:
+            target = max_length if (padding == "max_length" or max_length) and max_length else max(map(len, out))
+            for enc in out:
+                self._pad(enc, target)
+        return out
+
+    def _build(self, a, b, max_length: int | None, truncation: bool) -> Encoding:
+        specials = 2 if b is None else 4  # <s> A </s>  or  <s> A </s></s> B </s>
+        n_a, n_b = len(a.ids), (0 if b is None else len(b.ids))
+        if max_length is not None and n_a + n_b + specials > max_length:
+            if not truncation:
+                raise ValueError(f"input of {n_a + n_b + specials} tokens is longer than max_length {max_length} "
+                                 f"and truncation is off")
+            n_a, n_b = truncate_pair(n_a, None if b is None else n_b, max_length - specials)
+        ids = [self.cls_id, *a.ids[:n_a], self.sep_id]
+        tokens = ["<s>", *a.tokens[:n_a], "</s>"]
+        offsets = [(0, 0), *a.offsets[:n_a], (0, 0)]
+        word_ids = [None, *a.word_ids[:n_a], None]
+        seq_ids: list[int | None] = [None, *([0] * n_a), None]
+        if b is not None:
+            ids += [self.sep_id, *b.ids[:n_b], self.sep_id]
+            tokens += ["</s>", *b.tokens[:n_b], "</s>"]
+            offsets += [(0, 0), *b.offsets[:n_b], (0, 0)]
+            word_ids += [None, *b.word_ids[:n_b], None]
+            seq_ids += [None, *([1] * n_b), None]
+        special = [1 if s is None else 0 for s in seq_ids]
+        return Encoding(ids, [0] * len(ids), [1] * len(ids), tokens, offsets, word_ids, seq_ids, special)
+
+    def _pad(self, enc: Encoding, length: int) -> None:
+        extra = length - len(enc.input_ids)
+        if extra <= 0:
+            return
+        enc.input_ids += [self.pad_id] * extra
+        enc.token_type_ids += [0] * extra
+        enc.attention_mask += [0] * extra
+        enc.tokens += ["<pad>"] * extra
+        enc.offsets += [(0, 0)] * extra
+        enc.word_ids += [None] * extra
+        enc.sequence_ids += [None] * extra
+        enc.special_tokens_mask += [1] * extra
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Text from ids (bytes joined back, so accents and CJK come back whole), special tokens dropped."""
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self.special_ids]
+        return self.backend.decode(ids, skip_special_tokens=False)
+
+    def __repr__(self) -> str:
+        return f"ByteLevelBPETokenizer(vocab_size={self.vocab_size}, add_prefix_space={self.add_prefix_space})"
