@@ -176,6 +176,11 @@ def rates(times: dict[str, list[float]], units: float, rate_name: str, time_name
                     f"bertkit_{time_name}": round(t_ours, 4), f"transformers_{time_name}": round(t_peer, 4),
                     "bertkit_min_s": round(best_ours, 4), "transformers_min_s": round(best_peer, 4),
                     "_median_s": (t_ours, t_peer)})
+    for name in times:  # further bertkit variants (e.g. "bertkit_sparse"): their rate and ratio to the peer
+        if name not in ("bertkit", "transformers"):
+            t_variant = median(times[name])
+            out[f"{name}_{rate_name}"] = round(units / t_variant, 2)
+            out[f"ratio_{name.removeprefix('bertkit_')}"] = round(t_peer / t_variant, 3)
     return out
 
 
