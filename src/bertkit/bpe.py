@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from bertkit.tokenizer import Encoding, _atomic_write_text
+from bertkit.io import atomic_write
+from bertkit.tokenizer import Encoding
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -154,8 +155,8 @@ class ByteLevelBPETokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         vocab = {self._id_to_token[i]: i for i in range(len(self._id_to_token))}
-        _atomic_write_text(directory / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")
-        _atomic_write_text(directory / "merges.txt",
+        atomic_write(directory / "vocab.json", json.dumps(vocab, ensure_ascii=False) + "\n")
+        atomic_write(directory / "merges.txt",
                            "".join(f"{line}\n" for line in [MERGES_HEADER, *(f"{a} {b}" for a, b in self._merges)]))
         config = {"tokenizer_class": "RobertaTokenizer", "add_prefix_space": self.add_prefix_space,
                   "trim_offsets": self.trim_offsets, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>",
@@ -164,8 +165,8 @@ class ByteLevelBPETokenizer:
                   "mask_token": {"__type": "AddedToken", "content": "<mask>", "lstrip": True, "rstrip": False,
                                  "normalized": False, "single_word": False, "special": True},
                   "model_max_length": 512}
-        _atomic_write_text(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
-        _atomic_write_text(directory / "tokenizer.json", self.backend.to_str(pretty=True))
+        atomic_write(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write(directory / "tokenizer.json", self.backend.to_str(pretty=True))
 
     # ---- vocabulary ------------------------------------------------------------------------------------------
     @property

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.io import atomic_write
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -237,13 +238,13 @@ class WordPieceTokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tokens = [self._id_to_token[i] for i in range(len(self._id_to_token))]
-        _atomic_write_text(directory / "vocab.txt", "".join(t + "\n" for t in tokens))
+        atomic_write(directory / "vocab.txt", "".join(t + "\n" for t in tokens))
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
                   "strip_accents": None if self.strip_accents == self.lowercase else self.strip_accents,
                   "tokenize_chinese_chars": True, "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                   "cls_token": "[CLS]", "mask_token": "[MASK]", "model_max_length": 512}
-        _atomic_write_text(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
-        _atomic_write_text(directory / "tokenizer.json", self.backend.to_str(pretty=True))
+        atomic_write(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write(directory / "tokenizer.json", self.backend.to_str(pretty=True))
 
     # ---- vocabulary ------------------------------------------------------------------------------------------
     @property
@@ -379,12 +380,3 @@ class WordPieceTokenizer:
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

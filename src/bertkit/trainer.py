@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.checkpoint import unwrap
+from bertkit.io import fsync_dir
 
 
 def _f(default, help: str):  # a dataclass field with its help text (shown by `--help`)
@@ -224,7 +225,7 @@ def save_checkpoint(path: Path, state: dict[str, Any], keep_last: int) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     old = sorted(p for p in path.parent.glob("step-*.pt") if _CKPT.match(p.name))
     for stale in old[:-keep_last]:
         stale.unlink(missing_ok=True)
@@ -235,19 +236,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a torn or foreign file: say which
         raise ValueError(f"{path}: not a readable bertkit checkpoint ({err})") from None
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.io import atomic_write, fsync_dir
 from bertkit.data.corpus import (FORMATS, ON_BAD_LINE, CorpusStats, Document, Position, expand_paths,
                                  iter_positioned_documents)
 from bertkit.errors import DataError
@@ -274,8 +275,8 @@ class _Build:
             bar.close()
         self.tokenizer.save(self.out_dir / TOKENIZER_SUBDIR)
         data = self._manifest(splits, stream_stats)
-        _atomic_write(self.out_dir / MANIFEST, (json.dumps(data, indent=2) + "\n").encode())
-        _fsync_dir(self.out_dir)
+        atomic_write(self.out_dir / MANIFEST, (json.dumps(data, indent=2) + "\n").encode())
+        fsync_dir(self.out_dir)
         for split in self.splits:
             self.say(f"{split}: {splits[split]['documents']} documents, {splits[split]['sentences']} sentences, "
                      f"{splits[split]['tokens']} tokens in {len(splits[split]['shards'])} shards "
@@ -536,7 +537,7 @@ class _ShardWriter:
             if self.last_record is not None and not self.last_record["final"]:
                 # The inputs after the last kept shard turned out to hold nothing more for this split.
                 self.last_record.update(final=True, stats_end=stats_end)
-                _atomic_write(self.dir / f"{self.last_record['name']}.json", _json_bytes(self.last_record))
+                atomic_write(self.dir / f"{self.last_record['name']}.json", _json_bytes(self.last_record))
         names = {s["name"] for s in self.shards}
         for path in self.dir.glob("shard_*"):  # files of shards a previous, longer build left behind
             if path.name.split(".")[0] not in names:
@@ -555,7 +556,7 @@ class _ShardWriter:
                     "wordstarts.bin": np.packbits(np.concatenate(self.starts)).tobytes()}
         files = {}
         for suffix, payload in payloads.items():
-            _atomic_write(self.dir / f"{name}.{suffix}", payload)
+            atomic_write(self.dir / f"{name}.{suffix}", payload)
             files[suffix] = {"sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
         record = {**self._record_base(), "name": name,
                   "inputs": self.stream.inputs[:self.position.file + 1],
@@ -564,8 +565,8 @@ class _ShardWriter:
                   "dropped_documents": self.dropped[0], "dropped_sentences": self.dropped[1], "files": files}
         if final:
             record["stats_end"] = stats_end
-        _fsync_dir(self.dir)  # the data files' names are durable before the record that vouches for them
-        _atomic_write(self.dir / f"{name}.json", _json_bytes(record))
+        fsync_dir(self.dir)  # the data files' names are durable before the record that vouches for them
+        atomic_write(self.dir / f"{name}.json", _json_bytes(record))
         self.shards.append(_shard_entry(record))
         self.written_names.append(name)
         self.last_record = record
@@ -686,29 +687,6 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 def _json_bytes(data: dict) -> bytes:
     return (json.dumps(data, indent=1) + "\n").encode()
-
-
-def _atomic_write(path: Path, payload) -> None:
-    """Write via a temporary file, fsync, rename: a reader sees the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # not possible on every platform / file system; the data files themselves are already synced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---- reading -------------------------------------------------------------------------------------------------
