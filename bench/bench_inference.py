@@ -1,8 +1,9 @@
 """Benchmark: inference with bertkit's BertModel against transformers', on identical weights.
 
 One call is a forward pass of the bare encoder (embeddings, layers, pooler) in eval mode under `torch.no_grad()`,
-fp32, torch's default thread count, on the same batches as the pretraining benchmark: `dense` (every row
-`seq_len` real tokens) and `varlen` (real lengths uniform in [16, seq_len], padded, attention_mask 0).
+fp32 (or `--dtype bf16`: autocast on both sides), torch's default thread count, on the same batches as the
+pretraining benchmark: `dense` (every row `seq_len` real tokens) and `varlen` (real lengths uniform in
+[16, seq_len], padded, attention_mask 0).
 bertkit's model is written with `save_pretrained` and loaded by transformers' `from_pretrained` (its default
 attention implementation); the outputs are checked to agree before timing.
 
@@ -25,24 +26,27 @@ import torch
 
 try:  # `python bench/bench_inference.py` puts bench/ on sys.path; `bench.` when imported from the repo root
     from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit,
-                              log, make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
+                              log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
+                              resolve_counts, time_alternating)
 except ImportError:
     from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit, log,
-                        make_batch, model_flops, model_pair, rates, resolve_counts, time_alternating)
+                        make_batch, model_flops, model_pair, peak_dtype, precision, rates, resolve_counts,
+                        time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a call of about a second on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 256, "mini": 64, "small": 32, "medium": 16, "base": 8, "large": 4}
 
 
 @torch.no_grad()
-def forward(model: torch.nn.Module, batch) -> None:
-    model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
+def forward(model: torch.nn.Module, batch, dtype: str = "fp32") -> None:
+    with precision(dtype):
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
 
 
-def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0) -> list[dict]:
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0, dtype="fp32") -> list[dict]:
     """Benchmark every (preset, seq_len, kind); one result dict each, in that order (MFU as in bench_pretrain_step)."""
-    meter = PeakMeter()
-    log(f"measuring the fp32 matmul peak for {peak_seconds:g} s ...")
+    meter = PeakMeter(peak_dtype(dtype))
+    log(f"measuring the {dtype} matmul peak for {peak_seconds:g} s ...")
     log(f"peak {meter.measure(peak_seconds):.1f} GFLOP/s with {torch.get_num_threads()} threads")
     results = []  # (record, model FLOPs per call)
     for preset in presets:
@@ -54,10 +58,10 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
                 batch = make_batch(kind, rows, seq_len, seed=seed, vocab_size=config.vocab_size)
                 check_same_function(ours, peer, batch, pretraining=False)
                 log(f"inference {preset} T={seq_len} {kind} B={rows}: {warmup} warm-up + {iters} timed rounds")
-                times = time_alternating({"transformers": lambda: forward(peer, batch),
-                                          "bertkit": lambda: forward(ours, batch)}, iters=iters, warmup=warmup)
+                times = time_alternating({"transformers": lambda: forward(peer, batch, dtype),
+                                          "bertkit": lambda: forward(ours, batch, dtype)}, iters=iters, warmup=warmup)
                 record = {"bench": "inference", "preset": preset, "seq_len": seq_len, "batch": kind,
-                          "batch_size": rows}
+                          "batch_size": rows, "dtype": dtype}
                 record.update(rates(times, rows, "sequences_per_s", "call_s"))
                 record.update(rates(times, batch.real_tokens, "tokens_per_s", None))
                 record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     iters, warmup, peak_seconds = resolve_counts(args)
     for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
-                      args.seed):
+                      args.seed, args.dtype):
         emit(record)
     return 0
 

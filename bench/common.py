@@ -35,21 +35,22 @@ MIN_VARLEN = 16  # shortest real length of a `varlen` row
 # Machine
 # ------------------------------------------------------------------------------------------------------------------
 class PeakMeter:
-    """The best fp32 matmul rate seen over several short measurements spread through a run.
+    """The best matmul rate (fp32, or bf16 for bf16 runs) seen over several short measurements spread through a run.
 
     On a shared machine one measurement may land in a busy moment; sampling again between configurations and
     keeping the best makes the MFU denominator a property of the hardware, not of the neighbours.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.gflops = 0.0
+        self.dtype = dtype
 
     def measure(self, seconds: float) -> float:
-        self.gflops = max(self.gflops, measure_peak_gflops(seconds))
+        self.gflops = max(self.gflops, measure_peak_gflops(seconds, dtype=self.dtype))
         return self.gflops
 
 
-def measure_peak_gflops(seconds: float = 2.0, n: int = 2048) -> float:
+def measure_peak_gflops(seconds: float = 2.0, n: int = 2048, dtype: torch.dtype = torch.float32) -> float:
     """Achievable fp32 matmul rate of this machine, GFLOP/s: the best of repeated n x n `torch.mm` for ~`seconds`.
 
     Uses torch's current thread count (never changed here), so it is the ceiling the models run under.
@@ -57,9 +58,9 @@ def measure_peak_gflops(seconds: float = 2.0, n: int = 2048) -> float:
     slows a product down; the best is the closest to what the hardware can do.
     """
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g)
-    b = torch.randn(n, n, generator=g)
-    out = torch.empty(n, n)
+    a = torch.randn(n, n, generator=g).to(dtype)
+    b = torch.randn(n, n, generator=g).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=out)  # warm-up: first-call allocation and kernel selection
     best = 0.0
     deadline = time.perf_counter() + seconds
@@ -319,6 +320,8 @@ def add_model_bench_args(parser: argparse.ArgumentParser, default_iters: int = 5
                                                                           "(default 2)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 timed rounds, 1 warm-up, 0.5 s peak")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                        help="fp32, or bf16 autocast on both sides (MFU then against the bf16 matmul peak)")
     parser.set_defaults(_default_iters=default_iters, _default_warmup=default_warmup)
 
 
@@ -330,6 +333,19 @@ def resolve_counts(args: argparse.Namespace) -> tuple[int, int, float]:
     if iters < 1 or warmup < 0:
         raise SystemExit("--iters must be at least 1 and --warmup at least 0")
     return iters, warmup, peak
+
+
+def precision(dtype: str):
+    """The context a timed call runs in: nothing for fp32, bf16 autocast on the CPU for bf16 (both sides)."""
+    import contextlib
+
+    if dtype == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def peak_dtype(dtype: str) -> torch.dtype:
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
 
 
 def batch_size_for(table: dict[str, int], preset: str, seq_len: int, explicit: int | None) -> int:

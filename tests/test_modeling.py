@@ -7,7 +7,7 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, BertModel
 from bertkit.checkpoint import CheckpointError
-from bertkit.modeling import IGNORE_INDEX
+from bertkit.modeling import IGNORE_INDEX, set_fast_paths
 
 from conftest import minilm_dir, tiny_config
 
@@ -31,22 +31,33 @@ def batch(config, B=3, T=12, seed=0):
 
 
 def assert_same_outputs(ours, theirs, config):
+    """Same outputs at every real position, on the default (unpadded) path and on the plain padded path, which
+    matches transformers at padding positions too."""
     ids, mask, types, labels, nsp = batch(config)
     ours.eval(), theirs.eval()
     with torch.no_grad():
-        a = ours(ids, mask, types, labels=labels, next_sentence_label=nsp, output_hidden_states=True)
         b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
                    next_sentence_label=nsp, output_hidden_states=True)
-    torch.testing.assert_close(a.hidden_states[-1], b.hidden_states[-1], atol=ATOL, rtol=0)
-    for x, y in zip(a.hidden_states, b.hidden_states):
-        torch.testing.assert_close(x, y, atol=ATOL, rtol=0)
-    torch.testing.assert_close(a.prediction_logits, b.prediction_logits, atol=ATOL, rtol=0)
-    torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, atol=ATOL, rtol=0)
-    torch.testing.assert_close(a.loss, b.loss, atol=ATOL, rtol=0)
+        for unpad in (True, False):
+            set_fast_paths(ours, unpad=unpad)
+            a = ours(ids, mask, types, labels=labels, next_sentence_label=nsp, output_hidden_states=True)
+            where = mask.bool() if unpad else torch.ones_like(mask, dtype=torch.bool)  # padding too when plain
+            assert_outputs_close(a, b, where)
+        set_fast_paths(ours, unpad=True)
     with torch.no_grad():  # the pooled output, through the bare encoder of each
         pa = ours.bert(ids, mask, types).pooler_output
         pb = theirs.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).pooler_output
     torch.testing.assert_close(pa, pb, atol=ATOL, rtol=0)
+
+
+def assert_outputs_close(a, b, where):
+    """Pretraining outputs a (bertkit) and b (transformers) agree at the (B, T) positions `where`."""
+    assert len(a.hidden_states) == len(b.hidden_states)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        torch.testing.assert_close(x[where], y[where], atol=ATOL, rtol=0)
+    torch.testing.assert_close(a.prediction_logits[where], b.prediction_logits[where], atol=ATOL, rtol=0)
+    torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(a.loss, b.loss, atol=ATOL, rtol=0)
 
 
 CONFIGS = {
@@ -102,7 +113,9 @@ def test_bare_encoder_checkpoint(tmp_path):
     ids, mask, types, *_ = batch(config)
     with torch.no_grad():
         a, b = ours(ids, mask, types), theirs(input_ids=ids, attention_mask=mask, token_type_ids=types)
-    torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state, atol=ATOL, rtol=0)
+    real = mask.bool()  # padding positions are 0 on the unpadded path, transformers computes them
+    torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(a.last_hidden_state[~real], torch.zeros_like(b.last_hidden_state[~real]))
     torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=ATOL, rtol=0)
     with pytest.raises(CheckpointError, match="holds no pretraining heads .* BertModel.from_pretrained"):
         BertForPreTraining.from_pretrained(tmp_path)
@@ -139,7 +152,8 @@ def test_attention_probabilities_and_hidden_states():
     assert probs.shape == (3, config.num_attention_heads, 12, 12)
     torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
     assert float(probs[1, :, :, -4:].abs().max()) == 0.0  # padding gets no attention
-    torch.testing.assert_close(out.last_hidden_state, plain.last_hidden_state, atol=ATOL, rtol=0)
+    real = mask.bool()  # with output_attentions the padded path runs; without, the unpadded one
+    torch.testing.assert_close(out.last_hidden_state[real], plain.last_hidden_state[real], atol=ATOL, rtol=0)
 
 
 def test_initialisation_follows_bert():
@@ -238,8 +252,9 @@ def test_real_minilm_checkpoint_matches_transformers():
     with torch.no_grad():
         a = ours(ids, mask, output_hidden_states=True)
         b = theirs(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    real = mask.bool()
     for x, y in zip(a.hidden_states, b.hidden_states):
-        torch.testing.assert_close(x, y, atol=ATOL, rtol=0)
+        torch.testing.assert_close(x[real], y[real], atol=ATOL, rtol=0)
     torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=ATOL, rtol=0)
 
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
@@ -54,6 +55,8 @@ class ByteLevelBPETokenizer:
     `<s>`, `sep_id` is `</s>`), so code written for one works with the other.
     """
 
+    kind = "bpe"  # as `bertkit.tokenizer.load_tokenizer` and shard manifests name it
+
     def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], add_prefix_space: bool = False,
                  trim_offsets: bool = True, source: str = "vocab") -> None:
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
@@ -65,6 +68,12 @@ class ByteLevelBPETokenizer:
         self.add_prefix_space, self.trim_offsets = bool(add_prefix_space), bool(trim_offsets)
         self._vocab = dict(vocab)
         self._merges = [tuple(m) for m in merges]
+        for rank, (a, b) in enumerate(self._merges, start=1):
+            # The engine would stop on the first such merge with a bare Exception; say which files disagree.
+            lacking = [t for t in (a, b, a + b) if t not in vocab]
+            if lacking:
+                raise ValueError(f"{source}: merge {rank} ({a!r} {b!r}) needs {lacking[0]!r}, which the vocabulary "
+                                 f"lacks: the vocabulary and the merges do not belong together")
         self._id_to_token = {i: t for t, i in vocab.items()}
         # As transformers builds it: no unknown token (every byte has a symbol), no word prefixes or suffixes.
         self.backend = Tokenizer(models.BPE(vocab=self._vocab, merges=self._merges, dropout=None,
@@ -187,6 +196,18 @@ class ByteLevelBPETokenizer:
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self._id_to_token[int(i)] for i in ids]
+
+    def word_start_flags(self) -> np.ndarray:
+        """(V,) bool: True for the pieces that begin a word wherever they stand: those carrying the "Ġ" space.
+
+        A text's first piece begins a word too, though it has no "Ġ" (nothing precedes it; texts are encoded
+        without a prefix space, as fairseq encodes RoBERTa's corpus line by line). Pieces of punctuation glued to a
+        word ("world" ".") continue it. Special tokens count as word starts.
+        """
+        flags = np.zeros(self.vocab_size, dtype=bool)
+        flags[[i for t, i in self._vocab.items() if t.startswith("Ġ")]] = True
+        flags[sorted(self.special_ids)] = True
+        return flags
 
     def vocab_hash(self) -> str:
         """SHA-256 of the vocabulary, the merges and the options: shards and models record it to refuse a mismatch."""

@@ -11,7 +11,7 @@ import torch
 from bertkit.checkpoint import CONFIG_NAME, read_config, read_weights
 from bertkit.config import BertConfig
 from bertkit.modeling import BertForPreTraining
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import WordPieceTokenizer, load_tokenizer
 
 
 @torch.no_grad()
@@ -19,11 +19,12 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
               tokenizer: WordPieceTokenizer | None = None) -> list[list[dict[str, Any]]]:
     """Top-k candidates for every [MASK] in `text`: one list per [MASK], each item {token, id, probability}.
 
-    `model` is a model directory (its tokenizer is read from it) or a loaded model plus `tokenizer`.
+    `model` is a model directory (its tokenizer, WordPiece or byte-level BPE, is read from it) or a loaded model
+    plus `tokenizer`. With a BPE tokenizer the mask is written "<mask>".
     """
     if not isinstance(model, torch.nn.Module):
         directory = Path(model)
-        tokenizer = tokenizer or WordPieceTokenizer.from_pretrained(directory)
+        tokenizer = tokenizer or load_tokenizer(directory)
         model = BertForPreTraining.from_pretrained(directory)
     if tokenizer is None:
         raise ValueError("fill_mask needs a tokenizer when given a loaded model")
@@ -33,7 +34,7 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     enc = tokenizer.encode(text, max_length=model.config.max_length)
     positions = [i for i, t in enumerate(enc.input_ids) if t == tokenizer.mask_id]
     if not positions:
-        raise ValueError(f"no [MASK] token in {text!r}")
+        raise ValueError(f"no {tokenizer.id_to_token(tokenizer.mask_id)} token in {text!r}")
     device = next(model.parameters()).device
     ids = torch.tensor([enc.input_ids], device=device)
     logits = model(ids, torch.ones_like(ids), torch.tensor([enc.token_type_ids], device=device)).prediction_logits
@@ -61,6 +62,6 @@ def model_info(directory: str | os.PathLike) -> dict[str, Any]:
         "parameters_total": sum(t.numel() for k, t in state.items()
                                 if not k.endswith("position_ids") and k != "cls.predictions.decoder.weight"),
         "pretraining_heads": heads,
-        "tokenizer": (directory / "vocab.txt").is_file(),
+        "tokenizer": (directory / "vocab.txt").is_file() or (directory / "vocab.json").is_file(),
         "files": sorted(p.name for p in directory.iterdir() if p.is_file()),
     }

@@ -101,31 +101,219 @@ def extended_attention_mask(attention_mask: torch.Tensor, dtype: torch.dtype) ->
 
 
 def attention_bias(attention_mask: torch.Tensor | None, causal: bool, T: int, dtype: torch.dtype,
-                   device: torch.device) -> torch.Tensor | None:
-    """What every layer adds to its attention scores: (B, 1, 1, T) for padding; (B or 1, 1, T, T) when causal.
+                   device: torch.device, packed: bool = False) -> torch.Tensor | None:
+    """What every layer adds to its attention scores on the padded path: (B, 1, 1, T) for padding; (B or 1, 1, T, T)
+    when causal or packed.
 
-    The causal part hides key j from query i when j > i. It is combined with the padding mask by a minimum, not a
-    sum, so that a doubly hidden entry stays at the dtype's minimum instead of overflowing to -inf.
+    packed: `attention_mask` numbers the documents of each row (1, 2, ...; 0 = padding) and a token sees only the
+    tokens of its own document. The causal part hides key j from query i when j > i. Parts are combined by a
+    minimum, not a sum, so that a doubly hidden entry stays at the dtype's minimum instead of overflowing to -inf.
     """
-    mask = None if attention_mask is None else extended_attention_mask(attention_mask, dtype)
+    low = torch.finfo(dtype).min
+    if attention_mask is None:
+        mask = None
+    elif packed:
+        same = (attention_mask[:, :, None] == attention_mask[:, None, :]) & (attention_mask[:, None, :] > 0)
+        mask = torch.zeros(same.shape, dtype=dtype, device=device).masked_fill(~same, low)[:, None]  # (B, 1, T, T)
+    else:
+        mask = extended_attention_mask(attention_mask, dtype)
     if not causal:
         return mask
     future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)  # (T, T): True above the diagonal
-    bias = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(future, torch.finfo(dtype).min)[None, None]
+    bias = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(future, low)[None, None]
     return bias if mask is None else torch.minimum(mask, bias)
 
 
-def position_ids(input_ids: torch.Tensor, config: BertConfig) -> torch.Tensor:
+def position_ids(input_ids: torch.Tensor, config: BertConfig,
+                 documents: torch.Tensor | None = None) -> torch.Tensor:
     """(B, T) ids -> positions: 0..T-1 (BERT), or RoBERTa's padding-offset positions.
 
     RoBERTa (fairseq) numbers the real tokens pad_token_id + 1, pad_token_id + 2, ... and gives every padding
     token the position pad_token_id, as transformers' `create_position_ids_from_input_ids` does.
+    documents: a packed attention mask (B, T), document numbers 1, 2, ... (0 = padding); positions then restart
+    at the first token of every document, so each document is embedded as if it were alone in its row.
     """
-    T = input_ids.shape[1]
+    B, T = input_ids.shape
+    if documents is not None:
+        t = torch.arange(T, device=input_ids.device).expand(B, T)
+        starts = torch.ones_like(documents, dtype=torch.bool)
+        starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+        pos = t - torch.where(starts, t, 0).cummax(dim=1).values  # (B, T): distance to the document's start
+        if not config.padding_offset_positions:
+            return pos
+        real = documents.ne(0)
+        return torch.where(real, pos + config.pad_token_id + 1, config.pad_token_id)
     if not config.padding_offset_positions:
         return torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
     real = input_ids.ne(config.pad_token_id).long()  # (B, T)
     return torch.cumsum(real, dim=1) * real + config.pad_token_id
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Layouts: where the tokens sit while the layers run
+# ------------------------------------------------------------------------------------------------------------------
+class Padded:
+    """The plain layout: activations (B, T, H), padding included; attention adds `bias` (or nothing).
+
+    Every position is computed, as in transformers, so this layout reproduces it exactly, padding included. It is
+    what a batch without padding uses (nothing to skip) and what `unpad=False` and `output_attentions` use.
+    """
+
+    def __init__(self, bias: torch.Tensor | None, causal: bool = False) -> None:
+        self.bias = bias  # additive (B, 1, 1 or T, T), or None
+        self.causal = causal and bias is None  # no bias: let the kernel apply the causal mask itself
+
+    def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """qkv: (B, T, 3H) queries, keys and values side by side -> context (B, T, H)."""
+        q, k, v = _heads(qkv, num_heads)  # (B, A, T, D) each
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, dropout_p=dropout,
+                                                 is_causal=self.causal)
+        B, T = qkv.shape[:2]
+        return context.transpose(1, 2).reshape(B, T, -1)
+
+    def probabilities(self, qkv: torch.Tensor, num_heads: int, dropout: float,
+                      training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `attend`, spelled out so that the (B, A, T, T) attention probabilities can be returned too."""
+        q, k, v = _heads(qkv, num_heads)
+        B, T = qkv.shape[:2]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, A, T, T)
+        if self.bias is not None:
+            scores = scores + self.bias
+        elif self.causal:
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        probs = scores.softmax(dim=-1)
+        context = F.dropout(probs, dropout, training) @ v
+        return context.transpose(1, 2).reshape(B, T, -1), probs
+
+
+def _heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(S, L, 3H) -> queries, keys, values (S, A, L, D) each: views, no copy."""
+    S, L, H3 = qkv.shape
+    return qkv.view(S, L, 3, num_heads, H3 // (3 * num_heads)).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+class Unpadded:
+    """The fast layout: the real tokens of a padded (B, T) batch as one flat (N, H) tensor, grouped by sequence.
+
+    A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
+    one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
+    sequence: FlashAttention's variable-length kernel on GPU when the `flash_attn` package is installed (bf16/fp16),
+    otherwise the sequences are laid out as (S, L, H) with L the longest sequence (not T) and PyTorch's SDPA runs
+    with a key-padding mask. Either way no token attends across sequences or to padding.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor, packed: bool, causal: bool) -> None:
+        B, T = attention_mask.shape
+        flat = attention_mask.reshape(-1)
+        real = flat.nonzero().squeeze(1)  # (N,) row-major positions of the real tokens
+        if packed:  # one sequence per (row, document); a document's tokens need not be contiguous in its row
+            key = (real // T) * (int(flat.max()) + 1) + flat[real]
+            key, order = torch.sort(key, stable=True)
+            real = real[order]
+        else:
+            key = real // T
+        counts = torch.unique_consecutive(key, return_counts=True)[1]  # (S,) tokens per sequence
+        S, N = counts.numel(), real.numel()
+        starts = torch.cumsum(counts, 0) - counts
+        sequence = torch.repeat_interleave(torch.arange(S, device=flat.device), counts)  # (N,)
+        self.batch_shape = (B, T)
+        self.index = real  # (N,) flat position b * T + t of each token, sequence by sequence
+        self.max_len = int(counts.max()) if S else 0  # L
+        self.slot = sequence * self.max_len + (torch.arange(N, device=flat.device) - starts[sequence])  # in (S, L)
+        self.cu_seqlens = F.pad(torch.cumsum(counts, 0), (1, 0)).to(torch.int32)  # (S + 1,) FlashAttention's offsets
+        self.num_sequences = S
+        keys = torch.arange(self.max_len, device=flat.device)[None, :] < counts[:, None]  # (S, L) real slots
+        self.empty = (~keys).reshape(-1).nonzero().squeeze(1)  # slots of the (S, L) layout that hold no token
+        self.key_mask = keys[:, None, None, :]  # (S, 1, 1, L) for SDPA: True = may be attended
+        self.causal = causal
+        if causal:
+            self.key_mask = self.key_mask & torch.ones(self.max_len, self.max_len, dtype=torch.bool,
+                                                       device=flat.device).tril()
+        self._row_of: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+
+    def key_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """`key_mask` as an additive mask: 0 where attended, the dtype's minimum elsewhere (built once)."""
+        if self._bias is None or self._bias.dtype != dtype:
+            self._bias = torch.zeros(self.key_mask.shape, dtype=dtype, device=self.key_mask.device).masked_fill(
+                ~self.key_mask, torch.finfo(dtype).min)
+        return self._bias
+
+    def gather(self, grid: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) or (T,) broadcast over rows -> (N, ...) at the real tokens."""
+        B, T = self.batch_shape
+        return grid.expand(B, T, *grid.shape[2:]).reshape(B * T, *grid.shape[2:])[self.index]
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, H) -> (B, T, H) with zeros at padding."""
+        B, T = self.batch_shape
+        return x.new_zeros(B * T, x.shape[-1]).index_copy(0, self.index, x).view(B, T, x.shape[-1])
+
+    def rows(self, where: torch.Tensor) -> torch.Tensor:
+        """Flat positions (b * T + t) -> rows of the (N, H) tensor; -1 where the position is padding."""
+        if self._row_of is None:
+            B, T = self.batch_shape
+            self._row_of = torch.full((B * T,), -1, dtype=torch.long, device=self.index.device)
+            self._row_of[self.index] = torch.arange(self.index.numel(), device=self.index.device)
+        return self._row_of[where]
+
+    def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """qkv: (N, 3H) queries, keys and values side by side -> context (N, H)."""
+        N, H = qkv.shape[0], qkv.shape[1] // 3
+        if flash_attn_varlen is not None and use_flash_attn(qkv):
+            q, k, v = qkv.view(N, 3, num_heads, H // num_heads).unbind(1)  # (N, A, D) each
+            context = flash_attn_varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len,
+                                        dropout_p=dropout, causal=self.causal)
+            return context.reshape(N, H)
+        S, L = self.num_sequences, self.max_len
+        laid_out = FillSlots.apply(qkv, self.slot, S * L, self.empty).view(S, L, 3 * H)
+        q, k, v = _heads(laid_out, num_heads)  # (S, A, L, D) each
+        # With dropout the CPU kernel is the math one, fastest with a bool mask; without, an additive mask.
+        mask = self.key_mask if dropout > 0 else self.key_bias(qkv.dtype)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return ReadSlots.apply(context.transpose(1, 2).reshape(S * L, H), self.slot)
+
+
+class FillSlots(torch.autograd.Function):
+    """(N, C) rows -> (M, C) zeros with row i at `slot[i]`. The slots are distinct, so the gradient is a gather
+    (autograd's generic rule for index_copy/index_select would scatter-add, several times slower on CPU)."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, slot: torch.Tensor, total: int, empty: torch.Tensor) -> torch.Tensor:
+        """empty: the slots no row goes to; only those are zeroed (keys and values there must be finite)."""
+        ctx.save_for_backward(slot)
+        return rows.new_empty(total, rows.shape[1]).index_fill_(0, empty, 0.0).index_copy_(0, slot, rows)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (slot,) = ctx.saved_tensors
+        return grad.index_select(0, slot), None, None, None
+
+
+class ReadSlots(torch.autograd.Function):
+    """(M, C) -> its rows `slot` (N, C); the inverse of FillSlots, and its gradient is FillSlots."""
+
+    @staticmethod
+    def forward(ctx, laid_out: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(slot)
+        ctx.total = laid_out.shape[0]
+        return laid_out.index_select(0, slot)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (slot,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.total, grad.shape[1]).index_copy_(0, slot, grad), None
+
+
+try:  # optional: FlashAttention-2's variable-length kernel (CUDA, fp16/bf16); never required
+    from flash_attn import flash_attn_varlen_func as flash_attn_varlen
+except ImportError:  # the usual case, and always on CPU
+    flash_attn_varlen = None
+
+
+def use_flash_attn(q: torch.Tensor) -> bool:
+    """Whether FlashAttention's kernel can take these activations (when the package is installed)."""
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -145,54 +333,74 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        x = self.word(input_ids)  # (B, T, E)
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Ids, token types and positions of the same shape, (B, T) or flat (N,) -> (..., E)."""
+        x = self.word(input_ids)
         if self.token_type is not None:
             x = x + self.token_type(token_type_ids)
-        x = x + self.position(position_ids(input_ids, self.config))  # the order transformers sums in, bit for bit
+        x = x + self.position(positions)  # the order transformers sums in, bit for bit
         return self.dropout(self.norm(x))
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with its output projection, residual and LayerNorm (post-LN, as in BERT)."""
+    """Multi-head self-attention with its output projection, residual and LayerNorm (post-LN, as in BERT).
+
+    The query, key and value projections are one (3H, H) weight, `qkv`: one matmul instead of three
+    (`fused_qkv`; False runs the three products on its row blocks, the plain path). Model directories keep
+    transformers' three tensors: the state-dict hooks below split and join them.
+    """
+
+    fused_qkv = True
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         H = config.hidden_size
         self.num_heads = config.num_attention_heads
-        self.query = nn.Linear(H, H)
-        self.key = nn.Linear(H, H)
-        self.value = nn.Linear(H, H)
+        self.qkv = nn.Linear(H, 3 * H)  # rows: query, key, value
         self.out = nn.Linear(H, H)
         self.norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
         self.attn_dropout = config.attention_probs_dropout_prob
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.register_state_dict_post_hook(_split_qkv)
+        self.register_load_state_dict_pre_hook(_join_qkv)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+    def forward(self, x: torch.Tensor, layout: Padded | Unpadded,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); mask: additive, (B, 1, 1, T) or (B, 1, T, T) when causal, or None.
-
-        Returns the new x and optionally the (B, A, T, T) attention probabilities.
-        """
-        B, T, H = x.shape
-
-        def heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, A, T, D)
-            return t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
-
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        """x: (B, T, H) in the padded layout, (N, H) unpadded. Returns the new x and, when asked (padded layout
+        only), the (B, A, T, T) attention probabilities."""
+        H = x.shape[-1]
+        if self.fused_qkv:
+            qkv = self.qkv(x)  # (..., 3H)
+        else:  # the plain path: three products, on the weight's row blocks
+            w, b = self.qkv.weight, self.qkv.bias
+            qkv = torch.cat([F.linear(x, w[i * H:(i + 1) * H], b[i * H:(i + 1) * H]) for i in range(3)], dim=-1)
         dropout = self.attn_dropout if self.training else 0.0
         probs = None
         if return_probs:
-            # Spelled out so the probabilities can be returned; SDPA computes the same thing fused.
-            scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, A, T, T)
-            if mask is not None:
-                scores = scores + mask
-            probs = scores.softmax(dim=-1)
-            context = F.dropout(probs, dropout, self.training) @ v
+            context, probs = layout.probabilities(qkv, self.num_heads, dropout, self.training)
         else:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        context = context.transpose(1, 2).reshape(B, T, H)  # (B, A, T, D) -> (B, T, H)
+            context = layout.attend(qkv, self.num_heads, dropout)
         return self.norm(x + self.dropout(self.out(context))), probs
+
+
+_QKV = ("query", "key", "value")
+
+
+def _split_qkv(module: SelfAttention, state: dict, prefix: str, local_metadata) -> None:
+    """state_dict: `qkv.weight/bias` -> transformers' `query`, `key`, `value` tensors (views, no copy)."""
+    for kind in ("weight", "bias"):
+        fused = state.pop(f"{prefix}qkv.{kind}")
+        for name, part in zip(_QKV, fused.chunk(3, dim=0)):
+            state[f"{prefix}{name}.{kind}"] = part
+
+
+def _join_qkv(module: SelfAttention, state: dict, prefix: str, local_metadata, strict, missing_keys,
+              unexpected_keys, error_msgs) -> None:
+    """load_state_dict: `query`, `key`, `value` tensors -> one `qkv` tensor (those absent stay missing)."""
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in _QKV]
+        if all(n in state for n in names):
+            state[f"{prefix}qkv.{kind}"] = torch.cat([state.pop(n) for n in names], dim=0)
 
 
 class FeedForward(nn.Module):
@@ -218,9 +426,9 @@ class Layer(nn.Module):
         self.attn = SelfAttention(config)
         self.ffn = FeedForward(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+    def forward(self, x: torch.Tensor, layout: Padded | Unpadded,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x, probs = self.attn(x, mask, return_probs)
+        x, probs = self.attn(x, layout, return_probs)
         return self.ffn(x), probs
 
 
@@ -231,8 +439,9 @@ class Pooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+    def forward(self, cls: torch.Tensor) -> torch.Tensor:
+        """cls: (B, H) the last layer's vector at each row's first position."""
+        return torch.tanh(self.dense(cls))
 
 
 class MaskedLMHead(nn.Module):
@@ -267,6 +476,39 @@ class TokenDetectionHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.out(self.act(self.dense(hidden))).squeeze(-1)  # (B, T, H) -> (B, T)
+
+
+@dataclass
+class Encoded:
+    """The encoder's output before it is laid out for a head: `hidden` is (B, T, H), or (N, H) when `tokens`
+    (the unpadded layout) is set. Heads take what they need: all positions, some positions, or each row's first."""
+
+    hidden: torch.Tensor
+    tokens: Unpadded | None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # always (B, T, H) each
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    def padded(self) -> torch.Tensor:
+        """(B, T, H); zeros at padding positions when unpadded."""
+        return self.hidden if self.tokens is None else self.tokens.pad(self.hidden)
+
+    def select(self, where: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool -> (n, H) at the n selected positions, in row-major order; they must be real tokens."""
+        if self.tokens is None:
+            return self.hidden[where]
+        rows = self.tokens.rows(where.reshape(-1).nonzero().squeeze(1))
+        if rows.numel() and not rows.is_cuda and int(rows.min()) < 0:
+            raise ValueError("predict_at selects padding positions (attention_mask 0); predict at real tokens only")
+        return self.hidden[rows]
+
+    def first(self) -> torch.Tensor:
+        """(B, H): the vector at position 0 of every row ([CLS]), zeros for a row that starts with padding."""
+        if self.tokens is None:
+            return self.hidden[:, 0]
+        B, T = self.tokens.batch_shape
+        rows = self.tokens.rows(torch.arange(B, device=self.hidden.device) * T)
+        picked = self.hidden[rows.clamp(min=0)]
+        return torch.where((rows >= 0)[:, None], picked, torch.zeros_like(picked))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -327,6 +569,7 @@ class BertModel(PreTrainedModel):
 
     architecture = "BertModel"
     encoder_prefix = ""
+    unpad = True  # run on the real tokens only when a batch has padding (False: the plain padded path)
 
     def __init__(self, config: BertConfig, add_pooler: bool = True) -> None:
         """add_pooler: build the pooler (families without one, ELECTRA and DistilBERT, never have it)."""
@@ -343,25 +586,65 @@ class BertModel(PreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False) -> BertOutput:
-        """input_ids, attention_mask (1 = real token, 0 = padding), token_type_ids: (B, T) integer tensors."""
+        """input_ids, token_type_ids: (B, T) integer tensors; attention_mask (B, T): 1 = real token, 0 = padding,
+        or, for packed rows, the document number 1, 2, ... of each token (attention stays within a document and
+        positions restart at each document's first token).
+
+        With the unpadded layout (the default) `last_hidden_state` and `hidden_states` are 0 at padding positions;
+        the real positions are what transformers computes.
+        """
+        out = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        pooled = self.pooler(out.first()) if self.pooler is not None else None
+        return BertOutput(out.padded(), pooled, out.hidden_states, out.attentions)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
+               output_attentions: bool = False) -> Encoded:
+        """The encoder's output in the layout it ran in (see `Encoded`); `forward` pads it back to (B, T, H).
+
+        The layout: without padding, (B, T, H) and attention without a mask; with padding or packed rows, the
+        real tokens only (`Unpadded`) when `self.unpad` (the default), else (B, T, H) with an additive mask, the
+        plain path, which `output_attentions` also needs.
+        """
         check_inputs(self.config, input_ids, attention_mask, token_type_ids)
+        B, T = input_ids.shape
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, E)
+        packed = full = False
+        if attention_mask is not None and attention_mask.numel():
+            low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
+            packed, full = high > 1, low >= 1 and high == 1
+        positions = position_ids(input_ids, self.config, attention_mask if packed else None)
+        causal = self.config.causal
+        tokens = None
+        if attention_mask is None or (full and self.unpad and not output_attentions):
+            layout: Padded | Unpadded = Padded(None, causal)  # no padding: nothing to mask but the future
+            x = self.embeddings(input_ids, token_type_ids, positions)  # (B, T, E)
+        elif self.unpad and not output_attentions:
+            layout = tokens = Unpadded(attention_mask, packed, causal)
+            x = self.embeddings(tokens.gather(input_ids), tokens.gather(token_type_ids), tokens.gather(positions))
+        else:
+            layout = Padded(attention_bias(attention_mask, causal, T, self.dtype, input_ids.device, packed))
+            x = self.embeddings(input_ids, token_type_ids, positions)
         if self.project is not None:
-            x = self.project(x)  # (B, T, H)
-        mask = attention_bias(attention_mask, self.config.causal, input_ids.shape[1], x.dtype, x.device)
+            x = self.project(x)  # (..., H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i in range(self.config.num_hidden_layers):
-            x, probs = self.layers[self.config.layer_weights_index(i)](x, mask, output_attentions)
+            x, probs = self.layers[self.config.layer_weights_index(i)](x, layout, output_attentions)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
-        pooled = self.pooler(x) if self.pooler is not None else None
-        return BertOutput(x, pooled, tuple(hidden_states) if hidden_states else None,
-                          tuple(attentions) if attentions is not None else None)
+        if hidden_states is not None and tokens is not None:
+            hidden_states = [tokens.pad(h) for h in hidden_states]
+        return Encoded(x, tokens, tuple(hidden_states) if hidden_states else None,
+                       tuple(attentions) if attentions is not None else None)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype masks are built in: that of the parameters (autocast keeps them float32)."""
+        return self.embeddings.word.weight.dtype
 
 
 class BertForPreTraining(PreTrainedModel):
@@ -397,14 +680,15 @@ class BertForPreTraining(PreTrainedModel):
         """
         if next_sentence_label is not None and self.nsp is None:
             raise ValueError(f"{type(self).__name__} of a {self.config.model_type} model has no sentence-pair head")
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        hidden = out.last_hidden_state
+        out = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         if predict_at is not None:
-            hidden = hidden[predict_at]  # (N, H)
+            hidden = out.select(predict_at)  # (N, H)
             if labels is not None:
                 labels = labels[predict_at]
+        else:
+            hidden = out.padded()
         logits = self.mlm(hidden)  # (B, T, V), or (N, V)
-        nsp_logits = self.nsp(out.pooler_output) if self.nsp is not None else None  # (B, 2)
+        nsp_logits = self.nsp(self.bert.pooler(out.first())) if self.nsp is not None else None  # (B, 2)
         mlm_loss = nsp_loss = None
         if labels is not None:
             mlm_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
@@ -501,7 +785,7 @@ class BertForReplacedTokenDetection(PreTrainedModel):
         logits = self.rtd(out.last_hidden_state)  # (B, T)
         loss = None
         if labels is not None:
-            real = torch.ones_like(labels, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+            real = torch.ones_like(labels, dtype=torch.bool) if attention_mask is None else attention_mask != 0
             loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real].float())
         return TaskOutput(loss, logits, out.hidden_states)
 
@@ -732,6 +1016,37 @@ class BertForQuestionAnswering(PreTrainedModel):
             loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
                     + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
         return TaskOutput(loss, logits)
+
+
+def set_fast_paths(model: nn.Module, unpad: bool | None = None, fused_qkv: bool | None = None) -> nn.Module:
+    """Switch the fast paths of every encoder in `model` (None leaves a switch as it is); returns `model`.
+
+    unpad: run on the real tokens only when a batch has padding or packed rows (`Unpadded`); fused_qkv: one
+    query/key/value matmul. Both compute what the plain path computes (within float rounding); the plain path
+    is there to check that, and for `output_attentions`.
+    """
+    for module in model.modules():
+        if isinstance(module, BertModel) and unpad is not None:
+            module.unpad = unpad
+        if isinstance(module, SelfAttention) and fused_qkv is not None:
+            module.fused_qkv = fused_qkv
+    return model
+
+
+def compile_layers(model: nn.Module, backend: str = "inductor") -> nn.Module:
+    """torch.compile every encoder layer of `model` in place (regional compilation: one compiled layer, reused by
+    all, compiles in seconds where the whole model takes minutes); returns `model`.
+
+    Shapes are dynamic (the unpadded path sees a new token count every batch). When compilation fails, that layer
+    runs eagerly, with a warning, instead of failing the run.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True  # the fallback: eager execution of what cannot be compiled
+    for module in model.modules():
+        if isinstance(module, Layer):
+            module.compile(dynamic=True, backend=backend)
+    return model
 
 
 def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,

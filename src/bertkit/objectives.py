@@ -105,13 +105,13 @@ class ElectraObjective:
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"mlm_loss": float((batch["labels"] != IGNORE_INDEX).sum()),
-                "rtd_loss": float(batch["attention_mask"].sum())}
+                "rtd_loss": float(batch["attention_mask"].ne(0).sum())}
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
         targets = out.mlm_labels  # (N,)
         n = targets.new_tensor(targets.numel(), dtype=torch.float32)
-        real = batch["attention_mask"] == 1  # (B, T)
+        real = batch["attention_mask"] != 0  # (B, T); packed rows number their documents 1, 2, ...
         m = n.new_tensor(float(real.sum()))
         scores, replaced = out.rtd_logits[real].float(), out.rtd_labels[real]  # (M,) each
         bce = F.binary_cross_entropy_with_logits(scores, replaced, reduction="sum")
@@ -134,16 +134,22 @@ class CausalLMObjective:
     """
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {"lm_loss": float(batch["attention_mask"][:, 1:].sum())}
+        return {"lm_loss": float(next_token_targets(batch["attention_mask"]).sum())}
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         ids, mask = original_ids(batch), batch["attention_mask"]
         logits = model(ids, mask, batch.get("token_type_ids")).logits[:, :-1]  # (B, T-1, V)
-        keep = mask[:, 1:] == 1  # a real next token to predict
+        keep = next_token_targets(mask)  # a next token of the same document to predict
         scores, targets = logits[keep].float(), ids[:, 1:][keep]  # (N, V), (N,)
         n = targets.new_tensor(targets.numel(), dtype=torch.float32)
         return {"lm_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "lm_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
+
+
+def next_token_targets(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) mask -> (B, T-1) bool: position t has a next token to predict (real, and of t's document)."""
+    nxt = attention_mask[:, 1:]
+    return (nxt != 0) & (nxt == attention_mask[:, :-1])
 
 
 # Objectives that train another model than BertForPreTraining: name -> (instance kind, pair task), as OBJECTIVES.

@@ -48,6 +48,8 @@ class DataConfig:
     mask_prob: float = _f(0.15, "fraction of (non-special) tokens to predict")
     max_predictions_per_seq: int = _f(20, "cap on predicted tokens per instance (20 at 128, 80 at 512)")
     whole_word_masking: bool = _f(False, "mask all pieces of a word together")
+    isolate_documents: bool = _f(False, "packed rows (roberta, causal): attention stays within each document and "
+                                        "positions restart at its first token")
     masking: str = _f("dynamic", "dynamic (a fresh mask each time, RoBERTa) or static (dupe_factor fixed copies)")
     dupe_factor: int = _f(10, "masked copies of each instance with static masking")
     batch_size: int = _f(256, "sequences per micro-batch on each rank; global batch = this x ranks x accumulation")
@@ -190,21 +192,46 @@ def resolve_config(recipe: str | Path | None = None, overrides: dict[str, Any] |
 # The driver
 # ------------------------------------------------------------------------------------------------------------------
 def random_token_ids(tokenizer) -> np.ndarray:
-    """Ids a masked position may be replaced by: every real token (no special tokens or [unusedN] slots)."""
+    """Ids a masked position may be replaced by: every real token (no special tokens, nor WordPiece's [unusedN]
+    slots; a byte-level BPE piece such as "[x]" is real text)."""
     vocab = tokenizer.get_vocab()
     special = set(tokenizer.special_ids)
+    wordpiece = getattr(tokenizer, "kind", "wordpiece") == "wordpiece"
     return np.array(sorted(i for t, i in vocab.items()
-                           if i not in special and not (t.startswith("[") and t.endswith("]"))), dtype=np.int64)
+                           if i not in special and not (wordpiece and t.startswith("[") and t.endswith("]"))),
+                    dtype=np.int64)
 
 
-def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None):
+def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, Any]:
+    """The config fields the tokenizer's special ids set: pad_token_id (RoBERTa's <pad> is 1, and its positions
+    count from it), and bos/eos_token_id where the family writes them (RoBERTa <s>/</s>, ALBERT [CLS]/[SEP])."""
+    from bertkit.config import FAMILIES
+
+    fields: dict[str, Any] = {"pad_token_id": tokenizer.pad_id}
+    family = FAMILIES.get(model_fields.get("model_type", "bert"))
+    if family is not None and "bos_token_id" in family.keys:
+        fields.update(bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
+    return fields
+
+
+def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None,
+                            tokenizer=None):
     """(model, objective) for the recipe: a fresh model of the preset, or `init_from`'s weights (fresh heads where
-    the directory has none)."""
+    the directory has none).
+
+    tokenizer: when given, the padding (and for RoBERTa / ALBERT the bos / eos) ids come from it, unless the
+    recipe's model section sets them; without it they are BERT's defaults (pad 0).
+    """
     from bertkit.modeling import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
 
     d = config.data
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
+    if tokenizer is not None:
+        overrides.update(_special_token_fields(tokenizer, config.model))
     overrides.update(config.model)
+    if overrides.get("padding_offset_positions") and "max_position_embeddings" not in config.model:
+        # RoBERTa's table also holds the pad_token_id + 1 offset rows (514 for 512 positions with <pad> = 1).
+        overrides["max_position_embeddings"] += overrides.get("pad_token_id", 0) + 1
     model, objective = build_pretraining(d.objective, BertConfig.preset(config.preset, **overrides),
                                          sparse_prediction=d.sparse_prediction, rtd_weight=d.rtd_weight,
                                          generator_fraction=d.generator_fraction)
@@ -244,22 +271,21 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     from bertkit.data.instances import SpecialIds
     from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
     from bertkit.data.shards import ShardedCorpus
-    from bertkit.tokenizer import WordPieceTokenizer
 
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     dist_info, device = setup_distributed(config.train.device)
     corpus = ShardedCorpus(data_dir, "train")
-    tokenizer = WordPieceTokenizer.from_pretrained(corpus.tokenizer_dir)
-    if tokenizer.vocab_hash() != corpus.manifest.vocab_hash:
-        raise ValueError(f"{data_dir}: the tokenizer in {corpus.tokenizer_dir} does not match the shards' vocab hash")
+    # WordPiece or byte-level BPE, as the manifest records; its special ids frame the instances ([CLS] ... [SEP],
+    # or RoBERTa's <s> ... </s>) and pad them.
+    tokenizer = corpus.manifest.load_tokenizer()
     seed_everything(config.train.seed)
-    model, objective = build_pretraining_model(config, tokenizer.vocab_size, init_from)
+    model, objective = build_pretraining_model(config, tokenizer.vocab_size, init_from, tokenizer=tokenizer)
 
     instances, _ = ALL_OBJECTIVES[config.data.objective]
     d = config.data
     options = StreamOptions(instances=instances, max_seq_length=d.max_seq_length, short_seq_prob=d.short_seq_prob,
                             mask_prob=d.mask_prob, max_predictions_per_seq=d.max_predictions_per_seq,
-                            whole_word_masking=d.whole_word_masking,
+                            whole_word_masking=d.whole_word_masking, isolate_documents=d.isolate_documents,
                             dupe_factor=d.dupe_factor if d.masking == "static" else None)
     special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
     random_ids = random_token_ids(tokenizer)

@@ -67,6 +67,7 @@ class TrainConfig:
     keep_last: int = _f(2, "resume checkpoints to keep")
     seed: int = _f(0, "seed for initialisation, data order, masking and dropout")
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
+    compile: bool = _f(False, "torch.compile the encoder layers (eager fallback, with a warning, where it fails)")
     progress: bool = _f(True, "show a progress bar")
 
     def __post_init__(self) -> None:
@@ -326,6 +327,10 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
         set_rng_state(state["rng"][dist_info.rank])
         if dist_info.is_main:
             print(f"resuming from {checkpoint} (step {step})", flush=True)
+    if config.compile:
+        from bertkit.modeling import compile_layers
+
+        compile_layers(model)
     wrapped: nn.Module = model
     if dist_info.world_size > 1:
         wrapped = nn.parallel.DistributedDataParallel(
@@ -411,7 +416,7 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
             for k, v in task.counts(b).items():
                 counts[k] = counts.get(k, 0.0) + float(v)
         names = sorted(counts)
-        real_tokens = sum(float(b["attention_mask"].sum()) for b in micro)
+        real_tokens = sum(float(b["attention_mask"].ne(0).sum()) for b in micro)
         totals = torch.tensor([counts[k] for k in names] + [real_tokens], dtype=torch.float64)
         if dist_info.world_size > 1:
             dist.all_reduce(totals)
@@ -491,6 +496,8 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
 
     if bar is not None:
         bar.close()
+    if hasattr(stream, "close"):  # stop a prefetching stream's worker now, not at interpreter exit
+        stream.close()
     save()
     eval_metrics = run_eval() or eval_metrics
     log.close()

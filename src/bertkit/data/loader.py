@@ -44,10 +44,17 @@ class StreamOptions:
     whole_word_masking: bool = False
     dupe_factor: int | None = None  # None = dynamic masking; N = static masking with N copies
     chunk_docs: int = 64
+    # Packed rows (full-sentences): the attention mask numbers each row's documents 1, 2, ... instead of 1, so the
+    # model keeps attention within a document and restarts positions at its first token (no cross-document
+    # attention, as if each document had a row of its own, without the padding).
+    isolate_documents: bool = False
 
     def __post_init__(self) -> None:
         if self.instances not in OBJECTIVE_INSTANCES:
             raise ValueError(f"unknown instance kind {self.instances!r}; choose one of {OBJECTIVE_INSTANCES}")
+        if self.isolate_documents and self.instances != "full-sentences":
+            raise ValueError(f"isolate_documents applies to rows that pack several documents (full-sentences), "
+                             f"not to {self.instances!r} instances")
 
 
 class _Subset:
@@ -151,20 +158,24 @@ class PretrainingStream:
         queue: Queue = Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
+        def offer(item: Any) -> bool:
+            """Put `item` in the queue unless the consumer has stopped; False once it has."""
+            while not stop.is_set():
+                try:
+                    queue.put(item, timeout=0.1)
+                    return True
+                except Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for batch in self._batches():
-                    while not stop.is_set():
-                        try:
-                            queue.put(batch, timeout=0.1)
-                            break
-                        except Full:
-                            continue
-                    if stop.is_set():
+                    if not offer(batch):
                         return
-                queue.put(_END)
+                offer(_END)
             except BaseException as err:  # hand the error to the consumer, which raises it
-                queue.put(err)
+                offer(err)
 
         worker = threading.Thread(target=produce, name="bertkit-batches", daemon=True)
         worker.start()
@@ -176,8 +187,9 @@ class PretrainingStream:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-        finally:
+        finally:  # closed (or abandoned): stop the worker and wait for it, so no thread outlives the stream
             stop.set()
+            worker.join()
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         group = self.micro_batch_size * self.world_size
@@ -195,9 +207,12 @@ class PretrainingStream:
         arrays = pad_instances([inst for inst, _, _ in items], None, self.special.pad)
         _, epoch, index = items[0]
         ids, labels = self.mask(arrays["input_ids"], arrays["special_mask"], arrays["word_starts"], epoch, index)
+        attention = arrays["attention_mask"]
+        if self.options.isolate_documents:  # documents 1, 2, ... within each row; 0 stays padding
+            attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
         batch: dict[str, Any] = {
             "input_ids": torch.from_numpy(ids[rows]),
-            "attention_mask": torch.from_numpy(arrays["attention_mask"][rows]),
+            "attention_mask": torch.from_numpy(attention[rows]),
             "token_type_ids": torch.from_numpy(arrays["token_type_ids"][rows]),
             "labels": torch.from_numpy(labels[rows]),
         }

@@ -4,17 +4,23 @@ Layout of a prepared directory::
 
     out_dir/
       manifest.json                     written last; what ShardedCorpus reads first
-      tokenizer/                        vocab.txt, tokenizer_config.json, tokenizer.json (the tokenizer used)
+      tokenizer/                        the tokenizer used: vocab.txt (WordPiece) or vocab.json + merges.txt
+                                        (byte-level BPE), with tokenizer_config.json and tokenizer.json
       train/shard_00000.tokens.bin      token ids, raw little-endian uint16 (vocab <= 65536) or uint32
       train/shard_00000.sentences.npy   int64 (S + 1,) offsets into tokens: sentence k = tokens[s[k]:s[k+1]]
       train/shard_00000.documents.npy   int64 (D + 1,) offsets into sentences: document j = sentences d[j]..d[j+1]
       train/shard_00000.wordstarts.bin  np.packbits (big bit order) of one bool per token: True when the piece
-                                        starts a word (first piece of the sentence, or a new word id)
+                                        starts a word: the sentence's first piece, then for WordPiece every piece
+                                        but "##" continuations, for BPE every piece carrying the "Ġ" space
       train/shard_00000.json            resume record of the finished shard (counts, checksums, where it ended)
       eval/...                          the held-out split, same layout
 
-Tokens are WordPiece ids without special tokens; sentences that tokenise to nothing and documents left with no
-sentence are dropped and counted. Shards hold whole documents and close at the first document that arrives once
+Tokens are the vocabulary's ids without special tokens: WordPiece (BERT) or byte-level BPE (RoBERTa), recorded in
+the manifest with the vocabulary hash and the special-token ids instances are built with. A BPE corpus is taken as
+raw text, each sentence encoded on its own without a prefix space (as fairseq prepares RoBERTa's corpus line by
+line), and "<mask>" written in the text stays the characters "<", "mask", ">": decoding a sentence's ids gives the
+sentence back exactly. Sentences that tokenise to nothing and documents left with no sentence are dropped and
+counted. Shards hold whole documents and close at the first document that arrives once
 they hold `shard_tokens` tokens, so the boundaries depend only on the inputs, the tokenizer and the options (not on
 `batch_size`, timing or core count). That makes an interrupted run resumable: every finished shard leaves a
 record saying where in the input it ended and what it was built from; a re-run verifies those checksums, keeps the
@@ -46,7 +52,7 @@ from bertkit.io import atomic_write, fsync_dir
 from bertkit.data.corpus import (FORMATS, ON_BAD_LINE, CorpusStats, Document, Position, expand_paths,
                                  iter_positioned_documents)
 from bertkit.errors import DataError
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import TOKENIZER_KINDS, load_tokenizer
 
 FORMAT_NAME = "bertkit-shards"
 FORMAT_VERSION = 1
@@ -54,6 +60,10 @@ MANIFEST = "manifest.json"
 TOKENIZER_SUBDIR = "tokenizer"
 # The four data files of a shard, by suffix; each is listed with its SHA-256 in the manifest.
 SHARD_FILES = ("tokens.bin", "sentences.npy", "documents.npy", "wordstarts.bin")
+# What `tokenizer.save` may write into out_dir/tokenizer, cleared first so one kind never sits beside the other.
+TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
+# The vocabulary file each tokenizer kind cannot do without.
+_KIND_FILE = {"wordpiece": "vocab.txt", "bpe": "vocab.json"}
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +113,19 @@ class Manifest:
         return int(self.data["tokenizer"]["vocab_size"])
 
     @property
+    def tokenizer_kind(self) -> str:
+        """"wordpiece" or "bpe" (manifests written before BPE support are WordPiece)."""
+        return self.data["tokenizer"].get("kind", "wordpiece")
+
+    def load_tokenizer(self):
+        """The tokenizer stored with the shards (`tokenizer_dir`), of the recorded kind, checked against the hash."""
+        tokenizer = load_tokenizer(self.tokenizer_dir, kind=self.tokenizer_kind)
+        if tokenizer.vocab_hash() != self.vocab_hash:
+            raise ValueError(f"{self.data_dir}: the tokenizer in {self.tokenizer_dir} has vocabulary "
+                             f"{tokenizer.vocab_hash()}, not the shards' {self.vocab_hash}; prepare the corpus again")
+        return tokenizer
+
+    @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.data["dtype"]).newbyteorder("<")
 
@@ -120,7 +143,8 @@ class Manifest:
                          "shards": len(e["shards"]), "reused": len(self.reused.get(name, [])),
                          "written": len(self.written.get(name, []))}
                   for name, e in self.data["splits"].items()}
-        return {"out": str(self.data_dir), "vocab_hash": self.vocab_hash, "dtype": self.data["dtype"],
+        return {"out": str(self.data_dir), "tokenizer_kind": self.tokenizer_kind, "vocab_hash": self.vocab_hash,
+                "dtype": self.data["dtype"],
                 "splits": splits, "skipped": self.data["skipped"]}
 
     def split(self, name: str) -> dict:
@@ -131,15 +155,19 @@ class Manifest:
 
 
 # ---- prepare -------------------------------------------------------------------------------------------------
-def prepare(corpus_paths: Paths, tokenizer_dir: PathLike | WordPieceTokenizer, out_dir: PathLike, *,
+def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
             eval_paths: Paths | None = None, eval_fraction: float = 0.0, format: str | None = None,
             on_bad_line: str = "error", split_sentences: bool | None = None, shard_tokens: int = 2 ** 24,
-            batch_size: int = 1000, seed: int = 0, progress: bool = True) -> Manifest:
+            batch_size: int = 1000, seed: int = 0, progress: bool = True,
+            tokenizer_kind: str | None = None) -> Manifest:
     """Tokenise `corpus_paths` into shards under `out_dir` (layout in the module docstring) and return the manifest.
 
     corpus_paths / eval_paths: files, directories or glob patterns (see `bertkit.data.corpus.expand_paths`).
-    tokenizer_dir: a directory `WordPieceTokenizer.from_pretrained` reads, or a tokenizer; it is copied to
-        `out_dir/tokenizer/`.
+    tokenizer_dir: a tokenizer (`WordPieceTokenizer` or `ByteLevelBPETokenizer`), or a directory or vocabulary
+        file `bertkit.tokenizer.load_tokenizer` reads: vocab.txt (WordPiece) or vocab.json + merges.txt (BPE).
+        It is copied to `out_dir/tokenizer/`.
+    tokenizer_kind: None detects the kind from the files; "wordpiece" or "bpe" insists on it (ValueError naming
+        the files found when they are the other kind's).
     eval_fraction: share of the corpus documents held out into the "eval" split (exclusive with `eval_paths`).
     format, on_bad_line, split_sentences: as in `bertkit.data.corpus.iter_documents`.
     shard_tokens: a shard closes at the first document that arrives once it holds this many tokens.
@@ -164,8 +192,17 @@ def prepare(corpus_paths: Paths, tokenizer_dir: PathLike | WordPieceTokenizer, o
         raise ValueError(f"on_bad_line must be one of {list(ON_BAD_LINE)}, not {on_bad_line!r}")
     if split_sentences is not None and not isinstance(split_sentences, bool):
         raise TypeError("prepare takes split_sentences as None/True/False (a custom splitter cannot be recorded)")
-    tokenizer = tokenizer_dir if isinstance(tokenizer_dir, WordPieceTokenizer) else \
-        WordPieceTokenizer.from_pretrained(tokenizer_dir)
+    if tokenizer_kind is not None and tokenizer_kind not in TOKENIZER_KINDS:
+        raise ValueError(f"unknown tokenizer kind {tokenizer_kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+    if isinstance(tokenizer_dir, (str, os.PathLike)):
+        tokenizer = load_tokenizer(tokenizer_dir, kind=tokenizer_kind)
+    else:
+        tokenizer = tokenizer_dir
+        if getattr(tokenizer, "kind", None) not in TOKENIZER_KINDS:
+            raise TypeError(f"prepare needs a tokenizer directory or a WordPiece / byte-level BPE tokenizer, not "
+                            f"{type(tokenizer).__name__}")
+        if tokenizer_kind is not None and tokenizer.kind != tokenizer_kind:
+            raise ValueError(f"tokenizer_kind {tokenizer_kind!r} but the tokenizer given is {tokenizer.kind}")
     out_dir = Path(out_dir)
     train_files = expand_paths(corpus_paths)
     eval_files = expand_paths(eval_paths) if eval_paths is not None else []
@@ -226,12 +263,17 @@ class _Build:
         for stream in streams:
             stream.inputs = [_fingerprint(f) for f in stream.files]
         self.splits = [s for stream in streams for s in stream.splits]
-        vocab = tokenizer.get_vocab()
-        self.continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-        self.continuation[[i for t, i in vocab.items() if t.startswith("##")]] = True
+        self.word_starts = tokenizer.word_start_flags()  # (V,) bool: begins a word wherever it stands
+        backend = tokenizer.backend
+        if tokenizer.kind == "bpe":
+            # A corpus is raw text: "<s>" or "<mask>" written in it are characters, never special ids (fairseq's
+            # GPT-2 encoder does not know them either). A copy of the engine, so the tokenizer itself is unchanged.
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_str(backend.to_str())
+            backend.encode_special_tokens = True
         # encode_batch_fast (tokenizers >= 0.21) is the same engine call without character offsets, which shards
         # do not store; about a quarter faster.
-        backend = tokenizer.backend
         self._engine_encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
 
     def say(self, message: str) -> None:
@@ -273,7 +315,7 @@ class _Build:
                     written[split] = writer.written_names
         finally:
             bar.close()
-        self.tokenizer.save(self.out_dir / TOKENIZER_SUBDIR)
+        self._save_tokenizer()
         data = self._manifest(splits, stream_stats)
         atomic_write(self.out_dir / MANIFEST, (json.dumps(data, indent=2) + "\n").encode())
         fsync_dir(self.out_dir)
@@ -288,6 +330,28 @@ class _Build:
             self.say(skipped.summary())
         return Manifest(self.out_dir, data, reused, written)
 
+    def _save_tokenizer(self) -> None:
+        directory = self.out_dir / TOKENIZER_SUBDIR
+        for name in TOKENIZER_FILES:  # e.g. the vocab.txt of a WordPiece build this BPE build replaces
+            (directory / name).unlink(missing_ok=True)
+        self.tokenizer.save(directory)
+
+    def _tokenizer_entry(self) -> dict:
+        tok = self.tokenizer
+        entry = {"dir": TOKENIZER_SUBDIR, "kind": tok.kind, "vocab_hash": self.vocab_hash,
+                 "vocab_size": tok.vocab_size,
+                 # The ids instances are built with: [CLS]/[SEP]/[PAD]/[MASK], or RoBERTa's <s>/</s>/<pad>/<mask>.
+                 "special_ids": {"cls": tok.cls_id, "sep": tok.sep_id, "pad": tok.pad_id, "mask": tok.mask_id,
+                                 "unk": tok.unk_id},
+                 "special_tokens": {name: tok.id_to_token(i) for name, i in
+                                    (("cls", tok.cls_id), ("sep", tok.sep_id), ("pad", tok.pad_id),
+                                     ("mask", tok.mask_id), ("unk", tok.unk_id))}}
+        if tok.kind == "wordpiece":
+            entry.update(lowercase=tok.lowercase, strip_accents=tok.strip_accents)
+        else:
+            entry.update(add_prefix_space=tok.add_prefix_space)
+        return entry
+
     def _manifest(self, splits: dict, stream_stats: dict) -> dict:
         skipped: dict[str, int] = {}
         for stats in stream_stats.values():
@@ -296,9 +360,7 @@ class _Build:
         return {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
-            "tokenizer": {"dir": TOKENIZER_SUBDIR, "vocab_hash": self.vocab_hash,
-                          "vocab_size": self.tokenizer.vocab_size, "lowercase": self.tokenizer.lowercase,
-                          "strip_accents": self.tokenizer.strip_accents},
+            "tokenizer": self._tokenizer_entry(),
             "dtype": self.dtype.name,
             "options": {**self.key_options, "batch_size": self.batch_size},
             "streams": {s.name: {"splits": s.splits, "inputs": s.inputs, "read": stream_stats[s.name]}
@@ -325,8 +387,8 @@ class _Build:
             for shard in old.split(split)["shards"]:
                 if _check_files(self.out_dir / split, shard["name"], shard["files"]) is not None:
                     return None
-        if not (self.out_dir / TOKENIZER_SUBDIR / "vocab.txt").is_file():
-            self.tokenizer.save(self.out_dir / TOKENIZER_SUBDIR)
+        if not (self.out_dir / TOKENIZER_SUBDIR / _KIND_FILE[self.tokenizer.kind]).is_file():
+            self._save_tokenizer()
         names = {split: [s["name"] for s in old.split(split)["shards"]] for split in old.splits}
         self.say(f"{self.out_dir}: up to date, reused all {sum(map(len, names.values()))} shards "
                  f"(checksums verified)")
@@ -403,10 +465,11 @@ class _Build:
         flat_ids = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        # A piece starts a word exactly when it is not a "##" continuation: BERT's pre-tokenizer cuts "#" off as
-        # punctuation, so a word's first piece never carries the prefix. This equals "word id differs from the
-        # previous piece's" (tested), and lets the engine skip offset tracking.
-        starts = ~self.continuation[flat_ids]
+        # Word starts from the piece alone (`word_start_flags`: not a "##" continuation for WordPiece, a "Ġ" piece
+        # for BPE), plus every sentence's first piece. For WordPiece this equals "word id differs from the previous
+        # piece's" (tested); either way the engine can skip offset tracking.
+        starts = self.word_starts[flat_ids]
+        starts[offsets[:-1][lengths > 0]] = True
         flat_ids = flat_ids.astype(self.dtype)
         first = 0
         for writer, document, position, stats in batch:
@@ -696,25 +759,26 @@ class ShardedCorpus:
     Implements `bertkit.data.instances.DocumentSource`: `len(corpus)` documents, `corpus.document(i)` ->
     (token ids per sentence as int64 arrays, word-start flags per sentence as bool arrays).
 
-    tokenizer: a `WordPieceTokenizer` (or a directory holding one) that will consume these ids; a vocabulary
-        other than the one the shards were made with raises ValueError naming both hashes.
+    tokenizer: a tokenizer (WordPiece or byte-level BPE, or a directory holding one) that will consume these ids;
+        a vocabulary other than the one the shards were made with raises ValueError naming both hashes.
     Missing or truncated files raise FileNotFoundError / DataError naming the file when the corpus is opened;
     `verify()` also checks every file's SHA-256. Safe to pickle (worker processes reopen the maps).
     """
 
-    def __init__(self, data_dir: PathLike, split: str = "train",
-                 tokenizer: WordPieceTokenizer | PathLike | None = None) -> None:
+    def __init__(self, data_dir: PathLike, split: str = "train", tokenizer=None) -> None:
         self.data_dir = Path(data_dir)
         self.split = split
         self.manifest = Manifest.load(self.data_dir)
         entry = self.manifest.split(split)
         if tokenizer is not None:
-            if not isinstance(tokenizer, WordPieceTokenizer):
-                tokenizer = WordPieceTokenizer.from_pretrained(tokenizer)
+            if isinstance(tokenizer, (str, os.PathLike)):
+                tokenizer = load_tokenizer(tokenizer)
             if tokenizer.vocab_hash() != self.manifest.vocab_hash:
-                raise ValueError(f"{self.data_dir}: the shards were made with vocabulary {self.manifest.vocab_hash} "
-                                 f"but the tokenizer given has {tokenizer.vocab_hash()}; prepare the corpus again "
-                                 f"with this tokenizer, or use the one in {self.tokenizer_dir}")
+                raise ValueError(f"{self.data_dir}: the shards were made with the {self.manifest.tokenizer_kind} "
+                                 f"vocabulary {self.manifest.vocab_hash} but the tokenizer given is "
+                                 f"{getattr(tokenizer, 'kind', type(tokenizer).__name__)} with "
+                                 f"{tokenizer.vocab_hash()}; prepare the corpus again with this tokenizer, or use "
+                                 f"the one in {self.tokenizer_dir}")
         self._shards = entry["shards"]
         self.dtype = self.manifest.dtype
         self.num_documents = int(entry["documents"])

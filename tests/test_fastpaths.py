@@ -1,0 +1,297 @@
+"""Every fast path computes what the plain path computes: unpadded attention, packed rows, fused QKV.
+
+The plain path is the padded computation transformers does (pinned against transformers in test_modeling.py and
+test_family.py); here each switch is compared with it, forward and backward, within 1e-5 in float32.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertkit.modeling as modeling
+from bertkit import BertConfig, BertForPreTraining, BertModel
+from bertkit.data.instances import Instance, SpecialIds
+from bertkit.data.loader import PretrainingStream, StreamOptions
+from bertkit.modeling import (IGNORE_INDEX, BertForCausalLM, BertForQuestionAnswering,
+                              BertForSequenceClassification, BertForTokenClassification, Unpadded, set_fast_paths)
+
+from conftest import tiny_config
+
+ATOL = 1e-5
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def padded_batch(config: BertConfig, lengths=(12, 7, 3, 10), T=12, seed=0):
+    """Rows of the given real lengths, right-padded to T; MLM labels at a few real positions; NSP labels."""
+    g = torch.Generator().manual_seed(seed)
+    B = len(lengths)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    ids[mask == 0] = config.pad_token_id
+    types = torch.zeros(B, T, dtype=torch.long)
+    if config.type_vocab_size > 1:
+        types[:, T // 2:] = 1
+        types[mask == 0] = 0
+    labels = torch.full((B, T), IGNORE_INDEX)
+    for row, n in enumerate(lengths):
+        labels[row, 1:n:3] = ids[row, 1:n:3]
+    return ids, mask, types, labels, torch.tensor([i % 2 for i in range(B)])
+
+
+def grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_grads(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=ATOL, rtol=0, msg=name)
+
+
+def run_pretraining(model, batch, sparse: bool):
+    ids, mask, types, labels, nsp = batch
+    model.zero_grad(set_to_none=True)
+    extra = {"predict_at": labels != IGNORE_INDEX} if sparse else {}
+    nsp_label = nsp if model.nsp is not None else None
+    out = model(ids, mask, types, labels=labels, next_sentence_label=nsp_label, output_hidden_states=True, **extra)
+    out.loss.backward()
+    return out, grads(model)
+
+
+TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, **NO_DROPOUT)
+CONFIGS = {
+    "bert": tiny_config(**NO_DROPOUT),
+    "roberta-offset-positions": BertConfig.for_family("roberta", **{**TINY, "type_vocab_size": 1,
+                                                                    "pad_token_id": 1}),
+    "albert-factorised-shared": BertConfig.for_family("albert", **{**TINY, "embedding_size": 16,
+                                                                   "num_hidden_layers": 4, "num_hidden_groups": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense-mlm", "sparse-mlm"])
+def test_unpadded_path_matches_plain_path_forward_and_backward(name, sparse):
+    config = CONFIGS[name]
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).train()  # train mode: the path the trainer takes (dropout off here)
+    batch = padded_batch(config)
+    real = batch[1].bool()
+    set_fast_paths(model, unpad=False)
+    plain, plain_grads = run_pretraining(model, batch, sparse)
+    set_fast_paths(model, unpad=True)
+    fast, fast_grads = run_pretraining(model, batch, sparse)
+    torch.testing.assert_close(fast.loss, plain.loss, atol=ATOL, rtol=0)
+    for x, y in zip(fast.hidden_states, plain.hidden_states):
+        torch.testing.assert_close(x[real], y[real], atol=ATOL, rtol=0)
+        assert float(x.detach()[~real].abs().max()) == 0.0  # padding is never computed: it stays 0
+    if sparse:
+        torch.testing.assert_close(fast.prediction_logits, plain.prediction_logits, atol=ATOL, rtol=0)
+    else:
+        torch.testing.assert_close(fast.prediction_logits[real], plain.prediction_logits[real], atol=ATOL, rtol=0)
+    if plain.seq_relationship_logits is not None:
+        torch.testing.assert_close(fast.seq_relationship_logits, plain.seq_relationship_logits, atol=ATOL, rtol=0)
+    assert_same_grads(fast_grads, plain_grads)
+
+
+def test_fused_qkv_matches_three_projections_forward_and_backward():
+    config = tiny_config(**NO_DROPOUT)
+    torch.manual_seed(1)
+    model = BertForPreTraining(config).train()
+    batch = padded_batch(config)
+    set_fast_paths(model, fused_qkv=False)
+    plain, plain_grads = run_pretraining(model, batch, sparse=True)
+    set_fast_paths(model, fused_qkv=True)
+    fast, fast_grads = run_pretraining(model, batch, sparse=True)
+    torch.testing.assert_close(fast.loss, plain.loss, atol=ATOL, rtol=0)
+    assert_same_grads(fast_grads, plain_grads)
+
+
+def test_fused_qkv_keeps_transformers_tensor_names_and_round_trips(tmp_path):
+    config = tiny_config()
+    torch.manual_seed(2)
+    model = BertModel(config)
+    state = model.state_dict()
+    assert {"layers.0.attn.query.weight", "layers.0.attn.key.bias", "layers.0.attn.value.weight"} <= set(state)
+    assert not any("qkv" in k for k in state)
+    assert state["layers.0.attn.key.weight"].shape == (config.hidden_size, config.hidden_size)
+    # The three blocks are the rows of the fused weight, in query, key, value order.
+    H = config.hidden_size
+    torch.testing.assert_close(state["layers.1.attn.value.weight"], model.layers[1].attn.qkv.weight[2 * H:])
+    other = BertModel(config)
+    other.load_state_dict(state)
+    for (n, p), q in zip(model.named_parameters(), other.parameters()):
+        assert torch.equal(p, q), n
+    model.save_pretrained(tmp_path)
+    assert torch.equal(BertModel.from_pretrained(tmp_path).layers[0].attn.qkv.weight, model.layers[0].attn.qkv.weight)
+
+
+def test_unpadded_bare_encoder_and_task_heads_match_plain_path():
+    config = tiny_config()
+    batch = padded_batch(config, lengths=(5, 12, 9))
+    ids, mask, types = batch[:3]
+    real = mask.bool()
+    torch.manual_seed(3)
+    for cls in (BertModel, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering):
+        model = cls(config).eval()
+        with torch.no_grad():
+            fast = model(ids, mask, types)
+            plain = set_fast_paths(model, unpad=False)(ids, mask, types)
+        if cls is BertModel:
+            torch.testing.assert_close(fast.last_hidden_state[real], plain.last_hidden_state[real], atol=ATOL, rtol=0)
+            torch.testing.assert_close(fast.pooler_output, plain.pooler_output, atol=ATOL, rtol=0)
+        elif cls is BertForSequenceClassification:
+            torch.testing.assert_close(fast.logits, plain.logits, atol=ATOL, rtol=0)
+        else:
+            torch.testing.assert_close(fast.logits[real], plain.logits[real], atol=ATOL, rtol=0)
+
+
+def test_unpadded_causal_model_matches_plain_path():
+    config = tiny_config(**NO_DROPOUT, causal=True)
+    torch.manual_seed(4)
+    model = BertForCausalLM(config)
+    ids, mask, *_ = padded_batch(config)
+    labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
+    fast = model(ids, mask, labels=labels)
+    fast.loss.backward()
+    fast_grads = grads(model)
+    model.zero_grad(set_to_none=True)
+    plain = set_fast_paths(model, unpad=False)(ids, mask, labels=labels)
+    plain.loss.backward()
+    torch.testing.assert_close(fast.loss, plain.loss, atol=ATOL, rtol=0)
+    assert_same_grads(fast_grads, grads(model))
+
+
+def test_a_packed_row_computes_each_document_as_if_alone():
+    """Documents packed into one row (attention mask 1, 1, 1, 2, 2, 0) give, token for token, the outputs of the
+    same documents in rows of their own: no attention across documents, positions restarting, on both paths."""
+    config = tiny_config()
+    torch.manual_seed(5)
+    model = BertModel(config).eval()
+    g = torch.Generator().manual_seed(5)
+    docs = [torch.randint(5, config.vocab_size, (n,), generator=g) for n in (4, 6, 3, 7)]
+    # Two packed rows: [doc0 doc1 pad pad] and [doc2 doc3]; T = 12.
+    T = 12
+    ids = torch.zeros(2, T, dtype=torch.long)
+    mask = torch.zeros(2, T, dtype=torch.long)
+    ids[0, :10] = torch.cat(docs[:2])
+    mask[0, :4], mask[0, 4:10] = 1, 2
+    ids[1, :10] = torch.cat(docs[2:])
+    mask[1, :3], mask[1, 3:10] = 1, 2
+    alone_ids = torch.zeros(4, T, dtype=torch.long)
+    alone_mask = torch.zeros(4, T, dtype=torch.long)
+    for i, d in enumerate(docs):
+        alone_ids[i, :len(d)] = d
+        alone_mask[i, :len(d)] = 1
+    with torch.no_grad():
+        alone = set_fast_paths(model, unpad=False)(alone_ids, alone_mask).last_hidden_state
+        expected = [alone[i, :len(d)] for i, d in enumerate(docs)]
+        for unpad in (True, False):
+            packed = set_fast_paths(model, unpad=unpad)(ids, mask).last_hidden_state
+            got = [packed[0, :4], packed[0, 4:10], packed[1, :3], packed[1, 3:10]]
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_unpadded_layout_groups_tokens_by_sequence():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 2, 2], [1, 0, 0, 0]])
+    tokens = Unpadded(mask, packed=True, causal=False)
+    assert tokens.index.tolist() == [0, 1, 2, 4, 5, 6, 7, 8]
+    assert tokens.cu_seqlens.tolist() == [0, 3, 5, 7, 8] and tokens.cu_seqlens.dtype == torch.int32
+    assert tokens.max_len == 3 and tokens.num_sequences == 4
+    assert tokens.slot.tolist() == [0, 1, 2, 3, 4, 6, 7, 9]  # sequence s, place p -> s * 3 + p
+    rows = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda r: modeling.FillSlots.apply(r, tokens.slot, 12, tokens.empty), (rows,))
+    assert tokens.empty.tolist() == [5, 8, 10, 11]
+    laid_out = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda x: modeling.ReadSlots.apply(x, tokens.slot), (laid_out,))
+    x = torch.arange(8.0)[:, None]
+    assert tokens.pad(x)[:, :, 0].tolist() == [[0, 1, 2, 0], [3, 4, 5, 6], [7, 0, 0, 0]]
+    assert tokens.rows(torch.tensor([3, 6, 8, 9])).tolist() == [-1, 5, 7, -1]
+
+
+def test_flash_attention_varlen_call_convention(monkeypatch):
+    """The FlashAttention branch (GPU + flash_attn) gets what flash_attn_varlen_func expects: (N, A, D) tensors,
+    int32 cumulative lengths and the longest length. A reference kernel with that signature stands in for it."""
+    calls = []
+
+    def reference(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, causal=False):
+        calls.append((q.shape, cu_q.dtype, max_q))
+        out = torch.empty_like(q)
+        for s in range(cu_q.numel() - 1):
+            a, b = int(cu_q[s]), int(cu_q[s + 1])
+            assert b - a <= max_q
+            qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))  # (A, n, D)
+            out[a:b] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal).transpose(0, 1)
+        return out
+
+    config = tiny_config()
+    torch.manual_seed(6)
+    model = BertModel(config).eval()
+    ids, mask, types, *_ = padded_batch(config)
+    with torch.no_grad():
+        expected = model(ids, mask, types).last_hidden_state
+        monkeypatch.setattr(modeling, "flash_attn_varlen", reference)
+        monkeypatch.setattr(modeling, "use_flash_attn", lambda q: True)
+        got = model(ids, mask, types).last_hidden_state
+    assert calls and calls[0][0] == (int(mask.sum()), config.num_attention_heads,
+                                      config.hidden_size // config.num_attention_heads)
+    assert calls[0][1] == torch.int32 and calls[0][2] == 12
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+
+
+def test_predicting_at_padding_is_refused():
+    config = tiny_config()
+    model = BertForPreTraining(config)
+    ids, mask, types, labels, _ = padded_batch(config)
+    at = labels != IGNORE_INDEX
+    at[2, -1] = True  # row 2 has 3 real tokens
+    with pytest.raises(ValueError, match="predict_at selects padding"):
+        model(ids, mask, types, predict_at=at)
+
+
+def test_stream_isolates_packed_documents_in_the_attention_mask():
+    special = SpecialIds(cls=1, sep=2, pad=0, mask=3)
+
+    class Docs:
+        sizes = [[5, 4], [3], [6, 2], [4]]
+
+        def __len__(self):
+            return len(self.sizes)
+
+        def document(self, i):
+            ids = [np.arange(10 + 10 * i, 10 + 10 * i + n) for n in self.sizes[i]]
+            return ids, [np.ones(n, dtype=bool) for n in self.sizes[i]]
+
+    options = StreamOptions(instances="full-sentences", max_seq_length=16, isolate_documents=True)
+    stream = PretrainingStream(Docs(), options, special, vocab_size=60, micro_batch_size=2, prefetch=0)
+    batch = next(iter(stream))
+    mask = batch["attention_mask"]
+    for row in range(mask.shape[0]):
+        values = mask[row][mask[row] != 0].tolist()
+        assert values == sorted(values) and values[0] == 1  # documents numbered 1, 2, ... in row order
+        n = int((mask[row] != 0).sum())
+        assert int(mask[row, n:].abs().sum()) == 0  # padding stays 0
+    assert int(mask.max()) >= 2  # some row holds more than one document
+    with pytest.raises(ValueError, match="isolate_documents"):
+        StreamOptions(instances="nsp", isolate_documents=True)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_layers_match_eager_forward_and_backward(backend):
+    """The compile switch: compiled encoder layers give the eager numbers, across batches of different shapes."""
+    from bertkit.modeling import compile_layers
+
+    config = tiny_config(**NO_DROPOUT)
+    torch.manual_seed(7)
+    eager = BertForPreTraining(config).train()
+    compiled = BertForPreTraining(config).train()
+    compiled.load_state_dict(eager.state_dict())
+    compile_layers(compiled, backend=backend)
+    for lengths in ((12, 7, 3, 10), (5, 12, 12, 2)):  # a second token count: no stale shapes
+        batch = padded_batch(config, lengths)
+        a, ga = run_pretraining(eager, batch, sparse=True)
+        b, gb = run_pretraining(compiled, batch, sparse=True)
+        torch.testing.assert_close(b.loss, a.loss, atol=ATOL, rtol=0)
+        assert_same_grads({k.replace("._orig_mod", ""): v for k, v in gb.items()}, ga)
