@@ -13,7 +13,18 @@ One implementation serves the whole family; the variants are fields of `BertConf
     GPT-style causal                     the attention mask hides later tokens (BertForCausalLM, `generate`)
     DistilBERT type_vocab_size = 0       no token-type embedding
 
-Inside, modules carry short names of our own (`attn.query`, `ffn.up`, ...). On disk a model directory uses
+Speed without changing the architecture (each a switch, `set_fast_paths` / `compile_layers`, pinned to the plain
+path by tests/test_fastpaths.py):
+
+    unpadding      a batch with padding runs on its real tokens only (`Unpadded`: a flat (N, H) tensor; attention
+                   per sequence), so no layer computes on padding; the heads pick the positions they need
+    packed rows    an attention mask numbering documents 1, 2, ... keeps attention within each document and
+                   restarts its positions, so several short documents share a row without seeing each other
+    fused QKV      one (3H, H) projection instead of three (model directories keep transformers' three tensors)
+    sparse MLM     `predict_at`: the vocabulary projection only at the masked positions
+    compile        `compile_layers`: torch.compile of the encoder layer, with an eager fallback
+
+Inside, modules carry short names of our own (`attn.qkv`, `ffn.up`, ...). On disk a model directory uses
 transformers' parameter names of its family; the mapping is a table per family in `bertkit.checkpoint`, so a
 checkpoint written here loads in transformers and the other way round.
 """
@@ -197,13 +208,18 @@ class Unpadded:
 
     A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
     one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
-    sequence: FlashAttention's variable-length kernel on GPU when the `flash_attn` package is installed (bf16/fp16),
-    otherwise the sequences are laid out as (S, L, H) with L the longest sequence (not T) and PyTorch's SDPA runs
-    with a key-padding mask. Either way no token attends across sequences or to padding.
+    sequence: FlashAttention's variable-length kernel on GPU when the `flash_attn` package is installed (bf16/fp16);
+    otherwise the sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H)
+    with L_g its own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask, so attention
+    costs about the sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
+    padding.
     """
+
+    groups = 4  # attention groups of similar length (more: less padding in attention, more kernel calls)
 
     def __init__(self, attention_mask: torch.Tensor, packed: bool, causal: bool) -> None:
         B, T = attention_mask.shape
+        device = attention_mask.device
         flat = attention_mask.reshape(-1)
         real = flat.nonzero().squeeze(1)  # (N,) row-major positions of the real tokens
         if packed:  # one sequence per (row, document); a document's tokens need not be contiguous in its row
@@ -215,29 +231,43 @@ class Unpadded:
         counts = torch.unique_consecutive(key, return_counts=True)[1]  # (S,) tokens per sequence
         S, N = counts.numel(), real.numel()
         starts = torch.cumsum(counts, 0) - counts
-        sequence = torch.repeat_interleave(torch.arange(S, device=flat.device), counts)  # (N,)
+        sequence = torch.repeat_interleave(torch.arange(S, device=device), counts)  # (N,)
         self.batch_shape = (B, T)
         self.index = real  # (N,) flat position b * T + t of each token, sequence by sequence
-        self.max_len = int(counts.max()) if S else 0  # L
-        self.slot = sequence * self.max_len + (torch.arange(N, device=flat.device) - starts[sequence])  # in (S, L)
+        self.max_len = int(counts.max()) if S else 0
         self.cu_seqlens = F.pad(torch.cumsum(counts, 0), (1, 0)).to(torch.int32)  # (S + 1,) FlashAttention's offsets
         self.num_sequences = S
-        keys = torch.arange(self.max_len, device=flat.device)[None, :] < counts[:, None]  # (S, L) real slots
-        self.empty = (~keys).reshape(-1).nonzero().squeeze(1)  # slots of the (S, L) layout that hold no token
-        self.key_mask = keys[:, None, None, :]  # (S, 1, 1, L) for SDPA: True = may be attended
         self.causal = causal
-        if causal:
-            self.key_mask = self.key_mask & torch.ones(self.max_len, self.max_len, dtype=torch.bool,
-                                                       device=flat.device).tril()
+        # Attention groups: sequences by decreasing length, cut into equal counts; group g is laid out as
+        # (S_g, L_g) at rows [offset_g, offset_g + S_g * L_g) of one buffer, sequence s of it at `base[s]`.
+        by_length = torch.argsort(counts, descending=True, stable=True)
+        base = torch.zeros(S, dtype=torch.long, device=device)
+        self.layout: list[tuple[int, int, torch.Tensor]] = []  # (S_g, L_g, (S_g, 1, 1 or L_g, L_g) bool mask)
+        offset = 0
+        for members in torch.tensor_split(by_length, min(S, self.groups)) if S else ():
+            lengths = counts[members]
+            S_g, L_g = members.numel(), int(lengths[0])
+            base[members] = offset + torch.arange(S_g, device=device) * L_g
+            mask = (torch.arange(L_g, device=device)[None, :] < lengths[:, None])[:, None, None, :]
+            if causal:
+                mask = mask & torch.ones(L_g, L_g, dtype=torch.bool, device=device).tril()
+            self.layout.append((S_g, L_g, mask))
+            offset += S_g * L_g
+        self.total = offset  # rows of the laid-out buffer
+        self.slot = base[sequence] + (torch.arange(N, device=device) - starts[sequence])  # (N,) row of each token
+        unused = torch.ones(offset, dtype=torch.bool, device=device)
+        unused[self.slot] = False
+        self.empty = unused.nonzero().squeeze(1)  # rows of the buffer that hold no token (zeroed, never attended)
         self._row_of: torch.Tensor | None = None
-        self._bias: torch.Tensor | None = None
+        self._biases: list[torch.Tensor] | None = None
 
-    def key_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """`key_mask` as an additive mask: 0 where attended, the dtype's minimum elsewhere (built once)."""
-        if self._bias is None or self._bias.dtype != dtype:
-            self._bias = torch.zeros(self.key_mask.shape, dtype=dtype, device=self.key_mask.device).masked_fill(
-                ~self.key_mask, torch.finfo(dtype).min)
-        return self._bias
+    def key_biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The groups' masks as additive masks: 0 where attended, the dtype's minimum elsewhere (built once)."""
+        if self._biases is None or self._biases[0].dtype != dtype:
+            low = torch.finfo(dtype).min
+            self._biases = [torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, low)
+                            for _, _, m in self.layout]
+        return self._biases
 
     def gather(self, grid: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) or (T,) broadcast over rows -> (N, ...) at the real tokens."""
@@ -265,13 +295,17 @@ class Unpadded:
             context = flash_attn_varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len,
                                         dropout_p=dropout, causal=self.causal)
             return context.reshape(N, H)
-        S, L = self.num_sequences, self.max_len
-        laid_out = FillSlots.apply(qkv, self.slot, S * L, self.empty).view(S, L, 3 * H)
-        q, k, v = _heads(laid_out, num_heads)  # (S, A, L, D) each
+        laid_out = FillSlots.apply(qkv, self.slot, self.total, self.empty)  # (total, 3H)
         # With dropout the CPU kernel is the math one, fastest with a bool mask; without, an additive mask.
-        mask = self.key_mask if dropout > 0 else self.key_bias(qkv.dtype)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return ReadSlots.apply(context.transpose(1, 2).reshape(S * L, H), self.slot)
+        masks = [m for _, _, m in self.layout] if dropout > 0 else self.key_biases(qkv.dtype)
+        contexts = []
+        parts = laid_out.split([S_g * L_g for S_g, L_g, _ in self.layout])
+        for (S_g, L_g, _), part, mask in zip(self.layout, parts, masks):
+            q, k, v = _heads(part.view(S_g, L_g, 3 * H), num_heads)  # (S_g, A, L_g, D) each
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            contexts.append(context.transpose(1, 2).reshape(S_g * L_g, H))
+        context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+        return ReadSlots.apply(context, self.slot)
 
 
 class FillSlots(torch.autograd.Function):
