@@ -17,7 +17,7 @@ to OUT/model (a model directory with the tokenizer, loadable by transformers), i
 (OUT/predictions.json and null_odds.json for SQuAD, in the official format; OUT/dev_predictions.txt or .conll
 otherwise), and OUT/results.json holds every epoch's metrics, the best, the resolved config and the training
 throughput. Training itself is `bertkit.trainer.train`: the task objects below only turn a batch into summed
-losses, and `EpochBatches` is the resumable, per-epoch-shuffled batch stream the trainer consumes.
+losses, and `EpochBatches` is the resumable, per-epoch-shuffled, length-bucketed batch stream the trainer consumes.
 
 `predict` (labels with probabilities, entity spans, answers, choices) and `evaluate_predictions` (metrics of a
 predictions file against a data file, SQuAD with the official scripts' keys) complete the task side.
@@ -68,6 +68,8 @@ class FinetuneConfig:
     epochs: float = _f(3.0, "passes over the training set (the paper: 2-4; SQuAD 2-3)")
     learning_rate: float = _f(5e-5, "peak learning rate (the paper's grid: 2e-5, 3e-5, 5e-5)")
     batch_size: int = _f(32, "examples per optimizer step (split into grad_accumulation micro-batches)")
+    bucket_window: int = _f(50, "length bucketing: sort each window of this many batches of the shuffled training "
+                                "set by length, cut the batches, then shuffle their order (less padding); 0 = off")
     eval_batch_size: int = _f(64, "examples per forward pass when evaluating and predicting")
     warmup_ratio: float = _f(0.1, "linear warm-up over this fraction of the steps, then linear decay to 0")
     weight_decay: float = _f(0.01, "AdamW weight decay (not on biases and LayerNorm)")
@@ -117,6 +119,8 @@ class FinetuneConfig:
             raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.save_every < 0:
             raise ValueError(f"save_every must be 0 (every epoch) or positive, got {self.save_every}")
+        if self.bucket_window < 0:
+            raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
 
     @property
     def seq_length(self) -> int:
@@ -134,8 +138,14 @@ def config_fields() -> list[tuple[str, Any, Any, str]]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Batches: dynamic padding and a resumable per-epoch shuffle
+# Batches: dynamic padding, length bucketing and a resumable per-epoch shuffle
 # ------------------------------------------------------------------------------------------------------------------
+def _length(feature: dict[str, Any]) -> int:
+    """Padded length a feature needs: its tokens, or the longest of its choices (multiple choice)."""
+    ids = feature["input_ids"]
+    return max(len(r) for r in ids) if isinstance(ids[0], list) else len(ids)
+
+
 def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad a list of features to the longest in it (dynamic padding).
 
@@ -178,29 +188,42 @@ class EpochBatches:
     """Training micro-batches over a fixed list of features, reshuffled every epoch, resumable at any step.
 
     Epoch e visits the examples in the order `numpy.random.default_rng([seed, e]).permutation(N)`, cut into
-    optimizer batches of `batch_size`; each is split into `grad_accumulation x world_size` near-equal
-    micro-batches, of which this rank yields its `grad_accumulation` (so the global batch is `batch_size` however
-    it is split). A last batch too small to split is dropped. The stream is endless (the trainer stops it) unless
-    `stop_after_steps` is given. Every micro-batch carries under "_state" the position just after it;
-    `load_state_dict` seeks there.
+    optimizer batches of `batch_size`. With `bucket_window` W > 0 (length bucketing), each run of W x batch_size
+    consecutive examples of that order is first sorted by length (stably: equal lengths keep their random order),
+    and the batches cut from it are then visited in an order drawn from the same generator. Each batch then holds
+    examples of similar length, so dynamic padding adds little, while which lengths come when stays random; W
+    bounds how far the sort reaches (W >= steps_per_epoch sorts the whole epoch).
+
+    Each optimizer batch is split into `grad_accumulation x world_size` near-equal micro-batches (contiguous
+    slices, so with bucketing each is as homogeneous as its batch), of which this rank yields its
+    `grad_accumulation`: the global batch is the same however it is split. A last batch too small to split is
+    dropped (the permutation's last examples, before any sorting: bucketing never changes an epoch's examples).
+    The stream is endless (the trainer stops it) unless `stop_after_steps` is given. Every micro-batch carries
+    under "_state" the position just after it; `load_state_dict` seeks there (an epoch's batches are a pure
+    function of the seed, the epoch and the settings, so any position can be resumed).
     """
 
     def __init__(self, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int, seed: int,
                  grad_accumulation: int = 1, rank: int = 0, world_size: int = 1,
-                 stop_after_steps: int | None = None) -> None:
+                 stop_after_steps: int | None = None, bucket_window: int = 0) -> None:
         self.features, self.pad_id, self.seed = features, pad_id, seed
         self.batch_size, self.accumulation = batch_size, grad_accumulation
         self.rank, self.world_size = rank, world_size
         self.parts = grad_accumulation * world_size
         if batch_size < self.parts:
             raise ValueError(f"batch_size {batch_size} is smaller than grad_accumulation x processes ({self.parts})")
+        if bucket_window < 0:
+            raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {bucket_window}")
         full, rest = divmod(len(features), batch_size)
         self.steps_per_epoch = full + (1 if rest >= self.parts else 0)
         if self.steps_per_epoch == 0:
             raise ValueError(f"{len(features)} training examples make no batch of {batch_size}")
+        self.bucket_window = bucket_window
+        self.lengths = np.array([_length(f) for f in features], dtype=np.int64) if bucket_window else None
         self.stop_after_steps = stop_after_steps
         self.position = {"epoch": 0, "step": 0, "micro": 0}
         self.examples_yielded = 0  # by this rank, since construction (for throughput)
+        self._cached: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches): one sort per epoch
 
     @property
     def steps_done(self) -> int:
@@ -213,10 +236,24 @@ class EpochBatches:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.position = {"epoch": int(state["epoch"]), "step": int(state["step"]), "micro": int(state["micro"])}
 
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The optimizer batches of `epoch` in visiting order: steps_per_epoch arrays of example indices."""
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        # The examples of an epoch do not depend on bucketing: a dropped last batch is the permutation's tail.
+        order = rng.permutation(len(self.features))[:self.steps_per_epoch * self.batch_size]
+        if self.bucket_window:
+            window = np.arange(len(order)) // (self.bucket_window * self.batch_size)
+            order = order[np.lexsort((self.lengths[order], window))]  # by window, then length; lexsort is stable
+        batches = [order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(self.steps_per_epoch)]
+        if self.bucket_window:  # sorted batches run short to long within each window: shuffle which comes when
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._cached = (epoch, batches)
+        return batches
+
     def _micro_batches(self, epoch: int, step: int) -> list[np.ndarray]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.features))
-        chunk = order[step * self.batch_size:(step + 1) * self.batch_size]
-        parts = np.array_split(chunk, self.parts)
+        parts = np.array_split(self.epoch_batches(epoch)[step], self.parts)
         return parts[self.rank * self.accumulation:(self.rank + 1) * self.accumulation]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -294,11 +331,6 @@ class SpanTask:
 # ------------------------------------------------------------------------------------------------------------------
 # Forward passes over many features (evaluation and prediction)
 # ------------------------------------------------------------------------------------------------------------------
-def _length(feature: dict[str, Any]) -> int:
-    ids = feature["input_ids"]
-    return max(len(r) for r in ids) if isinstance(ids[0], list) else len(ids)
-
-
 @torch.no_grad()
 def forward_all(model, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int) -> list[np.ndarray]:
     """Logits of every feature, as float32 numpy arrays in input order: (C,) per sequence or choice set, (T_i, C)
@@ -825,7 +857,8 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                          f"{model.config.vocab_size} embeddings")
 
     stream = EpochBatches(train_features, tokenizer.pad_id, config.batch_size, config.seed,
-                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps)
+                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
+                          bucket_window=config.bucket_window)
     steps_per_epoch = stream.steps_per_epoch
     max_steps = max(1, round(config.epochs * steps_per_epoch))
     train_config = TrainConfig(
