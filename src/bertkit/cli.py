@@ -17,8 +17,17 @@ from pathlib import Path
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    from bertkit.bpe import ByteLevelBPETokenizer
     from bertkit.tokenizer import WordPieceTokenizer
 
+    if args.kind == "bpe":
+        if args.cased or args.strip_accents is not None:
+            raise ValueError("--cased and --strip-accents are WordPiece options; byte-level BPE keeps the text as is")
+        tok = ByteLevelBPETokenizer.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+                                          show_progress=not args.quiet)
+        tok.save(args.out)
+        print(f"wrote a {tok.vocab_size}-token byte-level BPE vocabulary (vocab.json + merges.txt) to {args.out}")
+        return
     tok = WordPieceTokenizer.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
                                    lowercase=not args.cased, strip_accents=args.strip_accents,
                                    show_progress=not args.quiet)
@@ -27,15 +36,10 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def load_tokenizer(path: str):
-    """A tokenizer from a model directory, a tokenizer directory or a vocab.txt file."""
-    from bertkit.tokenizer import WordPieceTokenizer
+    """A tokenizer from a model directory, a tokenizer directory or a vocabulary file (WordPiece or BPE)."""
+    from bertkit.tokenizer import load_tokenizer as load
 
-    p = Path(path)
-    if p.is_dir():
-        return WordPieceTokenizer.from_pretrained(p)
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such model directory or vocabulary file")
-    return WordPieceTokenizer.from_vocab(p)
+    return load(path)
 
 
 def cmd_tokenize(args: argparse.Namespace) -> None:
@@ -93,7 +97,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
     manifest = prepare(args.corpus, args.tokenizer, args.out, eval_paths=args.eval_corpus,
                        eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
-                       shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet)
+                       shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet,
+                       tokenizer_kind=args.tokenizer_kind)
     print(json.dumps(manifest.summary() if hasattr(manifest, "summary") else {"out": args.out}, indent=2))
 
 
@@ -302,6 +307,150 @@ def _pretrain_epilog() -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# distill
+# ------------------------------------------------------------------------------------------------------------------
+def _distill_config(args: argparse.Namespace):
+    from bertkit.distill import DistillConfig, config_fields
+
+    return DistillConfig(**{name: getattr(args, name) for name, *_ in config_fields()
+                            if getattr(args, name, None) is not None})
+
+
+def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
+    from bertkit.distill import distill_mlm
+    from bertkit.pretrain import resolve_config
+
+    overrides = parse_overrides(extra)
+    for key in ("max_steps", "max_time", "batch_size", "max_seq_length", "learning_rate", "save_every", "seed"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides[key] = value
+    distill = _distill_config(args)  # before the recipe: a bad loss weight is reported first
+    config = resolve_config(args.config, overrides)
+    result = distill_mlm(args.teacher, args.data, args.out, config, distill, student_dir=args.student,
+                         resume=args.resume)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
+                          "stopped_by": result.stopped_by, **result.eval_metrics,
+                          "model": str(Path(args.out) / "model")}))
+
+
+def cmd_distill_task(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from bertkit.distill import distill_task
+    from bertkit.finetune import FinetuneConfig, config_fields
+
+    given = {name: getattr(args, name) for name, *_ in config_fields()
+             if name != "kind" and getattr(args, name, None) is not None}
+    if args.quiet:
+        given["progress"] = False
+    config = dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+    results = distill_task(args.kind, args.teacher, args.train, args.dev, args.out, config, _distill_config(args),
+                           student_dir=args.student, transfer_path=args.transfer, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = {k: results.get(k) for k in ("kind", "task", "metric", "best", "teacher", "student",
+                                               "train_examples", "transfer_examples", "steps")}
+        summary["model"] = str(Path(args.out) / "model")
+        print(json.dumps(summary, default=float))
+
+
+def cmd_distill_init_student(args: argparse.Namespace) -> None:
+    from bertkit.distill import init_student
+
+    path = init_student(args.source, args.out, layers=args.layers, preset=args.preset, seed=args.seed)
+    print(f"wrote a student cut from {args.source} to {path}")
+
+
+def _add_distill_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per DistillConfig field (the single source of truth), default None = the config's default."""
+    import types
+    import typing
+
+    from bertkit.distill import config_fields
+
+    group = parser.add_argument_group("distillation settings (DistillConfig)")
+    for name, hint, default, text in config_fields():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        base = args[0] if (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) else hint
+        metavar = {int: "N", float: "X"}.get(base, "LIST" if "layers" in name else "NAME")
+        shown = "" if default is None else f" (default {default})"
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=base, default=None, metavar=metavar,
+                           help=text + shown)
+
+
+def add_distill_parser(verbs) -> None:
+    """`bertkit distill {mlm, glue, classify, ner, init-student}`."""
+    distill = verbs.add_parser(
+        "distill", help="distil a teacher into a smaller student (MLM pretraining or a fine-tuned task)",
+        description="Knowledge distillation: the student learns the teacher's softened predictions (cross-entropy "
+                    "at temperature T, times T^2), optionally its logits (MSE) and hidden states (MSE, through a "
+                    "learned projection when the widths differ), plus the gold labels; each loss has a weight. "
+                    "Writes OUT/model (the student, a model directory transformers loads) and OUT/results.json.")
+    kinds = distill.add_subparsers(dest="distill_kind", metavar="KIND", required=True)
+
+    def student_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--teacher", required=True, help="the teacher's model directory (bertkit's or transformers')")
+        p.add_argument("--out", required=True, help="run directory (model, results.json, metrics, checkpoints)")
+        p.add_argument("--student", help="the student's starting model directory (same vocabulary as the "
+                                         "teacher); or use --student-preset / --student-layers-from-teacher")
+        p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+
+    mlm = kinds.add_parser("mlm", help="MLM distillation on prepared pretraining shards",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_pretrain_epilog(),
+                           description="Distil an MLM teacher into a student on `bertkit prepare` shards: both see "
+                                       "the same masked batches; the teacher's MLM logits at the masked positions "
+                                       "are the soft targets, the masked tokens the hard ones. The recipe fields "
+                                       "set the data and the optimiser (model fields: the student's config when "
+                                       "it is built from the teacher's).")
+    student_options(mlm)
+    mlm.add_argument("--data", required=True, help="directory written by `bertkit prepare` (teacher's tokenizer)")
+    mlm.add_argument("--config", help="recipe: a YAML file or a built-in name (data and train sections)")
+    mlm.add_argument("--max-steps", type=int, help="optimizer steps")
+    mlm.add_argument("--max-time", type=float, help="stop after this many seconds")
+    mlm.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
+    mlm.add_argument("--max-seq-length", type=int, help="tokens per instance")
+    mlm.add_argument("--learning-rate", type=float, help="peak learning rate")
+    mlm.add_argument("--save-every", type=int, help="checkpoint every N steps")
+    mlm.add_argument("--seed", type=int, help="seed")
+    _add_distill_options(mlm)
+    mlm.set_defaults(func=cmd_distill_mlm, takes_extra=True)
+
+    for kind, what in (("glue", "a GLUE task (--task)"), ("classify", "your CSV / TSV / JSONL classification or "
+                                                                       "regression files"),
+                       ("ner", "CoNLL named-entity files")):
+        task = kinds.add_parser(kind, help=f"distil a teacher fine-tuned on {what}",
+                                description=f"Distil a teacher fine-tuned on {what} into a student with the same "
+                                            f"head: hard and soft losses on the training file, soft losses only on "
+                                            f"the --transfer examples; dev evaluated every epoch with the task's "
+                                            f"metric, the best epoch kept as OUT/model. Fine-tuning settings as for "
+                                            f"`bertkit finetune {kind}`.")
+        student_options(task)
+        task.add_argument("--train", required=True, help="labelled training file")
+        task.add_argument("--dev", required=True, help="development file, evaluated every epoch")
+        task.add_argument("--transfer", help="unlabelled transfer set: a .txt file (one text per line; "
+                                             "text<TAB>pair for pair tasks; NER: sentences), or a file in the "
+                                             "task's format whose labels are ignored")
+        task.add_argument("--quiet", action="store_true", help="no progress bar")
+        _add_distill_options(task)
+        _add_finetune_options(task)
+        task.set_defaults(func=cmd_distill_task, kind=kind)
+
+    init = kinds.add_parser("init-student", help="write a student cut from a model directory",
+                            description="Write a smaller model directory cut from SOURCE: its config at --preset "
+                                        "size and/or with the --layers copied from it (DistilBERT's "
+                                        "initialisation), with its tokenizer. Give it as --student to several runs "
+                                        "(a baseline without the teacher, a distilled one) to start them alike.")
+    init.add_argument("--from", dest="source", required=True, help="model directory to cut the student from")
+    init.add_argument("--layers", help="its layers to keep, 0-based, e.g. 0,2,4")
+    init.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS),
+                      help="size preset of the student (the layers must then fit its widths)")
+    init.add_argument("--seed", type=int, default=0, help="seed of whatever starts fresh (default 0)")
+    init.add_argument("--out", required=True, help="model directory to write")
+    init.set_defaults(func=cmd_distill_init_student)
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
@@ -311,17 +460,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    tokenizer = verbs.add_parser("tokenizer", help="train WordPiece vocabularies")
+    tokenizer = verbs.add_parser("tokenizer", help="train WordPiece or byte-level BPE vocabularies")
     tverbs = tokenizer.add_subparsers(dest="tverb", metavar="ACTION", required=True)
-    train = tverbs.add_parser("train", help="learn a WordPiece vocabulary from text files",
-                              description="Learn a WordPiece vocabulary from corpus files (text, JSON Lines, .gz).")
+    train = tverbs.add_parser("train", help="learn a WordPiece (or byte-level BPE) vocabulary from text files",
+                              description="Learn a WordPiece vocabulary (BERT's; --kind bpe: RoBERTa's byte-level "
+                                          "BPE) from corpus files (text, JSON Lines, .gz).")
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
+    train.add_argument("--kind", choices=["wordpiece", "bpe"], default="wordpiece",
+                       help="wordpiece (vocab.txt, default) or bpe (vocab.json + merges.txt, RoBERTa's)")
     train.add_argument("--vocab-size", type=int, default=30522, help="size of the vocabulary (default 30522)")
     train.add_argument("--min-frequency", type=int, default=2, help="drop merges seen fewer times (default 2)")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
     train.add_argument("--strip-accents", action=argparse.BooleanOptionalAction, default=None,
                        help="strip accents (default: when uncased)")
-    train.add_argument("--out", required=True, help="directory for vocab.txt and tokenizer files")
+    train.add_argument("--out", required=True, help="directory for the vocabulary and tokenizer files")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_tokenizer_train)
 
@@ -354,7 +506,10 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Tokenise text / JSON Lines corpora (optionally .gz) into memory-mapped "
                                         "token shards with sentence, document and word-start indexes.")
     prep.add_argument("--corpus", nargs="+", required=True, help="files, directories or globs")
-    prep.add_argument("--tokenizer", required=True, help="tokenizer or model directory (with vocab.txt)")
+    prep.add_argument("--tokenizer", required=True,
+                      help="tokenizer or model directory (vocab.txt, or vocab.json + merges.txt), or a vocab file")
+    prep.add_argument("--tokenizer-kind", choices=["wordpiece", "bpe"],
+                      help="wordpiece or bpe (byte-level, RoBERTa's); default: detected from the files")
     prep.add_argument("--out", required=True, help="data directory to write")
     held = prep.add_mutually_exclusive_group()
     held.add_argument("--eval-corpus", nargs="+", help="held-out corpus for evaluation")
@@ -375,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
     pre.add_argument("--config", help="recipe: a YAML file or a built-in name (default: mini)")
     pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
-    pre.add_argument("--objective", help="bert, albert, roberta or roberta-doc")
+    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra or causal")
     pre.add_argument("--max-steps", type=int, help="optimizer steps")
     pre.add_argument("--max-time", type=float, help="stop after this many seconds")
     pre.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
@@ -486,6 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--batch-size", type=int, default=32, help="lines per forward pass (default 32)")
     feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
     feat.set_defaults(func=cmd_features)
+    add_distill_parser(verbs)
     return parser
 
 

@@ -1,0 +1,856 @@
+"""Knowledge distillation: a frozen teacher -> a smaller student, trained by THE trainer as one more task.
+
+    teacher   any model directory bertkit loads (bertkit's or transformers'); it runs in eval mode under
+              torch.no_grad, is never optimised and never saved with the student
+    student   a model directory (`student_dir`), or the teacher's config at another size (`student_preset`),
+              optionally initialised from chosen teacher layers as DistilBERT does (`student_layers_from_teacher`)
+
+The losses, each with its weight (a weight of 0 switches the term off); the trainer optimises their sum, each
+averaged over the global batch (see `bertkit.trainer`):
+
+    soft_loss    alpha_soft x T^2 x CE(softmax(teacher / T), log_softmax(student / T))       Hinton et al. 2015
+                 (a regression head: alpha_soft x (student - teacher)^2; there is no distribution to soften)
+    hard_loss    alpha_hard x the task's own loss on the gold labels (MLM targets, classes, tags)
+    logits_loss  alpha_logits x mean squared error between the raw logits                      Ba & Caruana 2014
+    hidden_loss  alpha_hidden x mean squared error between student and teacher hidden states, for a
+                 student-layer -> teacher-layer map ("uniform": layer m -> m x L_t / L_s, embeddings 0 -> 0, as
+                 TinyBERT), through a learned linear projection when the widths differ (trained with the
+                 student, kept in resume checkpoints, not in the student's model directory)
+
+Why T^2: the soft targets' gradient is (p_s - p_t) / T per logit, and p_s - p_t itself shrinks like 1/T, so
+multiplying by T^2 keeps the soft term's weight against the hard one the same whatever the temperature.
+
+Two drivers, both writing RUN_DIR/model (the student: a normal model directory transformers loads),
+RUN_DIR/results.json, metrics.jsonl and resume checkpoints:
+
+    distill_mlm    MLM distillation on the pretraining stream (`bertkit prepare` shards): teacher and student see
+                   the same masked batch; the teacher's MLM logits at the masked positions (the sparse
+                   `predict_at` path) are the soft targets, the masked tokens the hard ones
+    distill_task   a fine-tuned teacher (sequence classification / regression on GLUE or your CSV/TSV/JSONL
+                   files, or token classification on CoNLL files) -> a student with the same head, on the
+                   training file plus an optional unlabelled transfer set (only the soft losses apply to it);
+                   the dev file is evaluated every epoch with the task's metric and the best epoch kept
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import PRESETS, BertConfig
+from bertkit.errors import DataError
+from bertkit.modeling import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
+                              BertForTokenClassification)
+
+TASK_KINDS = ("glue", "classify", "ner")  # fine-tuning kinds (bertkit.finetune) that distill_task supports
+UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
+
+
+def _f(default, help: str):  # a dataclass field with its help text (the CLI options are generated from these)
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """What the student learns from the teacher, and how the student is made."""
+
+    temperature: float = _f(2.0, "T: both logit vectors are divided by T before the softmax of the soft loss")
+    alpha_soft: float = _f(1.0, "weight of the soft cross-entropy on the teacher's distribution (times T^2)")
+    alpha_hard: float = _f(0.5, "weight of the loss on the gold labels (transfer-set examples have none)")
+    alpha_logits: float = _f(0.0, "weight of the mean squared error between student and teacher logits")
+    alpha_hidden: float = _f(0.0, "weight of the mean squared error between mapped hidden states")
+    hidden_map: str = _f("uniform", "student layer -> teacher layer for the hidden-state loss: uniform, last, or "
+                                    "pairs like 0:0,1:2,2:4 (0 = embeddings, k = output of layer k)")
+    student_preset: str | None = _f(None, "build the student as the teacher's config at this size preset "
+                                          f"({', '.join(PRESETS)})")
+    student_layers_from_teacher: str | None = _f(None, "initialise the student from these teacher layers, e.g. "
+                                                       "0,2,4 (0-based; embeddings, pooler and head are copied "
+                                                       "too), as DistilBERT; needs the teacher's widths")
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        weights = {k: getattr(self, k) for k in ("alpha_soft", "alpha_hard", "alpha_logits", "alpha_hidden")}
+        for name, value in weights.items():
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a non-negative number, got {value}")
+        if not any(weights.values()):
+            raise ValueError("every loss weight is 0: set at least one of alpha_soft, alpha_hard, alpha_logits, "
+                             "alpha_hidden")
+        if self.student_preset is not None and self.student_preset not in PRESETS:
+            raise ValueError(f"unknown student preset {self.student_preset!r}; choose one of {', '.join(PRESETS)}")
+        self.teacher_layers  # parses, or raises
+        if self.hidden_map not in ("uniform", "last"):
+            parse_layer_pairs(self.hidden_map)
+
+    @property
+    def teacher_layers(self) -> list[int] | None:
+        """student_layers_from_teacher as a list of ints (None when not set)."""
+        if self.student_layers_from_teacher is None:
+            return None
+        try:
+            layers = [int(x) for x in str(self.student_layers_from_teacher).split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"student_layers_from_teacher {self.student_layers_from_teacher!r}: give comma-separated "
+                             f"layer indices, e.g. 0,2,4") from None
+        if not layers or min(layers) < 0:
+            raise ValueError(f"student_layers_from_teacher {self.student_layers_from_teacher!r}: give one or more "
+                             f"0-based layer indices, e.g. 0,2,4")
+        return layers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def config_fields() -> list[tuple[str, Any, Any, str]]:
+    """(name, type, default, help) of every DistillConfig field, for the command line."""
+    hints = typing.get_type_hints(DistillConfig)
+    return [(f.name, hints[f.name], f.default, f.metadata.get("help", "")) for f in dataclasses.fields(DistillConfig)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The losses, as pure functions of logits
+# ------------------------------------------------------------------------------------------------------------------
+def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(N, C), (N, C) logits -> (N,) T^2 x cross-entropy of softmax(student / T) against softmax(teacher / T).
+
+    Its gradient with respect to the student's logits is T x (p_student - p_teacher): zero exactly when the two
+    distributions agree. It differs from T^2 x KL(p_teacher || p_student) by the teacher's entropy, a constant.
+    """
+    target = (teacher.float() / temperature).softmax(-1)
+    return -(target * (student.float() / temperature).log_softmax(-1)).sum(-1) * temperature ** 2
+
+
+def soft_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(N,) T^2 x KL(p_teacher || p_student) at temperature T: 0 when the student matches the teacher."""
+    log_t = (teacher.float() / temperature).log_softmax(-1)
+    log_s = (student.float() / temperature).log_softmax(-1)
+    return (log_t.exp() * (log_t - log_s)).sum(-1) * temperature ** 2
+
+
+def parse_layer_pairs(spec: str) -> list[tuple[int, int]]:
+    """"0:0,1:2" -> [(0, 0), (1, 2)]: (student hidden state, teacher hidden state), 0 = embeddings."""
+    pairs = []
+    for item in spec.split(","):
+        s, sep, t = item.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            pairs.append((int(s), int(t)))
+        except ValueError:
+            raise ValueError(f"hidden_map {spec!r}: expected uniform, last, or student:teacher pairs such as "
+                             f"0:0,1:2,2:4") from None
+    return pairs
+
+
+def layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """The (student, teacher) hidden-state pairs of the hidden-state loss; index 0 is the embedding output.
+
+    uniform: embeddings to embeddings and student layer m to teacher layer floor(m x L_t / L_s) (TinyBERT's
+    g(m) = m x N / M), so the last layers always meet; last: the last layers only; or explicit pairs.
+    """
+    if spec == "uniform":
+        pairs = [(m, m * teacher_layers // student_layers) for m in range(student_layers + 1)]
+    elif spec == "last":
+        pairs = [(student_layers, teacher_layers)]
+    else:
+        pairs = parse_layer_pairs(spec)
+    for s, t in pairs:
+        if not 0 <= s <= student_layers or not 0 <= t <= teacher_layers:
+            raise ValueError(f"hidden_map pair {s}:{t} is out of range: the student has hidden states "
+                             f"0..{student_layers} and the teacher 0..{teacher_layers} (0 = embeddings)")
+    return pairs
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Forward passes: logits and, when asked, hidden states
+# ------------------------------------------------------------------------------------------------------------------
+def model_outputs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  token_type_ids: torch.Tensor, predict_at: torch.Tensor | None = None,
+                  hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """(logits, hidden states or None) of a bertkit model.
+
+    MLM models (BertForPreTraining, BertForMaskedLM): the sparse path, logits (N, V) at the `predict_at` positions
+    only. Task models: their forward's logits, (B, C) or (B, T, C). hidden=True adds the L + 1 hidden states
+    (B, T, H) (embeddings, then every layer); task models' forward has no switch for them, so the encoder runs
+    on its own and the head is applied as the model's forward applies it (a test checks they agree).
+    """
+    if isinstance(model, BertForPreTraining):
+        out = model(input_ids, attention_mask, token_type_ids, output_hidden_states=hidden, predict_at=predict_at)
+        return out.prediction_logits, out.hidden_states
+    if not hidden:
+        return model(input_ids, attention_mask, token_type_ids).logits, None
+    out = model.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+    if isinstance(model, BertForSequenceClassification):
+        logits = model.classifier(model.dropout(out.pooler_output))  # (B, C)
+    elif isinstance(model, BertForTokenClassification):
+        logits = model.classifier(model.dropout(out.last_hidden_state))  # (B, T, C)
+    else:
+        raise TypeError(f"hidden-state distillation of a {type(model).__name__} is not implemented")
+    return logits, out.hidden_states
+
+
+class DistillationStudent(nn.Module):
+    """What the trainer optimises: the student, plus one projection per hidden-state pair when widths differ.
+
+    Its state dict (in resume checkpoints) holds both; the student's model directory holds the student only.
+    forward runs the student (inside DistributedDataParallel when there are several processes) and returns its
+    logits and its mapped hidden states, projected to the teacher's width.
+    """
+
+    def __init__(self, student: nn.Module, pairs: list[tuple[int, int]] = (), teacher_width: int | None = None):
+        super().__init__()
+        self.student = student
+        self.pairs = list(pairs)
+        width = student.config.hidden_size
+        self.projections = None
+        if self.pairs and teacher_width is not None and teacher_width != width:
+            self.projections = nn.ModuleList(nn.Linear(width, teacher_width) for _ in self.pairs)
+            for proj in self.projections:  # BERT's initialisation, as the student's own layers
+                nn.init.normal_(proj.weight, std=student.config.initializer_range)
+                nn.init.zeros_(proj.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
+                predict_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        logits, hidden = model_outputs(self.student, input_ids, attention_mask, token_type_ids, predict_at,
+                                       hidden=bool(self.pairs))
+        mapped = [hidden[s] for s, _ in self.pairs] if self.pairs else []
+        if self.projections is not None:
+            mapped = [proj(h) for proj, h in zip(self.projections, mapped)]  # (B, T, H_s) -> (B, T, H_t)
+        return logits, mapped
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The trainer task
+# ------------------------------------------------------------------------------------------------------------------
+class DistillationTask:
+    """Teacher -> student losses of one micro-batch on the trainer's task protocol (see `bertkit.trainer`).
+
+    head: "mlm" (batch labels: the masked tokens, IGNORE_INDEX elsewhere), "classification" (labels (B,), IGNORE_INDEX
+    for transfer-set rows), "regression" (labels (B,) floats, NaN for transfer-set rows) or "tokens" (labels (B, T):
+    tag ids on first sub-words, UNLABELLED on transfer-set words, IGNORE_INDEX elsewhere).
+
+    Loss terms (weighted; see the module docstring): soft_loss, hard_loss, logits_loss, hidden_loss, those with a
+    weight above 0. Metrics (unweighted): kl (T^2 x KL to the teacher; 0 = same distribution), agreement (the
+    student's top class is the teacher's), accuracy (against the gold labels).
+    """
+
+    def __init__(self, teacher: nn.Module, config: DistillConfig, head: str,
+                 pairs: list[tuple[int, int]] = ()) -> None:
+        if head not in ("mlm", "classification", "regression", "tokens"):
+            raise ValueError(f"unknown distillation head {head!r}")
+        self.teacher = teacher.eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.config, self.head, self.pairs = config, head, list(pairs)
+
+    # Which outputs are compared, and which of them have gold labels.
+    def _positions(self, labels: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(positions of the sequence the logits are compared at or None for every row, labelled mask there)."""
+        if self.head == "mlm":
+            at = labels != IGNORE_INDEX
+            return at, labels[at] != IGNORE_INDEX
+        if self.head == "tokens":
+            at = labels != IGNORE_INDEX
+            return at, labels[at] >= 0
+        if self.head == "regression":
+            return None, ~torch.isnan(labels)
+        return None, labels != IGNORE_INDEX
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        c = self.config
+        at, labelled = self._positions(batch["labels"])
+        n = float(at.sum()) if at is not None else float(batch["labels"].shape[0])
+        counts = {}
+        if c.alpha_soft > 0:
+            counts["soft_loss"] = n
+        if c.alpha_hard > 0:
+            counts["hard_loss"] = float(labelled.sum())
+        if c.alpha_logits > 0:
+            counts["logits_loss"] = n
+        if c.alpha_hidden > 0 and self.pairs:
+            counts["hidden_loss"] = float(batch["attention_mask"].sum()) * len(self.pairs)
+        return counts
+
+    def __call__(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        c = self.config
+        ids, mask, types, labels = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"]
+        at, labelled = self._positions(labels)
+        sparse = at if self.head == "mlm" else None  # MLM: both models project to the vocabulary at `at` only
+        hidden = c.alpha_hidden > 0 and bool(self.pairs)
+        device = ids.device
+        if next(self.teacher.parameters()).device != device:
+            self.teacher.to(device)
+        with torch.no_grad():
+            t_logits, t_hidden = model_outputs(self.teacher, ids, mask, types, sparse, hidden)
+        s_logits, s_mapped = model(ids, mask, types, sparse)
+        if self.head == "tokens":  # (B, T, C) -> (N, C) at the distilled words
+            s_logits, t_logits = s_logits[at], t_logits[at]
+        s, t = s_logits.float(), t_logits.float()  # (N, C)
+        gold = labels[at] if at is not None else labels
+        n = s.new_tensor(float(s.shape[0]))
+        m = s.new_tensor(float(labelled.sum()))
+        out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        if self.head == "regression":
+            if c.alpha_soft > 0:
+                out["soft_loss"] = (c.alpha_soft * ((s[:, 0] - t[:, 0]) ** 2).sum(), n)
+            if c.alpha_hard > 0:
+                out["hard_loss"] = (c.alpha_hard * ((s[labelled, 0] - gold[labelled].float()) ** 2).sum(), m)
+        else:
+            if c.alpha_soft > 0:
+                out["soft_loss"] = (c.alpha_soft * soft_cross_entropy(s, t, c.temperature).sum(), n)
+            if c.alpha_hard > 0:
+                out["hard_loss"] = (c.alpha_hard * F.cross_entropy(s[labelled], gold[labelled], reduction="sum"), m)
+            with torch.no_grad():
+                out["kl"] = (soft_kl(s, t, c.temperature).sum(), n)
+                out["agreement"] = ((s.argmax(-1) == t.argmax(-1)).sum().float(), n)
+                out["accuracy"] = ((s[labelled].argmax(-1) == gold[labelled]).sum().float(), m)
+        if c.alpha_logits > 0:
+            out["logits_loss"] = (c.alpha_logits * ((s - t) ** 2).mean(-1).sum(), n)
+        if hidden:
+            real = mask == 1  # (B, T): padding is not distilled
+            total = s.new_zeros(())
+            for (_, j), h in zip(self.pairs, s_mapped):
+                diff = h.float()[real] - t_hidden[j].float()[real]  # (M, H_t)
+                total = total + (diff ** 2).mean(-1).sum()
+            out["hidden_loss"] = (c.alpha_hidden * total, s.new_tensor(float(real.sum()) * len(self.pairs)))
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Teacher and student
+# ------------------------------------------------------------------------------------------------------------------
+def _vocabulary_file(directory: Path) -> Path | None:
+    for name in ("vocab.txt", "vocab.json"):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.PathLike) -> None:
+    """Refuse a teacher and a student whose tokenizers differ (their logits would index different tokens).
+
+    Compares the vocabulary files token by token (vocab.txt, or vocab.json and merges.txt) and the casing in
+    tokenizer_config.json; the error names both files and the first difference.
+    """
+    teacher_dir, student_dir = Path(teacher_dir), Path(student_dir)
+    a, b = _vocabulary_file(teacher_dir), _vocabulary_file(student_dir)
+    if a is None or b is None:
+        missing = teacher_dir if a is None else student_dir
+        raise FileNotFoundError(f"{missing}: no vocab.txt or vocab.json; distillation needs the teacher's and the "
+                                f"student's tokenizer files to check that they are the same")
+    files = [(a, b)]
+    if a.name == "vocab.json" and (teacher_dir / "merges.txt").is_file():
+        files.append((teacher_dir / "merges.txt", student_dir / "merges.txt"))
+    for x, y in files:
+        if x.name != y.name or not y.is_file():
+            raise ValueError(f"the teacher's and the student's vocabularies differ: {x} vs {student_dir} (which has "
+                             f"no {x.name}); distillation compares predictions token by token, so both models need "
+                             f"one tokenizer")
+        if x.name == "vocab.json":
+            ta, tb = json.loads(x.read_text(encoding="utf-8")), json.loads(y.read_text(encoding="utf-8"))
+            ta, tb = sorted(ta, key=ta.get), sorted(tb, key=tb.get)
+        else:
+            ta, tb = x.read_text(encoding="utf-8").splitlines(), y.read_text(encoding="utf-8").splitlines()
+        if ta != tb:
+            i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
+            where = (f"first difference at entry {i + 1}: {ta[i]!r} vs {tb[i]!r}" if i < min(len(ta), len(tb))
+                     else f"one is a prefix of the other")
+            raise ValueError(f"the teacher's and the student's vocabularies differ: {x} has {len(ta)} entries, {y} "
+                             f"has {len(tb)}; {where}. Distillation compares predictions token by token, so both "
+                             f"models need one tokenizer")
+    casing = []
+    for d in (teacher_dir, student_dir):
+        path = d / "tokenizer_config.json"
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        casing.append((bool(data.get("do_lower_case", True)), path))
+    if casing[0][0] != casing[1][0]:
+        raise ValueError(f"the teacher's and the student's tokenizers differ in casing: do_lower_case is "
+                         f"{casing[0][0]} in {casing[0][1]} and {casing[1][0]} in {casing[1][1]}")
+
+
+def copy_teacher_layers(student: nn.Module, teacher: nn.Module, layers: list[int]) -> None:
+    """Initialise `student` from `teacher`: student layer i <- teacher layer layers[i]; embeddings, projection,
+    pooler and head <- the teacher's where the teacher has them (DistilBERT's initialisation).
+
+    Raises ValueError naming the tensor and both shapes when a shape differs, or a layer the teacher lacks.
+    """
+    available = teacher.config.num_layer_weights
+    if len(layers) != student.config.num_layer_weights:
+        raise ValueError(f"{len(layers)} teacher layers ({','.join(map(str, layers))}) for a student with "
+                         f"{student.config.num_layer_weights} layers")
+    bad = [i for i in layers if not 0 <= i < available]
+    if bad:
+        raise ValueError(f"the teacher has layers 0..{available - 1}; cannot initialise the student from layer "
+                         f"{bad[0]}")
+    prefix = student.encoder_prefix + "layers."
+    theirs = teacher.state_dict()
+    state = {}
+    for name, tensor in student.state_dict().items():
+        source = name
+        if name.startswith(prefix):
+            index, rest = name[len(prefix):].split(".", 1)
+            source = f"{prefix}{layers[int(index)]}.{rest}"
+        if source not in theirs:
+            continue  # a head the teacher does not have starts fresh
+        if theirs[source].shape != tensor.shape:
+            raise ValueError(f"cannot initialise the student from teacher layers {','.join(map(str, layers))}: "
+                             f"tensor {source!r} is {tuple(theirs[source].shape)} in the teacher but "
+                             f"{tuple(tensor.shape)} in the student (the teacher's hidden size is "
+                             f"{teacher.config.hidden_size}, the student's {student.config.hidden_size})")
+        state[name] = theirs[source].detach().clone()
+    student.load_state_dict(state, strict=False)
+
+
+def student_config(teacher_config: BertConfig, preset: str | None = None, layers: list[int] | None = None,
+                   dropout: float | None = None, **overrides: Any) -> BertConfig:
+    """The teacher's config (vocabulary, positions, family, activation) at the size of `preset` and/or with
+    len(layers) layers; A = H/64 heads and 4H intermediate for a preset, as `BertConfig.preset`."""
+    fields: dict[str, Any] = {}
+    if preset is not None:
+        L, H = PRESETS[preset]
+        fields.update(num_hidden_layers=L, hidden_size=H, num_attention_heads=max(1, H // 64),
+                      intermediate_size=4 * H)
+    if layers is not None:
+        fields["num_hidden_layers"] = len(layers)
+    if teacher_config.num_hidden_groups is not None:
+        fields["num_hidden_groups"] = None  # a student of its own size shares nothing
+    if dropout is not None:
+        fields.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    fields.update(overrides)
+    return dataclasses.replace(teacher_config, **fields)
+
+
+def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: dict[str, Any]):
+    from bertkit.checkpoint import read_config
+    from bertkit.finetune import load_task_model
+
+    # An MLM student may start from an encoder-only directory: its MLM head then starts fresh.
+    architectures = read_config(student_dir).get("architectures") or []
+    new_heads = cls.requires_pretrained_heads and not any(a.endswith(("ForMaskedLM", "ForPreTraining"))
+                                                          for a in architectures)
+    return load_task_model(cls, student_dir, new_heads=new_heads, dropout=dropout, **model_kwargs)
+
+
+def build_student(cls, teacher: nn.Module, config: DistillConfig, student_dir: str | os.PathLike | None = None,
+                  teacher_dir: str | os.PathLike | None = None, dropout: float | None = None,
+                  overrides: dict[str, Any] | None = None, **model_kwargs: Any) -> nn.Module:
+    """The student, a `cls` (the teacher's class): from `student_dir`, or from the teacher's config resized by
+    config.student_preset / student_layers_from_teacher (fresh BERT initialisation from the current torch seed,
+    then the chosen teacher layers copied in). With a directory the vocabularies are checked against
+    `teacher_dir`'s. overrides: BertConfig fields of a student built from the teacher's config.
+    """
+    layers = config.teacher_layers
+    if student_dir is not None:
+        if config.student_preset is not None or layers is not None:
+            raise ValueError("give either a student model directory (--student) or a student built from the "
+                             "teacher (--student-preset / --student-layers-from-teacher), not both")
+        student_dir = Path(student_dir)
+        if teacher_dir is not None:
+            check_same_vocabulary(teacher_dir, student_dir)
+        student = _load_student(cls, student_dir, dropout, model_kwargs)
+        if student.config.vocab_size != teacher.config.vocab_size:
+            raise ValueError(f"the teacher's and the student's vocabularies differ: vocab_size "
+                             f"{teacher.config.vocab_size} in {teacher_dir}/config.json, {student.config.vocab_size} "
+                             f"in {student_dir}/config.json")
+        return student
+    if config.student_preset is None and layers is None and not overrides:
+        raise ValueError("say which student to train: a student model directory (--student), or the teacher's "
+                         "config at a size preset (--student-preset) and/or with fewer of its layers "
+                         "(--student-layers-from-teacher, e.g. 0,2,4)")
+    student = cls(student_config(teacher.config, config.student_preset, layers, dropout, **(overrides or {})),
+                  **model_kwargs)
+    if layers is not None:
+        copy_teacher_layers(student, teacher, layers)
+    return student
+
+
+def _model_class_of(model_dir: Path):
+    """The bertkit class that matches a model directory's architecture (the bare encoder when none does)."""
+    import bertkit.modeling as modeling
+    from bertkit.checkpoint import read_config
+
+    for arch in read_config(model_dir).get("architectures") or []:
+        for suffix, name in (("ForSequenceClassification", "BertForSequenceClassification"),
+                             ("ForTokenClassification", "BertForTokenClassification"),
+                             ("ForMaskedLM", "BertForMaskedLM"), ("ForPreTraining", "BertForPreTraining")):
+            if arch.endswith(suffix):
+                return getattr(modeling, name)
+    return modeling.BertModel
+
+
+def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, layers: str | None = None,
+                 preset: str | None = None, seed: int = 0) -> Path:
+    """Write a student model directory cut from `source_dir`: its config at `preset` size and/or with the given
+    layers (e.g. "0,2,4") copied from it, with its tokenizer and heads. Use it as `--student` of several runs
+    (e.g. a baseline fine-tuned without the teacher and a distilled one) so they start from the same weights.
+    """
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    source_dir = Path(source_dir)
+    config = DistillConfig(student_preset=preset, student_layers_from_teacher=layers)
+    cls = _model_class_of(source_dir)
+    source = cls.from_pretrained(source_dir)
+    kwargs = {k: getattr(source, k) for k in ("num_labels", "labels", "regression") if hasattr(source, k)}
+    if cls.__name__ == "BertModel":
+        kwargs["add_pooler"] = source.pooler is not None
+    torch.manual_seed(seed)
+    student = build_student(cls, source, config, **kwargs)
+    student.save_pretrained(out_dir, tokenizer=WordPieceTokenizer.from_pretrained(source_dir))
+    return Path(out_dir)
+
+
+def _load_teacher(cls, teacher_dir: Path, what: str):
+    from bertkit.checkpoint import read_config
+
+    if not (teacher_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
+    architectures = read_config(teacher_dir).get("architectures") or []
+    needs = {"BertForSequenceClassification": "ForSequenceClassification",
+             "BertForTokenClassification": "ForTokenClassification"}.get(cls.__name__)
+    if needs and not any(a.endswith(needs) for a in architectures):
+        raise ValueError(f"{teacher_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
+                         f"fine-tuned {cls.__name__}; fine-tune the teacher for {what} first (bertkit finetune)")
+    return cls.from_pretrained(teacher_dir).eval()
+
+
+def _pairs_for(config: DistillConfig, student: nn.Module, teacher: nn.Module) -> list[tuple[int, int]]:
+    if config.alpha_hidden <= 0:
+        return []
+    return layer_map(config.hidden_map, student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+
+
+def _check_positions(model: nn.Module, length: int, who: str, directory) -> None:
+    if length > model.config.max_length:
+        raise ValueError(f"max_seq_length {length} is longer than the {who}'s max_position_embeddings "
+                         f"({model.config.max_length}, {directory})")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# MLM distillation on the pretraining stream
+# ------------------------------------------------------------------------------------------------------------------
+def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run_dir: str | os.PathLike,
+                config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
+                resume: bool = False, eval_at_start: bool = True):
+    """Distil the MLM teacher in `teacher_dir` into a student on `bertkit prepare` shards.
+
+    config: a `bertkit.pretrain.PretrainConfig` (data: objective for the instances, batch, length, masking;
+        train: the optimiser and budget; model: BertConfig fields of a student built from the teacher's config;
+        its preset is not used: the student is `student_dir` or distill.student_preset / layers).
+    Teacher and student get the same masked batches; the pair task (NSP/SOP) of the instances is not distilled.
+    Writes RUN_DIR/model (a BertForMaskedLM directory), metrics.jsonl, checkpoints/, config.yaml, results.json
+    (held-out MLM metrics of the student, and of the teacher for reference). Returns the TrainResult.
+    """
+    import yaml
+
+    from bertkit.checkpoint import unwrap
+    from bertkit.data.instances import SpecialIds
+    from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
+    from bertkit.data.shards import ShardedCorpus
+    from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
+    from bertkit.pretrain import random_token_ids
+    from bertkit.tokenizer import load_tokenizer
+    from bertkit.trainer import seed_everything, setup_distributed, train
+
+    teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
+    d = config.data
+    if d.objective not in OBJECTIVES:
+        raise ValueError(f"MLM distillation reads masked-LM batches: use the objective bert, albert, roberta or "
+                         f"roberta-doc for the instances (got {d.objective!r})")
+    dist_info, device = setup_distributed(config.train.device)
+    corpus = ShardedCorpus(data_dir, "train")
+    tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with
+    if not (teacher_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
+    if load_tokenizer(teacher_dir).vocab_hash() != corpus.manifest.vocab_hash:
+        raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
+                         f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
+    teacher = BertForMaskedLM.from_pretrained(teacher_dir).eval().to(device)
+    _check_positions(teacher, d.max_seq_length, "teacher", teacher_dir)
+    seed_everything(config.train.seed)
+    student = build_student(BertForMaskedLM, teacher, distill, student_dir, teacher_dir, overrides=dict(config.model))
+    _check_positions(student, d.max_seq_length, "student", student_dir or "its config")
+    pairs = _pairs_for(distill, student, teacher)
+    model = DistillationStudent(student, pairs, teacher.config.hidden_size)
+    task = DistillationTask(teacher, distill, "mlm", pairs)
+
+    instances, _ = OBJECTIVES[d.objective]
+    options = StreamOptions(instances=instances, max_seq_length=d.max_seq_length, short_seq_prob=d.short_seq_prob,
+                            mask_prob=d.mask_prob, max_predictions_per_seq=d.max_predictions_per_seq,
+                            whole_word_masking=d.whole_word_masking,
+                            dupe_factor=d.dupe_factor if d.masking == "static" else None)
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    random_ids = random_token_ids(tokenizer)
+    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
+                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids)
+
+    evaluate, teacher_eval = None, {}
+    if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
+        eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval"), dataclasses.replace(options, dupe_factor=None),
+                                        special, tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+        eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+        objective = MaskedLMObjective(pair_task=None)
+        with torch.no_grad():
+            teacher_eval = evaluate_pretraining(teacher, objective, eval_batches)
+
+        def evaluate(m):  # noqa: E306 - the student on the fixed held-out batches
+            return evaluate_pretraining(unwrap(m).student, objective, eval_batches)
+
+    if dist_info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = {"teacher": str(teacher_dir), "student": str(student_dir) if student_dir else None,
+                    "data_dir": str(data_dir), "distill": distill.to_dict(), **config.to_dict(),
+                    "world_size": dist_info.world_size, "student_config": student.config.to_dict(),
+                    "teacher_config": teacher.config.to_dict()}
+        resolved.pop("preset", None)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        print(f"distilling {teacher_dir} ({teacher.num_parameters() / 1e6:.1f}M parameters) into a "
+              f"{student.config.num_hidden_layers}-layer, {student.config.hidden_size}-wide student "
+              f"({student.num_parameters() / 1e6:.1f}M) by MLM on {corpus.num_tokens:,} tokens, on {device}",
+              flush=True)
+
+    def save_model(m, step):  # the student's model directory tracks the latest checkpoint
+        unwrap(m).student.save_pretrained(run_dir / "model", tokenizer=tokenizer)
+
+    result = train(model, task, stream, config.train, run_dir, evaluate=evaluate, resume=resume, on_save=save_model,
+                   dist_info=dist_info, device=device, eval_at_start=eval_at_start)
+    if dist_info.is_main:
+        summary = {**dataclasses.asdict(result), "teacher_eval": teacher_eval,
+                   "teacher_parameters": teacher.num_parameters(), "student_parameters": student.num_parameters(),
+                   "model": str(run_dir / "model")}
+        (run_dir / "results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return result
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Task distillation: fine-tuned teacher -> student with the same head
+# ------------------------------------------------------------------------------------------------------------------
+def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -> list[dict[str, Any]]:
+    """Features of an unlabelled transfer set: only the soft losses apply to them.
+
+    classify / glue: a .txt file (one text per line; a tab separates a pair), or a file the task reads (GLUE TSV,
+        your CSV/TSV/JSONL with the text and pair columns) whose labels, if any, are ignored.
+    ner: a .txt file of sentences, one per line, split into words and punctuation like `bertkit predict ner`.
+    """
+    from bertkit.finetune import encode_words, split_words
+
+    path = Path(path)
+    c = finetune_config
+    lines = None
+    if path.suffix.lower() == ".txt":
+        lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                 if line.strip()]
+    if c.kind == "ner":
+        if lines is None:
+            raise ValueError(f"{path}: an NER transfer set is a .txt file of sentences, one per line")
+        sentences = [[w for w, _, _ in split_words(text)] for _, text in lines]
+        features = encode_words(tokenizer, sentences, c.seq_length)
+        for f in features:  # each word's first sub-word is distilled, as training labels sit there
+            f["labels"] = [UNLABELLED if w is not None and w != prev else IGNORE_INDEX
+                           for w, prev in zip(f["word_ids"], [None] + f["word_ids"][:-1])]
+    else:
+        paired = family.spec.pair_column is not None if family.spec is not None else c.pair_column is not None
+        if lines is not None:
+            texts = [line.split("\t") for _, line in lines]
+            for (number, _), fields in zip(lines, texts):
+                if paired and len(fields) < 2:
+                    raise DataError.at(path, number, "this task takes sentence pairs: give text<TAB>pair")
+            pairs = [f[1] for f in texts] if paired else None
+            texts = [f[0] if paired else "\t".join(f) for f in texts]
+        else:
+            from bertkit.tasks.glue import read_glue, read_table
+
+            examples = (read_glue(family.spec.name, path) if family.spec is not None
+                        else read_table(path, c.text_column, c.pair_column, None))
+            texts, pairs = [e.text for e in examples], [e.pair for e in examples] if paired else None
+        encoded = tokenizer.encode_batch(texts, pairs, max_length=c.seq_length)
+        blank = float("nan") if family.regression else IGNORE_INDEX
+        features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": blank} for e in encoded]
+    if not features:
+        raise DataError.at(path, None, "the transfer set is empty")
+    return features
+
+
+def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os.PathLike,
+                 dev_path: str | os.PathLike, run_dir: str | os.PathLike, config=None,
+                 distill: DistillConfig | None = None, *, student_dir: str | os.PathLike | None = None,
+                 transfer_path: str | os.PathLike | None = None, resume: bool = False,
+                 stop_after_steps: int | None = None) -> dict[str, Any]:
+    """Distil a fine-tuned teacher into a student with the same head, on a task's training file (hard + soft
+    losses) and an optional unlabelled transfer set (soft losses only), evaluating on dev every epoch.
+
+    Args:
+        kind: glue, classify or ner (the readers, features and metrics of `bertkit.finetune`).
+        teacher_dir: a fine-tuned model directory for the task (BertForSequenceClassification / ...ForToken...).
+        train_path, dev_path: task files as for `bertkit finetune`; the labels must be the teacher's.
+        run_dir: metrics.jsonl, eval.jsonl, checkpoints/, model/ (the best epoch's student), results.json.
+        config: a FinetuneConfig (epochs, learning rate, batch, lengths, seed, ...), as for fine-tuning.
+        distill: the losses and how the student is made (DistillConfig).
+        student_dir: the student's starting point (a model directory with the teacher's vocabulary); else the
+            student is built from the teacher's config (distill.student_preset / student_layers_from_teacher).
+        transfer_path: unlabelled examples (see `read_transfer`), mixed into the training examples.
+        resume: continue from the newest checkpoint in run_dir; stop_after_steps: stop early as if interrupted.
+    Returns:
+        The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
+    """
+    from bertkit.checkpoint import unwrap
+    from bertkit.finetune import (FAMILIES, TASK_FILE, EpochBatches, FinetuneConfig, _max_positions, _read_history)
+    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.trainer import TrainConfig, latest_checkpoint, seed_everything, setup_distributed, train
+
+    if kind not in TASK_KINDS:
+        raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
+    config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
+    distill = distill or DistillConfig()
+    teacher_dir, run_dir = Path(teacher_dir), Path(run_dir)
+    if not (teacher_dir / "vocab.txt").is_file():
+        raise FileNotFoundError(f"{teacher_dir}: no vocab.txt; the teacher must be a model directory with its "
+                                f"tokenizer")
+    positions = _max_positions(teacher_dir)
+    if config.max_seq_length is None and config.seq_length > positions:
+        config = dataclasses.replace(config, max_seq_length=positions)
+    family = FAMILIES[kind](config)
+    tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
+    train_examples = family.read(train_path, training=True)
+    dev_examples = family.read(dev_path, training=False)
+    metric = config.metric or family.main_metric
+    if metric not in family.metric_names:
+        raise ValueError(f"--metric {metric!r} is not reported for {kind}; choose one of {list(family.metric_names)}")
+
+    dist_info, device = setup_distributed(config.device)
+    cls = family.model_class()
+    teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
+    _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
+    regression = getattr(family, "regression", False)
+    if teacher.regression != regression or (not regression and teacher.labels != family.labels):
+        have = "a regression head" if teacher.regression else f"labels {teacher.labels}"
+        want = "a regression head" if regression else f"labels {family.labels}"
+        raise ValueError(f"the teacher {teacher_dir}/config.json has {have}, but {train_path} needs {want}; "
+                         f"distil a teacher fine-tuned on this task")
+    train_features = family.features(train_examples, tokenizer, training=True)
+    dev_features = family.features(dev_examples, tokenizer, training=False)
+    transfer = read_transfer(transfer_path, family, tokenizer, config) if transfer_path is not None else []
+
+    seed_everything(config.seed)  # the student's fresh weights (its head, or all of it) come from the seed
+    student = build_student(cls, teacher, distill, student_dir, teacher_dir, dropout=config.dropout,
+                            **family.model_kwargs())
+    _check_positions(student, config.seq_length, "student", student_dir or "its config")
+    pairs = _pairs_for(distill, student, teacher)
+    model = DistillationStudent(student, pairs, teacher.config.hidden_size)
+    head = "tokens" if kind == "ner" else ("regression" if regression else "classification")
+    task = DistillationTask(teacher, distill, head, pairs)
+
+    stream = EpochBatches(train_features + transfer, tokenizer.pad_id, config.batch_size, config.seed,
+                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
+                          bucket_window=config.bucket_window)
+    steps_per_epoch = stream.steps_per_epoch
+    max_steps = max(1, round(config.epochs * steps_per_epoch))
+    train_config = TrainConfig(
+        max_steps=max_steps, learning_rate=config.learning_rate, warmup_steps=0, warmup_ratio=config.warmup_ratio,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
+        eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
+        device=config.device, progress=config.progress)
+
+    # The teacher's dev figures, the reference the student is measured against.
+    teacher_metrics, teacher_output = family.evaluate(teacher, dev_examples, dev_features, tokenizer.pad_id)
+    teacher_top = None
+    if head == "classification":
+        teacher_top = np.asarray(teacher_output).argmax(-1)
+
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    resumed_at = int(checkpoint.stem.split("-")[1]) if checkpoint is not None else None
+    history = _read_history(run_dir / "eval.jsonl", resumed_at)
+    best: dict[str, Any] | None = max(history, key=lambda r: r[metric]) if history else None
+    timing = {"eval_s": 0.0}
+    results: dict[str, Any] = {}
+
+    def write_results(extra: dict[str, Any] | None = None) -> None:
+        results.clear()
+        results.update({
+            "kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
+            "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),
+            "dev": str(dev_path), "transfer": str(transfer_path) if transfer_path is not None else None,
+            "labels": family.labels, "metric": metric, "train_examples": len(train_examples),
+            "transfer_examples": len(transfer), "dev_examples": len(dev_examples),
+            "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
+            "teacher": {"parameters": teacher.num_parameters(), "layers": teacher.config.num_hidden_layers,
+                        "hidden_size": teacher.config.hidden_size, **teacher_metrics},
+            "student": {"parameters": student.num_parameters(), "layers": student.config.num_hidden_layers,
+                        "hidden_size": student.config.hidden_size},
+            "epochs": history, "best": best, "distill": distill.to_dict(), "config": config.to_dict(),
+            **(extra or {})})
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
+
+    def evaluate(m) -> dict[str, float]:
+        nonlocal best, history
+        step = stream.steps_done
+        if step % steps_per_epoch and step != max_steps:
+            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
+        started = time.perf_counter()
+        plain = unwrap(m).student
+        metrics, output = family.evaluate(plain, dev_examples, dev_features, tokenizer.pad_id)
+        if teacher_top is not None:
+            metrics["teacher_agreement"] = float(np.mean(np.asarray(output).argmax(-1) == teacher_top))
+        record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
+        history = [r for r in history if r["step"] != step] + [record]
+        with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+        if best is None or record[metric] > best[metric] or best["step"] == step:
+            best = record
+            family.write_predictions(run_dir, dev_examples, output)
+            plain.save_pretrained(run_dir / "model", tokenizer=tokenizer)
+            (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n",
+                                                       encoding="utf-8")
+        write_results()
+        timing["eval_s"] += time.perf_counter() - started
+        if dist_info.is_main:
+            shown = ", ".join(f"{k} {record[k]:.4f}" for k in (*family.metric_names, "teacher_agreement")
+                              if k in record)
+            print(f"epoch {record['epoch']:g} (step {step}): {shown}", flush=True)
+        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+    if dist_info.is_main:
+        import yaml
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = {"kind": kind, "teacher": str(teacher_dir), "student": str(student_dir) if student_dir else None,
+                    "train": str(train_path), "dev": str(dev_path),
+                    "transfer": str(transfer_path) if transfer_path is not None else None,
+                    "distill": distill.to_dict(), "finetune": config.to_dict(),
+                    "train_config": dataclasses.asdict(train_config), "student_config": student.config.to_dict(),
+                    "teacher_config": teacher.config.to_dict(), "world_size": dist_info.world_size}
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in teacher_metrics.items() if k in family.metric_names)
+        print(f"distilling {kind}{' ' + config.task if config.task else ''}: teacher {teacher_dir} "
+              f"({teacher.num_parameters() / 1e6:.1f}M parameters, {teacher.config.num_hidden_layers} layers; dev "
+              f"{shown}) -> student ({student.num_parameters() / 1e6:.1f}M, {student.config.num_hidden_layers} "
+              f"layers) on {len(train_features):,} labelled + {len(transfer):,} transfer inputs: {max_steps} steps "
+              f"of {config.batch_size}, on {device}", flush=True)
+
+    started = time.perf_counter()
+    result = train(model, task, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
+                   dist_info=dist_info, device=device)
+    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
+    if dist_info.is_main:
+        write_results({"steps": result.step, "stopped_by": result.stopped_by,
+                       "train_seconds": round(train_seconds, 3),
+                       "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
+                       "final_train_metrics": result.last_metrics})
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return dict(results)
