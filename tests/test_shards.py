@@ -63,7 +63,7 @@ def expected(tokenizer, paths, **options) -> list[tuple[list[list[int]], list[li
     out = []
     for document in iter_documents(paths, **options):
         ids = tokenizer.encode_plain(document.sentences)
-        encodings = tokenizer.backend.encode_batch(document.sentences, add_special_tokens=False)
+        encodings = tokenizer.encode_raw(document.sentences)
         starts = [[k == 0 or e.word_ids[k] != e.word_ids[k - 1] for k in range(len(e.ids))] for e in encodings]
         kept = [(i, s) for i, s in zip(ids, starts) if i]
         if kept:
@@ -126,6 +126,20 @@ def test_word_starts_follow_word_ids(tokenizer, tok_dir, tmp_path):
     (tmp_path / "w.txt").write_text("\n".join(texts) + "\n")
     prepare(tmp_path / "w.txt", tok_dir, tmp_path / "out", progress=False)
     assert as_lists(ShardedCorpus(tmp_path / "out")) == expected(tokenizer, tmp_path / "w.txt")
+
+
+def test_final_sigma_matches_the_tokenizer(tmp_path):
+    """Upper-case Greek words ending in sigma: shards hold the ids of tokenizer.encode (final "ς"), which the engine
+    alone (always "σ") would not give."""
+    greek = ["ΟΔΟΣ ΣΟΦΟΣ ΚΟΣΜΟΣ", "ο δρόμος είναι σοφός", "ΣΙΣΥΦΟΣ, ΘΕΟΣ. ΣΑΣ", "σοφός κόσμος θεός σας"]
+    tok = WordPieceTokenizer.train(texts=greek * 5, vocab_size=120, show_progress=False)
+    tok.save(tmp_path / "tok")
+    (tmp_path / "g.txt").write_text("\n".join(greek) + "\n")
+    prepare(tmp_path / "g.txt", tmp_path / "tok", tmp_path / "out", progress=False)
+    engine_only = [e.ids for e in tok.backend.encode_batch(greek, add_special_tokens=False)]
+    assert tok.encode_plain(greek) != engine_only  # the rule matters for this text
+    assert as_lists(ShardedCorpus(tmp_path / "out")) == expected(tok, tmp_path / "g.txt")
+    assert as_lists(ShardedCorpus(tmp_path / "out"))[0][0] == tok.encode_plain(greek)
 
 
 def test_uint32_for_large_vocabularies(tmp_path):

@@ -291,13 +291,17 @@ class WordPieceTokenizer:
     # ---- encoding --------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, without special tokens."""
-        return self.backend.encode(self._prepare(text), add_special_tokens=False).tokens
+        return self.backend.encode(self.engine_text(text), add_special_tokens=False).tokens
 
     def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
-        return [e.ids for e in self.backend.encode_batch([self._prepare(t) for t in texts], add_special_tokens=False)]
+        return [e.ids for e in self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)]
 
-    def _prepare(self, text: str) -> str:
+    def engine_text(self, text: str) -> str:
+        """`text` as the engine must receive it: with final sigmas marked when lower-casing (see _final_sigma).
+
+        Callers that drive `backend` themselves (corpus preparation) pass their text through this first.
+        """
         return _final_sigma(text) if self.lowercase else text
 
     def encode_raw(self, texts: Sequence[str]):
@@ -305,7 +309,7 @@ class WordPieceTokenizer:
 
         For tasks that build their own inputs from pieces and need offsets into the text (SQuAD windows).
         """
-        return self.backend.encode_batch([self._prepare(t) for t in texts], add_special_tokens=False)
+        return self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)
 
     def encode_words(self, words: Sequence[Sequence[str]]):
         """Engine encodings (no special tokens) of pre-split words, one list of words per item.
@@ -314,7 +318,7 @@ class WordPieceTokenizer:
         and `word_ids` index the given words. Returns `tokenizers.Encoding` objects (ids, tokens, offsets within
         each word, word_ids).
         """
-        prepared = [[self._prepare(w) for w in item] for item in words]
+        prepared = [[self.engine_text(w) for w in item] for item in words]
         return self.backend.encode_batch(prepared, is_pretokenized=True, add_special_tokens=False)
 
     def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
@@ -336,8 +340,8 @@ class WordPieceTokenizer:
                 raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-        firsts = self.backend.encode_batch([self._prepare(t) for t in texts], add_special_tokens=False)
-        seconds = (self.backend.encode_batch([self._prepare(t) for t in pairs], add_special_tokens=False)
+        firsts = self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)
+        seconds = (self.backend.encode_batch([self.engine_text(t) for t in pairs], add_special_tokens=False)
                    if pairs is not None else None)
         out = [self._build(firsts[i], None if seconds is None else seconds[i], max_length, truncation)
                for i in range(len(texts))]

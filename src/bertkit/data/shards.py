@@ -275,6 +275,9 @@ class _Build:
         # encode_batch_fast (tokenizers >= 0.21) is the same engine call without character offsets, which shards
         # do not store; about a quarter faster.
         self._engine_encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        # WordPiece marks final sigmas before the engine lower-cases (tokenizer.engine_text), so that shards hold
+        # the ids `tokenizer.encode` gives; BPE passes text through unchanged.
+        self._engine_text = getattr(tokenizer, "engine_text", None)
 
     def say(self, message: str) -> None:
         log.info(message)
@@ -458,6 +461,8 @@ class _Build:
         if not batch:
             return
         sentences = [s for _, document, _, _ in batch for s in document.sentences]
+        if self._engine_text is not None:
+            sentences = [self._engine_text(s) for s in sentences]
         encodings = self._engine_encode(sentences, add_special_tokens=False)
         ids = [e.ids for e in encodings]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
