@@ -553,6 +553,31 @@ def test_greedy_generation_reproduces_a_memorised_sequence():
     assert model.generate(sequence[:, :2], 10, eos_token_id=int(sequence[0, 4])).shape == (1, 5)
 
 
+def test_generate_cli_continues_a_memorised_text(tmp_path, capsys):
+    from bertkit import WordPieceTokenizer
+    from bertkit.cli import main
+    from bertkit.objectives import CausalLMObjective
+
+    tok = WordPieceTokenizer.train(texts=["the cat sat on the mat", "a dog ran in the park"] * 5, vocab_size=60,
+                                   min_frequency=1, show_progress=False)
+    torch.manual_seed(0)
+    model = BertForCausalLM(BertConfig(**{**TINY, "vocab_size": tok.vocab_size}, causal=True,
+                                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    ids = torch.tensor([tok.encode("the cat sat on the mat").input_ids])
+    batches = [{"input_ids": ids, "labels": torch.full_like(ids, IGNORE_INDEX), "attention_mask": torch.ones_like(ids),
+                "token_type_ids": torch.zeros_like(ids)}]
+    train_steps(model, CausalLMObjective(), batches, steps=80, lr=1e-2)
+    model.save_pretrained(tmp_path / "lm")
+    tok.save(tmp_path / "lm")
+    main(["generate", "--model", str(tmp_path / "lm"), "--json", "the cat"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["continuation"] == "sat on the mat" and out["ids"][-1] == tok.sep_id  # stopped at the separator
+    BertForPreTraining(BertConfig(**TINY)).save_pretrained(tmp_path / "mlm")
+    tok.save(tmp_path / "mlm")
+    assert main(["generate", "--model", str(tmp_path / "mlm"), "the cat"]) == 2
+    assert "mlm: not a causal model" in capsys.readouterr().err
+
+
 # ==================================================================================================================
 # DistilBERT (loading and saving; no token types, no pooler)
 # ==================================================================================================================
@@ -593,7 +618,8 @@ def test_distilbert_bare_encoder(tmp_path):
 # Recipes: the family through the pretraining driver's configuration
 # ==================================================================================================================
 @pytest.mark.parametrize("recipe, model_type, architecture, pair", [
-    ("roberta-mini", "roberta", "RobertaForMaskedLM", False), ("albert-mini", "albert", "AlbertForPreTraining", True)])
+    ("roberta-mini", "roberta", "RobertaForMaskedLM", False), ("albert-mini", "albert", "AlbertForPreTraining", True),
+    ("roberta-base", "roberta", "RobertaForMaskedLM", False), ("albert-base", "albert", "AlbertForPreTraining", True)])
 def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, architecture, pair, tmp_path):
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective
     from bertkit.pretrain import build_model, resolve_config
@@ -610,6 +636,22 @@ def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, arc
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [architecture]
     _, info = getattr(transformers, architecture).from_pretrained(str(tmp_path), output_loading_info=True)
     no_loading_problems(info)
+
+
+@pytest.mark.parametrize("recipe, preset, cls, model_type", [
+    ("electra-base", "base", "GeneratorDiscriminator", "electra"), ("electra-mini", "mini", "GeneratorDiscriminator",
+                                                                     "electra"),
+    ("causal-mini", "mini", "BertForCausalLM", "roberta"), ("roberta-base", "base", "BertForPreTraining", "roberta"),
+    ("albert-base", "base", "BertForPreTraining", "albert"), ("bert-base", "base", "BertForPreTraining", "bert")])
+def test_paper_and_cpu_recipes_resolve_to_their_model(recipe, preset, cls, model_type):
+    from bertkit.pretrain import build_model, resolve_config
+
+    config = resolve_config(recipe)
+    assert config.preset == preset
+    model = build_model(resolve_config(recipe, {"preset": "tiny"}), vocab_size=120)
+    assert type(model).__name__ == cls
+    inner = model.discriminator if cls == "GeneratorDiscriminator" else model
+    assert inner.config.model_type == model_type and inner.config.causal == (recipe == "causal-mini")
 
 
 def test_electra_recipe_and_builder():

@@ -73,6 +73,13 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
             print("  " + label + "  ".join(f"{c['token']} ({c['probability']:.3f})" for c in candidates))
 
 
+def cmd_generate(args: argparse.Namespace) -> None:
+    from bertkit.inference import generate
+
+    for item in generate(args.model, args.text, args.max_new_tokens, args.temperature, args.top_k, args.seed):
+        print(json.dumps(item, ensure_ascii=False) if args.json else f"{item['prompt']} -> {item['continuation']}")
+
+
 def cmd_info(args: argparse.Namespace) -> None:
     from bertkit.inference import model_info
 
@@ -495,6 +502,18 @@ def build_parser() -> argparse.ArgumentParser:
     fill.add_argument("--json", action="store_true", help="one JSON object per text")
     fill.add_argument("text", nargs="+", help='text containing [MASK], e.g. "paris is the [MASK] of france"')
     fill.set_defaults(func=cmd_fill_mask)
+
+    gen = verbs.add_parser("generate", help="continue texts with a causal (GPT-style) model",
+                           description="Continue each TEXT with a model pretrained with --objective causal: greedy "
+                                       "by default, sampled with --temperature > 0.")
+    gen.add_argument("--model", required=True, help="causal model directory")
+    gen.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add at most (default 20)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    gen.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    gen.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    gen.add_argument("--json", action="store_true", help="one JSON object per text")
+    gen.add_argument("text", nargs="+", help="prompt text")
+    gen.set_defaults(func=cmd_generate)
 
     info = verbs.add_parser("info", help="show a model directory's config and size",
                             description="Print the config, parameter count and files of a model directory.")

@@ -1,4 +1,4 @@
-"""Inference helpers behind `bertkit fill-mask` and `bertkit info`."""
+"""Inference helpers behind `bertkit fill-mask`, `bertkit generate` and `bertkit info`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from bertkit.checkpoint import CONFIG_NAME, read_config, read_weights
 from bertkit.config import BertConfig
-from bertkit.modeling import BertForPreTraining
+from bertkit.modeling import BertForCausalLM, BertForPreTraining
 from bertkit.tokenizer import WordPieceTokenizer, load_tokenizer
 
 
@@ -42,6 +42,32 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[{"token": tokenizer.id_to_token(int(i)), "id": int(i), "probability": float(p)}
              for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]
+
+
+def generate(model: str | os.PathLike, prompts: list[str], max_new_tokens: int = 20, temperature: float = 0.0,
+             top_k: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Continue each prompt with a causal model directory (`--objective causal`): greedy at temperature 0, else
+    sampled (top-k when given) with `seed`. Returns one {prompt, continuation, ids} per prompt.
+
+    The prompt is encoded as in training ([CLS]/<s> first) without its closing separator; generation stops at the
+    separator (the end of a document) or after max_new_tokens.
+    """
+    directory = Path(model)
+    tokenizer = load_tokenizer(directory)
+    if not BertConfig.from_dict(read_config(directory), source=str(directory / CONFIG_NAME)).causal:
+        raise ValueError(f"{directory}: not a causal model (config.json has no is_decoder: true); generation needs "
+                         "one pretrained with --objective causal")
+    lm = BertForCausalLM.from_pretrained(directory).eval()
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    results = []
+    for text in prompts:
+        ids = tokenizer.encode(text, max_length=lm.config.max_length).input_ids[:-1]  # without the closing separator
+        out = lm.generate(torch.tensor([ids]), max_new_tokens, temperature=temperature, top_k=top_k,
+                          eos_token_id=tokenizer.sep_id, generator=torch.Generator().manual_seed(seed))
+        new = out[0, len(ids):].tolist()
+        results.append({"prompt": text, "continuation": tokenizer.decode(new), "ids": new})
+    return results
 
 
 def model_info(directory: str | os.PathLike) -> dict[str, Any]:
