@@ -163,6 +163,17 @@ def test_resume_repeats_the_uninterrupted_run(pretrained, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_optimizer_settings_reach_the_optimizer(pretrained, tmp_path):
+    train = write_csv(tmp_path / "train.csv", classify_rows(16, 3))
+    config = FinetuneConfig(epochs=1, adam_epsilon=1e-8, weight_decay=0.05, **QUICK)
+    finetune("classify", pretrained, train, train, tmp_path / "run", config)
+    state = torch.load(next((tmp_path / "run" / "checkpoints").glob("step-*.pt")), weights_only=True)
+    groups = state["optimizer"]["param_groups"]
+    assert {g["eps"] for g in groups} == {1e-8} and sorted(g["weight_decay"] for g in groups) == [0.0, 0.05]
+    with pytest.raises(ValueError, match="adam_epsilon"):
+        FinetuneConfig(adam_epsilon=0.0)
+
+
 def test_glue_pair_task_and_regression(pretrained, tmp_path):
     # MRPC's layout: a header, two sentences per row; the pair goes in as segment B.
     rng = random.Random(5)

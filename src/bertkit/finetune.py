@@ -74,6 +74,7 @@ class FinetuneConfig:
     warmup_ratio: float = _f(0.1, "linear warm-up over this fraction of the steps, then linear decay to 0")
     weight_decay: float = _f(0.01, "AdamW weight decay (not on biases and LayerNorm)")
     max_grad_norm: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
+    adam_epsilon: float = _f(1e-6, "AdamW epsilon (BERT's 1e-6; torch's and transformers' default is 1e-8)")
     dropout: float | None = _f(None, "hidden and attention dropout (default: the model's config, 0.1 for BERT)")
     grad_accumulation: int = _f(1, "micro-batches per optimizer step")
     precision: str = _f("auto", "fp32, bf16 or auto (bf16 on GPUs that support it)")
@@ -110,6 +111,8 @@ class FinetuneConfig:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not self.adam_epsilon > 0.0:
+            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.batch_size % self.grad_accumulation:
@@ -863,7 +866,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     max_steps = max(1, round(config.epochs * steps_per_epoch))
     train_config = TrainConfig(
         max_steps=max_steps, learning_rate=config.learning_rate, warmup_steps=0, warmup_ratio=config.warmup_ratio,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, adam_epsilon=config.adam_epsilon,
         grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
         eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
         device=config.device, progress=config.progress)
