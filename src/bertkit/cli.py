@@ -168,16 +168,23 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 # finetune / evaluate / predict / features
 # ------------------------------------------------------------------------------------------------------------------
-def cmd_finetune(args: argparse.Namespace) -> None:
+def _finetune_config(args: argparse.Namespace):
+    """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
     import dataclasses
 
-    from bertkit.finetune import FinetuneConfig, config_fields, finetune
+    from bertkit.finetune import FinetuneConfig, config_fields
 
     given = {name: getattr(args, name) for name, *_ in config_fields()
              if name != "kind" and getattr(args, name, None) is not None}
     if args.quiet:
         given["progress"] = False
-    config = dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+    return dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+
+
+def cmd_finetune(args: argparse.Namespace) -> None:
+    from bertkit.finetune import finetune
+
+    config = _finetune_config(args)
     results = finetune(args.kind, args.model, args.train, args.dev, args.out, config, resume=args.resume,
                        new_heads=args.new_head)
     if int(os.environ.get("RANK", "0")) == 0:
@@ -343,16 +350,9 @@ def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_distill_task(args: argparse.Namespace) -> None:
-    import dataclasses
-
     from bertkit.distill import distill_task
-    from bertkit.finetune import FinetuneConfig, config_fields
 
-    given = {name: getattr(args, name) for name, *_ in config_fields()
-             if name != "kind" and getattr(args, name, None) is not None}
-    if args.quiet:
-        given["progress"] = False
-    config = dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+    config = _finetune_config(args)
     results = distill_task(args.kind, args.teacher, args.train, args.dev, args.out, config, _distill_config(args),
                            student_dir=args.student, transfer_path=args.transfer, resume=args.resume)
     if int(os.environ.get("RANK", "0")) == 0:

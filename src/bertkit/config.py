@@ -98,8 +98,12 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def _f(default: Any, help: str) -> Any:  # a field with its help text (shown by `bertkit pretrain --help`)
+def field_with_help(default: Any, help: str) -> Any:
+    """A dataclass field carrying its help text: the CLI builds its options and `--help` from these."""
     return dataclasses.field(default=default, metadata={"help": help})
+
+
+_f = field_with_help
 
 
 @dataclass(frozen=True)

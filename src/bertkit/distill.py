@@ -40,7 +40,7 @@ import math
 import os
 import time
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import PRESETS, BertConfig
+from bertkit.config import PRESETS, BertConfig, field_with_help
 from bertkit.errors import DataError
 from bertkit.modeling import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
                               BertForTokenClassification)
@@ -58,8 +58,7 @@ TASK_KINDS = ("glue", "classify", "ner")  # fine-tuning kinds (bertkit.finetune)
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
 
 
-def _f(default, help: str):  # a dataclass field with its help text (the CLI options are generated from these)
-    return field(default=default, metadata={"help": help})
+_f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
 
 @dataclass(frozen=True)
@@ -367,7 +366,7 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
         if ta != tb:
             i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
             where = (f"first difference at entry {i + 1}: {ta[i]!r} vs {tb[i]!r}" if i < min(len(ta), len(tb))
-                     else f"one is a prefix of the other")
+                     else "one is a prefix of the other")
             raise ValueError(f"the teacher's and the student's vocabularies differ: {x} has {len(ta)} entries, {y} "
                              f"has {len(tb)}; {where}. Distillation compares predictions token by token, so both "
                              f"models need one tokenizer")
@@ -708,9 +707,10 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
         The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
     """
     from bertkit.checkpoint import unwrap
-    from bertkit.finetune import (FAMILIES, TASK_FILE, EpochBatches, FinetuneConfig, _max_positions, _read_history)
+    from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, _max_positions, epoch_train_config,
+                                  record_evaluation, resume_history, save_best)
     from bertkit.tokenizer import WordPieceTokenizer
-    from bertkit.trainer import TrainConfig, latest_checkpoint, seed_everything, setup_distributed, train
+    from bertkit.trainer import seed_everything, setup_distributed, train
 
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
@@ -758,13 +758,8 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
                           config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
                           bucket_window=config.bucket_window)
     steps_per_epoch = stream.steps_per_epoch
-    max_steps = max(1, round(config.epochs * steps_per_epoch))
-    train_config = TrainConfig(
-        max_steps=max_steps, learning_rate=config.learning_rate, warmup_steps=0, warmup_ratio=config.warmup_ratio,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
-        eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
-        device=config.device, progress=config.progress)
+    train_config = epoch_train_config(config, steps_per_epoch)
+    max_steps = train_config.max_steps
 
     # The teacher's dev figures, the reference the student is measured against.
     teacher_metrics, teacher_output = family.evaluate(teacher, dev_examples, dev_features, tokenizer.pad_id)
@@ -772,10 +767,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     if head == "classification":
         teacher_top = np.asarray(teacher_output).argmax(-1)
 
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    resumed_at = int(checkpoint.stem.split("-")[1]) if checkpoint is not None else None
-    history = _read_history(run_dir / "eval.jsonl", resumed_at)
-    best: dict[str, Any] | None = max(history, key=lambda r: r[metric]) if history else None
+    history, best = resume_history(run_dir, resume, metric)
     timing = {"eval_s": 0.0}
     results: dict[str, Any] = {}
 
@@ -807,15 +799,10 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
         if teacher_top is not None:
             metrics["teacher_agreement"] = float(np.mean(np.asarray(output).argmax(-1) == teacher_top))
         record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
-        history = [r for r in history if r["step"] != step] + [record]
-        with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+        history = record_evaluation(run_dir, history, record)
         if best is None or record[metric] > best[metric] or best["step"] == step:
             best = record
-            family.write_predictions(run_dir, dev_examples, output)
-            plain.save_pretrained(run_dir / "model", tokenizer=tokenizer)
-            (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n",
-                                                       encoding="utf-8")
+            save_best(family, run_dir, dev_examples, output, plain, tokenizer)
         write_results()
         timing["eval_s"] += time.perf_counter() - started
         if dist_info.is_main:

@@ -32,8 +32,8 @@ import os
 import re
 import time
 import typing
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.config import field_with_help
 from bertkit.errors import DataError
 from bertkit.modeling import IGNORE_INDEX
 
@@ -50,8 +51,7 @@ _ARCHITECTURE_KINDS = {"BertForSequenceClassification": "classify", "BertForToke
                        "BertForQuestionAnswering": "squad", "BertForMultipleChoice": "swag"}
 
 
-def _f(default, help: str):  # a dataclass field with its help text (the CLI options are generated from these)
-    return field(default=default, metadata={"help": help})
+_f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
 
 @dataclass(frozen=True)
@@ -798,11 +798,48 @@ def _max_positions(model_dir: Path) -> int:
     return BertConfig.from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME)).max_length
 
 
-def _read_history(path: Path, up_to_step: int | None) -> list[dict[str, Any]]:
-    if up_to_step is None or not path.is_file():
-        return []
+def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
+    """The trainer's settings for a task run: `config.epochs` epochs of `steps_per_epoch` steps, evaluated (and
+    checkpointed, unless `save_every` says otherwise) at every epoch's end. Shared by fine-tuning and distillation."""
+    from bertkit.trainer import TrainConfig
+
+    return TrainConfig(
+        max_steps=max(1, round(config.epochs * steps_per_epoch)), learning_rate=config.learning_rate,
+        warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm, adam_epsilon=config.adam_epsilon,
+        grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
+        eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
+        device=config.device, progress=config.progress)
+
+
+def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(evaluations so far, the best of them) for a resumed run: eval.jsonl up to the newest checkpoint's step;
+    nothing for a fresh run."""
+    from bertkit.trainer import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    path = run_dir / "eval.jsonl"
+    if checkpoint is None or not path.is_file():
+        return [], None
+    up_to_step = int(checkpoint.stem.split("-")[1])
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in records if r["step"] <= up_to_step]
+    history = [r for r in records if r["step"] <= up_to_step]
+    return history, (max(history, key=lambda r: r[metric]) if history else None)
+
+
+def record_evaluation(run_dir: Path, history: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """`history` with `record` in place of any earlier one of its step, rewritten to run_dir/eval.jsonl."""
+    history = [r for r in history if r["step"] != record["step"]] + [record]
+    with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+    return history
+
+
+def save_best(family, run_dir: Path, dev_examples, output, model, tokenizer) -> None:
+    """The best epoch so far: dev predictions and run_dir/model (weights, tokenizer, task file)."""
+    family.write_predictions(run_dir, dev_examples, output)
+    model.save_pretrained(run_dir / "model", tokenizer=tokenizer)
+    (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n", encoding="utf-8")
 
 
 def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike, dev_path: str | os.PathLike,
@@ -827,7 +864,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     """
     from bertkit.checkpoint import unwrap
     from bertkit.tokenizer import WordPieceTokenizer
-    from bertkit.trainer import TrainConfig, latest_checkpoint, seed_everything, setup_distributed, train
+    from bertkit.trainer import seed_everything, setup_distributed, train
 
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -863,18 +900,9 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                           config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
                           bucket_window=config.bucket_window)
     steps_per_epoch = stream.steps_per_epoch
-    max_steps = max(1, round(config.epochs * steps_per_epoch))
-    train_config = TrainConfig(
-        max_steps=max_steps, learning_rate=config.learning_rate, warmup_steps=0, warmup_ratio=config.warmup_ratio,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, adam_epsilon=config.adam_epsilon,
-        grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
-        eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
-        device=config.device, progress=config.progress)
-
-    checkpoint = latest_checkpoint(out_dir) if resume else None
-    resumed_at = int(checkpoint.stem.split("-")[1]) if checkpoint is not None else None
-    history = _read_history(out_dir / "eval.jsonl", resumed_at)
-    best: dict[str, Any] | None = max(history, key=lambda r: r[metric]) if history else None
+    train_config = epoch_train_config(config, steps_per_epoch)
+    max_steps = train_config.max_steps
+    history, best = resume_history(out_dir, resume, metric)
     timing = {"eval_s": 0.0}
     results: dict[str, Any] = {}
 
@@ -898,15 +926,10 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         started = time.perf_counter()
         metrics, output = family.evaluate(m, dev_examples, dev_features, tokenizer.pad_id)
         record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
-        history = [r for r in history if r["step"] != step] + [record]
-        with open(out_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+        history = record_evaluation(out_dir, history, record)
         if best is None or record[metric] > best[metric] or best["step"] == step:
             best = record
-            family.write_predictions(out_dir, dev_examples, output)
-            unwrap(m).save_pretrained(out_dir / "model", tokenizer=tokenizer)
-            (out_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n",
-                                                       encoding="utf-8")
+            save_best(family, out_dir, dev_examples, output, unwrap(m), tokenizer)
         write_results()
         timing["eval_s"] += time.perf_counter() - started
         flat = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}

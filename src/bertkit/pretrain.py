@@ -26,15 +26,14 @@ import numpy as np
 import torch
 import yaml
 
-from bertkit.config import PRESETS, BertConfig
+from bertkit.config import PRESETS, BertConfig, field_with_help
 from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES, build_pretraining, evaluate_pretraining
 
 ALL_OBJECTIVES = {**OBJECTIVES, **FAMILY_OBJECTIVES}  # name -> (instance kind, pair task or None)
 from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
 
 
-def _f(default, help: str):
-    return field(default=default, metadata={"help": help})
+_f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,11 +37,11 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.checkpoint import unwrap
+from bertkit.config import field_with_help
 from bertkit.io import fsync_dir
 
 
-def _f(default, help: str):  # a dataclass field with its help text (shown by `--help`)
-    return field(default=default, metadata={"help": help})
+_f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
 
 @dataclass(frozen=True)
