@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import bertkit.modeling as modeling
 from bertkit import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
-from bertkit.data.instances import Instance, SpecialIds
+from bertkit.data.instances import SpecialIds
 from bertkit.data.loader import PretrainingStream, StreamOptions
 from bertkit.modeling import (IGNORE_INDEX, BertForCausalLM, BertForQuestionAnswering,
                               BertForSequenceClassification, BertForTokenClassification, Unpadded, set_fast_paths)

@@ -36,7 +36,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit.checkpoint import unwrap
 from bertkit.config import field_with_help
 from bertkit.io import fsync_dir
 
