@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -88,6 +89,9 @@ def test_files_round_trip_through_the_cli(model_dir, tmp_path, suffix, capsys):
     if suffix == ".npy":
         assert np.load(out).shape == (len(TEXTS), max(map(len, tokens)), 64)
         assert (tmp_path / "feats.lengths.npy").is_file() and (tmp_path / "feats.tokens.json").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any file the user writes
 
 
 def test_write_features_refuses_other_suffixes(tmp_path):

@@ -1,6 +1,8 @@
 """Our model computes exactly what transformers' BERT computes, on the same weights, in both directions."""
 
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -232,6 +234,23 @@ def test_save_is_atomic_and_keeps_tokenizer(tmp_path, tiny_tokenizer):
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging leftovers
+
+
+def test_saved_model_directory_follows_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        BertForPreTraining(tiny_config()).save_pretrained(tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "m").stat().st_mode) == 0o755
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()} == {0o644}
+    model = BertForPreTraining(tiny_config())
+    os.umask(0o077)  # a private umask is honoured too
+    try:
+        model.save_pretrained(tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "m", *(tmp_path / "m").iterdir()]} == {0o700, 0o600}
 
 
 # ---- the real checkpoint ---------------------------------------------------------------------------------------

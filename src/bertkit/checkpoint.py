@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig
+from bertkit.io import make_shareable
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
 ENCODER_KEYS: dict[str, str] = {
@@ -395,9 +396,11 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
             for name in TOKENIZER_FILES:
                 if (directory / name).is_file():
                     shutil.copy2(directory / name, staging / name)
-        for path in staging.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
+        for path in [*staging.iterdir(), staging]:
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+            make_shareable(path)
         _replace_directory(staging, directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.io import make_shareable
+
 COMBINE = ("concat", "sum", "none")
 
 
@@ -122,6 +124,7 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
         arrays = {f"line_{i}": np.ascontiguousarray(f, dtype=np.float32) for i, f in enumerate(features)}
         save_file(arrays, str(path), metadata={"tokens": tokens_json, "layers": json.dumps(list(layers)),
                                                "combine": combine, "count": str(len(features))})
+        make_shareable(path)
         return [path]
     if suffix not in (".npz", ".npy"):
         raise ValueError(f"{path}: write features to a .safetensors, .npz or .npy file")
