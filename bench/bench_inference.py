@@ -14,7 +14,7 @@ Prints one JSON line per (preset, seq_len, batch kind); ratio = bertkit / transf
 is faster).
 
     python bench/bench_inference.py [--preset mini base] [--seq-len 128 512] [--batch dense varlen]
-                                    [--batch-size N] [--iters N] [--warmup N] [--quick]
+                                    [--batch-size N] [--iters N] [--warmup N] [--dtype fp32|bf16] [--compile] [--quick]
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import sys
 import torch
 
 try:  # `python bench/bench_inference.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit,
-                              log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
-                              resolve_counts, time_alternating)
+    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
+                              compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision,
+                              rates, resolve_counts, time_alternating)
 except ImportError:
-    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit, log,
-                        make_batch, model_flops, model_pair, peak_dtype, precision, rates, resolve_counts,
-                        time_alternating)
+    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
+                        compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
+                        resolve_counts, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a call of about a second on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 256, "mini": 64, "small": 32, "medium": 16, "base": 8, "large": 4}
@@ -43,7 +43,8 @@ def forward(model: torch.nn.Module, batch, dtype: str = "fp32") -> None:
         model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
 
 
-def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0, dtype="fp32") -> list[dict]:
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0, dtype="fp32",
+        compile=False) -> list[dict]:
     """Benchmark every (preset, seq_len, kind); one result dict each, in that order (MFU as in bench_pretrain_step)."""
     meter = PeakMeter(peak_dtype(dtype))
     log(f"measuring the {dtype} matmul peak for {peak_seconds:g} s ...")
@@ -52,6 +53,8 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
     for preset in presets:
         config, ours, peer = model_pair(preset, pretraining=False, seed=seed)
         ours.eval(), peer.eval()
+        if compile:
+            compile_pair(ours, peer)
         for seq_len in seq_lens:
             for kind in kinds:
                 rows = batch_size_for(DEFAULT_BATCH_SIZE, preset, seq_len, batch_size)
@@ -61,7 +64,7 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
                 times = time_alternating({"transformers": lambda: forward(peer, batch, dtype),
                                           "bertkit": lambda: forward(ours, batch, dtype)}, iters=iters, warmup=warmup)
                 record = {"bench": "inference", "preset": preset, "seq_len": seq_len, "batch": kind,
-                          "batch_size": rows, "dtype": dtype}
+                          "batch_size": rows, "dtype": dtype, "compile": compile}
                 record.update(rates(times, rows, "sequences_per_s", "call_s"))
                 record.update(rates(times, batch.real_tokens, "tokens_per_s", None))
                 record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     iters, warmup, peak_seconds = resolve_counts(args)
     for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
-                      args.seed, args.dtype):
+                      args.seed, args.dtype, args.compile):
         emit(record)
     return 0
 

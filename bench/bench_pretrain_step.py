@@ -22,7 +22,8 @@ Prints one JSON line per (preset, seq_len, batch kind); ratio = bertkit / transf
 is faster).
 
     python bench/bench_pretrain_step.py [--preset mini base] [--seq-len 128 512] [--batch dense varlen]
-                                        [--batch-size N] [--iters N] [--warmup N] [--dtype fp32|bf16] [--quick]
+                                        [--batch-size N] [--iters N] [--warmup N] [--dtype fp32|bf16]
+                                        [--compile] [--quick]
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ import sys
 import torch
 
 try:  # `python bench/bench_pretrain_step.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit,
-                              log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
-                              resolve_counts, time_alternating)
+    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
+                              compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision,
+                              rates, resolve_counts, time_alternating)
 except ImportError:
-    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function, emit, log,
-                        make_batch, model_flops, model_pair, peak_dtype, precision, rates, resolve_counts,
-                        time_alternating)
+    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
+                        compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
+                        resolve_counts, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a step of a few seconds on 2 CPU cores,
 # with enough tokens that the per-step costs independent of the batch (AdamW over every parameter, the dense
@@ -66,7 +67,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch, 
     optimizer.step()
 
 
-def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0, dtype="fp32") -> list[dict]:
+def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=0, dtype="fp32",
+        compile=False) -> list[dict]:
     """Benchmark every (preset, seq_len, kind); one result dict each, in that order.
 
     The matmul peak is measured for `peak_seconds` first and for a quarter of that after each configuration;
@@ -80,6 +82,8 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
         config, ours, peer = model_pair(preset, pretraining=True, seed=seed)
         # Before any step: once trained (different dropout draws), the two copies' weights drift apart.
         check_same_function(ours, peer, make_batch("varlen", 2, max(seq_lens), seed=seed), pretraining=True)
+        if compile:
+            compile_pair(ours, peer)
         optimizers = {"bertkit": torch.optim.AdamW(ours.parameters(), **ADAMW),
                       "transformers": torch.optim.AdamW(peer.parameters(), **ADAMW)}
         ours.train(), peer.train()
@@ -95,7 +99,7 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
                     "bertkit_dense_mlm": lambda: train_step(ours, optimizers["bertkit"], batch, dtype),
                 }, iters=iters, warmup=warmup)
                 record = {"bench": "pretrain_step", "preset": preset, "seq_len": seq_len, "batch": kind,
-                          "batch_size": rows, "dtype": dtype}
+                          "batch_size": rows, "dtype": dtype, "compile": compile}
                 record.update(rates(times, batch.real_tokens, "tokens_per_s", "step_s"))
                 record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
                 results.append((record, model_flops(config, batch.lengths, training=True)))
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     iters, warmup, peak_seconds = resolve_counts(args)
     for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
-                      args.seed, args.dtype):
+                      args.seed, args.dtype, args.compile):
         emit(record)
     return 0
 

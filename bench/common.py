@@ -303,6 +303,18 @@ def check_same_function(ours, peer, batch: Batch, pretraining: bool, rows: int =
 # ------------------------------------------------------------------------------------------------------------------
 # Command line
 # ------------------------------------------------------------------------------------------------------------------
+def compile_pair(ours, peer) -> None:
+    """Regional torch.compile on both sides, alike: every encoder layer, dynamic shapes, inductor."""
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    from bertkit.modeling import compile_layers
+
+    compile_layers(ours)
+    for module in peer.modules():
+        if isinstance(module, BertLayer):
+            module.compile(dynamic=True)
+
+
 def add_model_bench_args(parser: argparse.ArgumentParser, default_iters: int = 5, default_warmup: int = 1) -> None:
     """Options every model benchmark shares: shapes, batch kinds, iterations, --quick."""
     parser.add_argument("--preset", nargs="+", default=["mini", "base"], metavar="NAME",
@@ -322,6 +334,9 @@ def add_model_bench_args(parser: argparse.ArgumentParser, default_iters: int = 5
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                         help="fp32, or bf16 autocast on both sides (MFU then against the bf16 matmul peak)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the encoder layers of both sides (bertkit: compile_layers; transformers: "
+                             "each BertLayer, dynamic shapes), compiled during the warm-up rounds")
     parser.set_defaults(_default_iters=default_iters, _default_warmup=default_warmup)
 
 
