@@ -4,8 +4,8 @@ Every text is first seen as UTF-8 bytes mapped to 256 printable characters, so n
 belongs to the word after it (the "Ġ" in "Ġworld"). The engine splits with GPT-2's pattern and applies the learned
 merges, configured exactly as transformers' `RobertaTokenizer` is, so both give the same ids from the same
 `vocab.json` + `merges.txt`. What RoBERTa adds on top, `<s> A </s>` and `<s> A </s></s> B </s>` with one token
-type and longest-first pair truncation, is built here in Python, as `bertkit.tokenizer` does for BERT, and the
-result is the same `Encoding` (ids, offsets, word and sequence ids).
+type and longest-first pair truncation, is the framing BERT's tokenizer uses too (`bertkit.tokenizer.PieceTokenizer`)
+with RoBERTa's tokens and pair rule, so the result is the same `Encoding` (ids, offsets, word and sequence ids).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizer import Encoding
+from bertkit.tokenizer import PieceTokenizer
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -46,7 +46,7 @@ def truncate_pair(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
     return (long, short) if n_a > n_b else (short, long)
 
 
-class ByteLevelBPETokenizer:
+class ByteLevelBPETokenizer(PieceTokenizer):
     """RoBERTa's tokenizer: byte-level BPE with `<s>`/`</s>` framing.
 
     Build one with `train` (from text), `from_files` (`vocab.json` + `merges.txt`) or `from_pretrained` (a model
@@ -56,6 +56,8 @@ class ByteLevelBPETokenizer:
     """
 
     kind = "bpe"  # as `bertkit.tokenizer.load_tokenizer` and shard manifests name it
+    cls_token, sep_token, pad_token = "<s>", "</s>", "<pad>"
+    pair_separators, pair_type_id = 2, 0  # <s> A </s></s> B </s>, one token type
 
     def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], add_prefix_space: bool = False,
                  trim_offsets: bool = True, source: str = "vocab") -> None:
@@ -178,25 +180,6 @@ class ByteLevelBPETokenizer:
         atomic_write(directory / "tokenizer.json", self.backend.to_str(pretty=True))
 
     # ---- vocabulary ------------------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self._vocab)
-
-    def __len__(self) -> int:
-        return len(self._vocab)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._vocab)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self._vocab.get(token)
-
-    def id_to_token(self, index: int) -> str:
-        return self._id_to_token[index]
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        return [self._id_to_token[int(i)] for i in ids]
-
     def word_start_flags(self) -> np.ndarray:
         """(V,) bool: True for the pieces that begin a word wherever they stand: those carrying the "Ġ" space.
 
@@ -224,77 +207,12 @@ class ByteLevelBPETokenizer:
         """Byte-level BPE tokens of `text` ("Ġ" marks a leading space), without special tokens."""
         return self.backend.encode(text, add_special_tokens=False).tokens
 
-    def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
-        """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
-
     def encode_raw(self, texts: Sequence[str]):
         """Engine encodings (no special tokens, trimmed offsets) of whole texts, for tasks that need offsets."""
         return self.backend.encode_batch(list(texts), add_special_tokens=False)
 
-    def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
-               padding: bool | str = False) -> Encoding:
-        """Encode a text as `<s> text </s>`, or a pair as `<s> text </s></s> pair </s>` (one token type, 0).
-
-        max_length: the longest output, special tokens included; with `truncation` the pieces are cut
-        longest-first (as transformers does), without it a longer input raises ValueError.
-        padding: False; True or "max_length" pads with <pad> up to `max_length` (attention_mask 0 there).
-        """
-        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, padding)[0]
-
-    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
-                     truncation: bool = True, padding: bool | str = False) -> list[Encoding]:
-        """`encode` for many texts; padding=True pads to the longest in the batch (or to max_length if set)."""
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
-        if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-        firsts = self.encode_raw(texts)
-        seconds = self.encode_raw(list(pairs)) if pairs is not None else None
-        out = [self._build(firsts[i], None if seconds is None else seconds[i], max_length, truncation)
-               for i in range(len(texts))]
-        if padding:
-            target = max_length if (padding == "max_length" or max_length) and max_length else max(map(len, out))
-            for enc in out:
-                self._pad(enc, target)
-        return out
-
-    def _build(self, a, b, max_length: int | None, truncation: bool) -> Encoding:
-        specials = 2 if b is None else 4  # <s> A </s>  or  <s> A </s></s> B </s>
-        n_a, n_b = len(a.ids), (0 if b is None else len(b.ids))
-        if max_length is not None and n_a + n_b + specials > max_length:
-            if not truncation:
-                raise ValueError(f"input of {n_a + n_b + specials} tokens is longer than max_length {max_length} "
-                                 f"and truncation is off")
-            n_a, n_b = truncate_pair(n_a, None if b is None else n_b, max_length - specials)
-        ids = [self.cls_id, *a.ids[:n_a], self.sep_id]
-        tokens = ["<s>", *a.tokens[:n_a], "</s>"]
-        offsets = [(0, 0), *a.offsets[:n_a], (0, 0)]
-        word_ids = [None, *a.word_ids[:n_a], None]
-        seq_ids: list[int | None] = [None, *([0] * n_a), None]
-        if b is not None:
-            ids += [self.sep_id, *b.ids[:n_b], self.sep_id]
-            tokens += ["</s>", *b.tokens[:n_b], "</s>"]
-            offsets += [(0, 0), *b.offsets[:n_b], (0, 0)]
-            word_ids += [None, *b.word_ids[:n_b], None]
-            seq_ids += [None, *([1] * n_b), None]
-        special = [1 if s is None else 0 for s in seq_ids]
-        return Encoding(ids, [0] * len(ids), [1] * len(ids), tokens, offsets, word_ids, seq_ids, special)
-
-    def _pad(self, enc: Encoding, length: int) -> None:
-        extra = length - len(enc.input_ids)
-        if extra <= 0:
-            return
-        enc.input_ids += [self.pad_id] * extra
-        enc.token_type_ids += [0] * extra
-        enc.attention_mask += [0] * extra
-        enc.tokens += ["<pad>"] * extra
-        enc.offsets += [(0, 0)] * extra
-        enc.word_ids += [None] * extra
-        enc.sequence_ids += [None] * extra
-        enc.special_tokens_mask += [1] * extra
+    def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
+        return truncate_pair(n_a, n_b, budget)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text from ids (bytes joined back, so accents and CJK come back whole), special tokens dropped."""

@@ -112,7 +112,121 @@ def truncate_longest_first(a: list, b: list | None, max_tokens: int) -> tuple[li
     return a[:keep_a], b[:keep_b], keep_a, keep_b
 
 
-class WordPieceTokenizer:
+class PieceTokenizer:
+    """What WordPiece and byte-level BPE share: vocabulary lookups, and the special-token framing of the engine's
+    pieces, `CLS A SEP` or `CLS A SEP [SEP] B SEP`, built here in Python so the rule is visible.
+
+    A subclass sets `_vocab`, `_id_to_token`, `backend`, `cls_id`, `sep_id`, `pad_id`, `special_ids`, the three
+    framing tokens' strings, how many separators stand between a pair's texts, the pair text's token type, and
+    `_truncate` (its pair rule); `encode_raw` gives the engine's encodings of whole texts.
+    """
+
+    cls_token = sep_token = pad_token = ""
+    pair_separators = 1  # [SEP] between A and B; RoBERTa's "</s></s>" is 2
+    pair_type_id = 1  # token type of B and its closing separator; RoBERTa has one type, 0
+
+    # ---- vocabulary ------------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._vocab.get(token)
+
+    def id_to_token(self, index: int) -> str:
+        return self._id_to_token[index]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self._id_to_token[int(i)] for i in ids]
+
+    # ---- encoding --------------------------------------------------------------------------------------------
+    def encode_raw(self, texts: Sequence[str]):
+        """The engine's encodings of whole texts, without special tokens."""
+        raise NotImplementedError
+
+    def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
+        return [e.ids for e in self.encode_raw(texts)]
+
+    def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
+        """How many pieces of a (and b) to keep within `budget` tokens."""
+        raise NotImplementedError
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
+               padding: bool | str = False) -> Encoding:
+        """Encode a text (or a pair) with its special tokens.
+
+        max_length: the longest output, special tokens included. With `truncation`, the pieces are cut
+        longest-first to fit; without it a longer input raises ValueError.
+        padding: False; True or "max_length" pads up to `max_length` (attention_mask 0 there).
+        """
+        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, padding)[0]
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
+                     truncation: bool = True, padding: bool | str = False) -> list[Encoding]:
+        """`encode` for many texts; padding=True pads to the longest in the batch (or to max_length if set)."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        firsts = self.encode_raw(texts)
+        seconds = self.encode_raw(list(pairs)) if pairs is not None else None
+        out = [self._build(firsts[i], None if seconds is None else seconds[i], max_length, truncation)
+               for i in range(len(texts))]
+        if padding:
+            target = max_length if (padding == "max_length" or max_length) and max_length else max(map(len, out))
+            for enc in out:
+                self._pad(enc, target)
+        return out
+
+    def _build(self, a, b, max_length: int | None, truncation: bool) -> Encoding:
+        specials = 2 if b is None else 1 + self.pair_separators + 1
+        n_a, n_b = len(a.ids), (0 if b is None else len(b.ids))
+        if max_length is not None and n_a + n_b + specials > max_length:
+            if not truncation:
+                raise ValueError(f"input of {n_a + n_b + specials} tokens is longer than max_length {max_length} "
+                                 f"and truncation is off")
+            n_a, n_b = self._truncate(n_a, None if b is None else n_b, max_length - specials)
+        ids = [self.cls_id, *a.ids[:n_a], self.sep_id]
+        tokens = [self.cls_token, *a.tokens[:n_a], self.sep_token]
+        offsets = [(0, 0), *a.offsets[:n_a], (0, 0)]
+        word_ids = [None, *a.word_ids[:n_a], None]
+        seq_ids: list[int | None] = [None, *([0] * n_a), None]
+        types = [0] * (n_a + 2)
+        if b is not None:
+            extra = self.pair_separators - 1  # separators after A's closing one
+            ids += [*([self.sep_id] * extra), *b.ids[:n_b], self.sep_id]
+            tokens += [*([self.sep_token] * extra), *b.tokens[:n_b], self.sep_token]
+            offsets += [*([(0, 0)] * extra), *b.offsets[:n_b], (0, 0)]
+            word_ids += [*([None] * extra), *b.word_ids[:n_b], None]
+            seq_ids += [*([None] * extra), *([1] * n_b), None]
+            types += [self.pair_type_id] * (extra + n_b + 1)
+        special = [1 if s is None else 0 for s in seq_ids]
+        return Encoding(ids, types, [1] * len(ids), tokens, offsets, word_ids, seq_ids, special)
+
+    def _pad(self, enc: Encoding, length: int) -> None:
+        extra = length - len(enc.input_ids)
+        if extra <= 0:
+            return
+        enc.input_ids += [self.pad_id] * extra
+        enc.token_type_ids += [0] * extra
+        enc.attention_mask += [0] * extra
+        enc.tokens += [self.pad_token] * extra
+        enc.offsets += [(0, 0)] * extra
+        enc.word_ids += [None] * extra
+        enc.sequence_ids += [None] * extra
+        enc.special_tokens_mask += [1] * extra
+
+
+class WordPieceTokenizer(PieceTokenizer):
     """BERT's WordPiece tokenizer.
 
     Build one with `train` (from text), `from_vocab` (a `vocab.txt`) or `from_pretrained` (a model directory);
@@ -120,6 +234,7 @@ class WordPieceTokenizer:
     """
 
     kind = "wordpiece"  # as `load_tokenizer` and shard manifests name it
+    cls_token, sep_token, pad_token = "[CLS]", "[SEP]", "[PAD]"
 
     def __init__(self, vocab: dict[str, int], lowercase: bool = True, strip_accents: bool | None = None,
                  source: str = "vocab") -> None:
@@ -251,25 +366,6 @@ class WordPieceTokenizer:
         atomic_write(directory / "tokenizer.json", self.backend.to_str(pretty=True))
 
     # ---- vocabulary ------------------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self._vocab)
-
-    def __len__(self) -> int:
-        return len(self._vocab)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._vocab)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self._vocab.get(token)
-
-    def id_to_token(self, index: int) -> str:
-        return self._id_to_token[index]
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        return [self._id_to_token[int(i)] for i in ids]
-
     def word_start_flags(self) -> np.ndarray:
         """(V,) bool: True for the pieces that begin a word wherever they stand, i.e. all but "##" continuations.
 
@@ -292,10 +388,6 @@ class WordPieceTokenizer:
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, without special tokens."""
         return self.backend.encode(self.engine_text(text), add_special_tokens=False).tokens
-
-    def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
-        """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
-        return [e.ids for e in self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)]
 
     def engine_text(self, text: str) -> str:
         """`text` as the engine must receive it: with final sigmas marked when lower-casing (see _final_sigma).
@@ -321,73 +413,9 @@ class WordPieceTokenizer:
         prepared = [[self.engine_text(w) for w in item] for item in words]
         return self.backend.encode_batch(prepared, is_pretokenized=True, add_special_tokens=False)
 
-    def encode(self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True,
-               padding: bool | str = False) -> Encoding:
-        """Encode a text (or pair) as `[CLS] text [SEP]` (`[CLS] text [SEP] pair [SEP]`).
-
-        max_length: the longest output, special tokens included. With `truncation`, the pieces are cut
-        longest-first to fit; without it a longer input raises ValueError.
-        padding: False; True or "max_length" pads with [PAD] up to `max_length` (attention_mask 0 there).
-        """
-        return self.encode_batch([text], None if pair is None else [pair], max_length, truncation, padding)[0]
-
-    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
-                     truncation: bool = True, padding: bool | str = False) -> list[Encoding]:
-        """`encode` for many texts; padding=True pads to the longest in the batch (or to max_length if set)."""
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
-        if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-        firsts = self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)
-        seconds = (self.backend.encode_batch([self.engine_text(t) for t in pairs], add_special_tokens=False)
-                   if pairs is not None else None)
-        out = [self._build(firsts[i], None if seconds is None else seconds[i], max_length, truncation)
-               for i in range(len(texts))]
-        if padding:
-            target = max_length if (padding == "max_length" or max_length) and max_length else max(map(len, out))
-            for enc in out:
-                self._pad(enc, target)
-        return out
-
-    def _build(self, a, b, max_length: int | None, truncation: bool) -> Encoding:
-        specials = 2 if b is None else 3
-        n_a, n_b = len(a.ids), (0 if b is None else len(b.ids))
-        if max_length is not None and n_a + n_b + specials > max_length:
-            if not truncation:
-                raise ValueError(f"input of {n_a + n_b + specials} tokens is longer than max_length {max_length} "
-                                 f"and truncation is off")
-            _, _, n_a, n_b = truncate_longest_first(range(n_a), None if b is None else range(n_b),
-                                                    max_length - specials)
-        ids = [self.cls_id, *a.ids[:n_a], self.sep_id]
-        tokens = ["[CLS]", *a.tokens[:n_a], "[SEP]"]
-        offsets = [(0, 0), *a.offsets[:n_a], (0, 0)]
-        word_ids = [None, *a.word_ids[:n_a], None]
-        seq_ids: list[int | None] = [None, *([0] * n_a), None]
-        types = [0] * (n_a + 2)
-        if b is not None:
-            ids += [*b.ids[:n_b], self.sep_id]
-            tokens += [*b.tokens[:n_b], "[SEP]"]
-            offsets += [*b.offsets[:n_b], (0, 0)]
-            word_ids += [*b.word_ids[:n_b], None]
-            seq_ids += [*([1] * n_b), None]
-            types += [1] * (n_b + 1)
-        special = [1 if s is None else 0 for s in seq_ids]
-        return Encoding(ids, types, [1] * len(ids), tokens, offsets, word_ids, seq_ids, special)
-
-    def _pad(self, enc: Encoding, length: int) -> None:
-        extra = length - len(enc.input_ids)
-        if extra <= 0:
-            return
-        enc.input_ids += [self.pad_id] * extra
-        enc.token_type_ids += [0] * extra
-        enc.attention_mask += [0] * extra
-        enc.tokens += ["[PAD]"] * extra
-        enc.offsets += [(0, 0)] * extra
-        enc.word_ids += [None] * extra
-        enc.sequence_ids += [None] * extra
-        enc.special_tokens_mask += [1] * extra
+    def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
+        _, _, n_a, n_b = truncate_longest_first(range(n_a), None if n_b is None else range(n_b), budget)
+        return n_a, n_b
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text from ids: `##` pieces joined to the previous token, special tokens dropped unless asked for."""
