@@ -708,9 +708,9 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     """
     from bertkit.checkpoint import unwrap
     from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, _max_positions, epoch_train_config,
-                                  record_evaluation, resume_history, save_best)
+                                  record_evaluation, resume_history, save_best, train_and_report)
     from bertkit.tokenizer import WordPieceTokenizer
-    from bertkit.trainer import seed_everything, setup_distributed, train
+    from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
@@ -829,15 +829,6 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
               f"layers) on {len(train_features):,} labelled + {len(transfer):,} transfer inputs: {max_steps} steps "
               f"of {config.batch_size}, on {device}", flush=True)
 
-    started = time.perf_counter()
-    result = train(model, task, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
-                   dist_info=dist_info, device=device)
-    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
-    if dist_info.is_main:
-        write_results({"steps": result.step, "stopped_by": result.stopped_by,
-                       "train_seconds": round(train_seconds, 3),
-                       "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
-                       "final_train_metrics": result.last_metrics})
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    train_and_report(model, task, stream, train_config, run_dir, evaluate, resume, dist_info, device, timing,
+                     write_results)
     return dict(results)

@@ -842,6 +842,25 @@ def save_best(family, run_dir: Path, dev_examples, output, model, tokenizer) -> 
     (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n", encoding="utf-8")
 
 
+def train_and_report(model, objective, stream, train_config, run_dir: Path, evaluate, resume: bool, dist_info,
+                     device, timing: dict[str, float], write_results) -> None:
+    """The shared training loop for a task run, then the run's throughput (evaluation time excluded) into
+    results.json through `write_results`; ends the process group of a distributed run."""
+    from bertkit.trainer import train
+
+    started = time.perf_counter()
+    result = train(model, objective, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
+                   dist_info=dist_info, device=device)
+    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
+    if dist_info.is_main:
+        write_results({"steps": result.step, "stopped_by": result.stopped_by,
+                       "train_seconds": round(train_seconds, 3),
+                       "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
+                       "final_train_metrics": result.last_metrics})
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike, dev_path: str | os.PathLike,
              out_dir: str | os.PathLike, config: FinetuneConfig | None = None, *, resume: bool = False,
              new_heads: bool = False, stop_after_steps: int | None = None) -> dict[str, Any]:
@@ -864,7 +883,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     """
     from bertkit.checkpoint import unwrap
     from bertkit.tokenizer import WordPieceTokenizer
-    from bertkit.trainer import seed_everything, setup_distributed, train
+    from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -951,18 +970,8 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
               f"({len(train_features):,} inputs): {max_steps} steps of {config.batch_size}, {steps_per_epoch} per "
               f"epoch, on {device}", flush=True)
 
-    started = time.perf_counter()
-    result = train(model, family.objective(), stream, train_config, out_dir, evaluate=evaluate, resume=resume,
-                   dist_info=dist_info, device=device)
-    wall = time.perf_counter() - started
-    train_seconds = max(wall - timing["eval_s"], 1e-9)
-    if dist_info.is_main:
-        write_results({"steps": result.step, "stopped_by": result.stopped_by,
-                       "train_seconds": round(train_seconds, 3),
-                       "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
-                       "final_train_metrics": result.last_metrics})
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    train_and_report(model, family.objective(), stream, train_config, out_dir, evaluate, resume, dist_info, device,
+                     timing, write_results)
     return dict(results)
 
 
