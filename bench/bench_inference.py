@@ -19,19 +19,17 @@ is faster).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 try:  # `python bench/bench_inference.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
-                              compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision,
-                              rates, resolve_counts, time_alternating)
+    from bench.common import (PeakMeter, add_mfu, batch_size_for, check_same_function, compile_pair, log,
+                              make_batch, model_bench_main, model_flops, model_pair, peak_dtype, precision, rates,
+                              time_alternating)
 except ImportError:
-    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
-                        compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
-                        resolve_counts, time_alternating)
+    from common import (PeakMeter, add_mfu, batch_size_for, check_same_function, compile_pair, log, make_batch,
+                        model_bench_main, model_flops, model_pair, peak_dtype, precision, rates, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a call of about a second on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 256, "mini": 64, "small": 32, "medium": 16, "base": 8, "large": 4}
@@ -75,14 +73,7 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_model_bench_args(parser, default_iters=7, default_warmup=2)
-    args = parser.parse_args(argv)
-    iters, warmup, peak_seconds = resolve_counts(args)
-    for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
-                      args.seed, args.dtype, args.compile):
-        emit(record)
-    return 0
+    return model_bench_main(run, __doc__.splitlines()[0], default_iters=7, default_warmup=2, argv=argv)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,17 @@ is faster).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 try:  # `python bench/bench_pretrain_step.py` puts bench/ on sys.path; `bench.` when imported from the repo root
-    from bench.common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
-                              compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision,
-                              rates, resolve_counts, time_alternating)
+    from bench.common import (PeakMeter, add_mfu, batch_size_for, check_same_function, compile_pair, log,
+                              make_batch, model_bench_main, model_flops, model_pair, peak_dtype, precision, rates,
+                              time_alternating)
 except ImportError:
-    from common import (PeakMeter, add_model_bench_args, add_mfu, batch_size_for, check_same_function,
-                        compile_pair, emit, log, make_batch, model_flops, model_pair, peak_dtype, precision, rates,
-                        resolve_counts, time_alternating)
+    from common import (PeakMeter, add_mfu, batch_size_for, check_same_function, compile_pair, log, make_batch,
+                        model_bench_main, model_flops, model_pair, peak_dtype, precision, rates, time_alternating)
 
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a step of a few seconds on 2 CPU cores,
 # with enough tokens that the per-step costs independent of the batch (AdamW over every parameter, the dense
@@ -109,14 +107,7 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_model_bench_args(parser, default_iters=5, default_warmup=1)
-    args = parser.parse_args(argv)
-    iters, warmup, peak_seconds = resolve_counts(args)
-    for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
-                      args.seed, args.dtype, args.compile):
-        emit(record)
-    return 0
+    return model_bench_main(run, __doc__.splitlines()[0], default_iters=5, default_warmup=1, argv=argv)
 
 
 if __name__ == "__main__":

@@ -340,6 +340,19 @@ def add_model_bench_args(parser: argparse.ArgumentParser, default_iters: int = 5
     parser.set_defaults(_default_iters=default_iters, _default_warmup=default_warmup)
 
 
+def model_bench_main(run, description: str, default_iters: int, default_warmup: int,
+                     argv: list[str] | None = None) -> int:
+    """The command line of a model benchmark: parse the shared options, call `run`, print a JSON line per record."""
+    parser = argparse.ArgumentParser(description=description)
+    add_model_bench_args(parser, default_iters=default_iters, default_warmup=default_warmup)
+    args = parser.parse_args(argv)
+    iters, warmup, peak_seconds = resolve_counts(args)
+    for record in run(args.preset, args.seq_len, args.batch, args.batch_size, iters, warmup, peak_seconds,
+                      args.seed, args.dtype, args.compile):
+        emit(record)
+    return 0
+
+
 def resolve_counts(args: argparse.Namespace) -> tuple[int, int, float]:
     """(iters, warmup, peak_seconds) from explicit options, else --quick, else the defaults."""
     iters = args.iters if args.iters is not None else (2 if args.quick else args._default_iters)
