@@ -17,7 +17,7 @@ import json
 import os
 import re
 import shutil
-import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig
-from bertkit.io import make_shareable
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
 ENCODER_KEYS: dict[str, str] = {
@@ -385,7 +384,9 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
     model = unwrap(model)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     hf_state = bertkit_to_hf(state, model.head_family, model.encoder_prefix, model_type=model.config.model_type)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    # A plain mkdir, not tempfile.mkdtemp (0700): the directory gets the permissions the user's umask gives.
+    staging = directory.with_name(f".{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    staging.mkdir()
     try:
         save_file(hf_state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
         model.config.to_json_file(staging / CONFIG_NAME, architectures=[architecture_name(model)],
@@ -396,11 +397,11 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
             for name in TOKENIZER_FILES:
                 if (directory / name).is_file():
                     shutil.copy2(directory / name, staging / name)
-        for path in [*staging.iterdir(), staging]:
-            if path.is_file():
-                with open(path, "rb") as handle:
-                    os.fsync(handle.fileno())
-            make_shareable(path)
+        # safetensors creates its file 0600; give it the mode config.json got from a plain open().
+        shutil.copymode(staging / CONFIG_NAME, staging / WEIGHTS_NAME)
+        for path in staging.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
         _replace_directory(staging, directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

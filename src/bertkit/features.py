@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertkit.io import make_shareable
+from bertkit.io import atomic_write
 
 COMBINE = ("concat", "sum", "none")
 
@@ -119,12 +119,12 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
     tokens_json = json.dumps([list(t) for t in tokens], ensure_ascii=False)
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save
 
         arrays = {f"line_{i}": np.ascontiguousarray(f, dtype=np.float32) for i, f in enumerate(features)}
-        save_file(arrays, str(path), metadata={"tokens": tokens_json, "layers": json.dumps(list(layers)),
-                                               "combine": combine, "count": str(len(features))})
-        make_shareable(path)
+        # Bytes through atomic_write, not safetensors' save_file: a plain open() gives the umask's mode (not 0600).
+        atomic_write(path, save(arrays, metadata={"tokens": tokens_json, "layers": json.dumps(list(layers)),
+                                                  "combine": combine, "count": str(len(features))}))
         return [path]
     if suffix not in (".npz", ".npy"):
         raise ValueError(f"{path}: write features to a .safetensors, .npz or .npy file")

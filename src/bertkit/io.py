@@ -18,14 +18,6 @@ def atomic_write(path: Path, payload: bytes | str) -> None:
     os.replace(tmp, path)
 
 
-def make_shareable(path: Path) -> None:
-    """Give `path` the permissions a plain `open()`/`mkdir()` would (umask applied): safetensors writes files 0600
-    and `tempfile.mkdtemp` makes folders 0700, which would hide models and features from other users."""
-    current = os.umask(0)
-    os.umask(current)
-    Path(path).chmod((0o777 if Path(path).is_dir() else 0o666) & ~current)
-
-
 def fsync_dir(directory: Path) -> None:
     """Make a folder's entries (renames) durable; a no-op where the platform or file system cannot."""
     try:
