@@ -108,6 +108,69 @@ def test_fused_qkv_matches_three_projections_forward_and_backward():
     assert_same_grads(fast_grads, plain_grads)
 
 
+needs_onednn = pytest.mark.skipif(not modeling._ONEDNN, reason="this torch build has no oneDNN linear kernel")
+
+
+def count_onednn_calls(monkeypatch) -> list:
+    """Make every product large enough for oneDNN and record each matmul it runs (their count is returned live)."""
+    calls = []
+    real = modeling._onednn_mm
+
+    def counted(x, weight, bias=None):
+        calls.append(tuple(x.shape))
+        return real(x, weight, bias)
+
+    monkeypatch.setattr(modeling, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(modeling, "_onednn_mm", counted)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense-mlm", "sparse-mlm"])
+def test_onednn_linear_matches_plain_path_forward_and_backward(monkeypatch, sparse):
+    config = tiny_config(**NO_DROPOUT)
+    torch.manual_seed(2)
+    model = BertForPreTraining(config).train()
+    batch = padded_batch(config)
+    calls = count_onednn_calls(monkeypatch)
+    set_fast_paths(model, onednn=False)
+    plain, plain_grads = run_pretraining(model, batch, sparse)
+    assert calls == []
+    set_fast_paths(model, onednn=True)
+    fast, fast_grads = run_pretraining(model, batch, sparse)
+    # forward: 4 linear layers per encoder layer, MLM transform and decoder, pooler, NSP; backward: 2 per forward
+    # product whose input needs a gradient (the first layer's QKV input is the embeddings' output: it does)
+    forward = 4 * config.num_hidden_layers + 4
+    assert len(calls) == 3 * forward
+    torch.testing.assert_close(fast.loss, plain.loss, atol=ATOL, rtol=0)
+    torch.testing.assert_close(fast.prediction_logits, plain.prediction_logits, atol=ATOL, rtol=0)
+    for x, y in zip(fast.hidden_states, plain.hidden_states):
+        torch.testing.assert_close(x, y, atol=ATOL, rtol=0)
+    assert_same_grads(fast_grads, plain_grads)
+
+
+@needs_onednn
+def test_onednn_linear_in_inference_and_where_it_stands_aside(monkeypatch):
+    config = tiny_config(**NO_DROPOUT)
+    torch.manual_seed(3)
+    model = BertModel(config).eval()
+    ids, mask, types, _, _ = padded_batch(config)
+    with torch.no_grad():
+        plain = set_fast_paths(model, onednn=False)(ids, mask, types).last_hidden_state
+        calls = count_onednn_calls(monkeypatch)
+        fast = set_fast_paths(model, onednn=True)(ids, mask, types).last_hidden_state
+        assert len(calls) == 4 * config.num_hidden_layers + 1  # every layer's four products and the pooler
+        torch.testing.assert_close(fast, plain, atol=ATOL, rtol=0)
+        calls.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks its own kernels
+            model(ids, mask, types)
+        model.double()(ids, mask, types)  # float64: not a float32 kernel
+        assert calls == []
+        monkeypatch.setattr(modeling, "ONEDNN_MIN_MACS", 1 << 22)  # the default: tiny products stay on F.linear
+        model.float()(ids, mask, types)
+        assert calls == []
+
+
 def test_fused_qkv_keeps_transformers_tensor_names_and_round_trips(tmp_path):
     config = tiny_config()
     torch.manual_seed(2)
