@@ -109,13 +109,27 @@ def activation(name: str):
 
 # oneDNN's float32 matmul kernels: on CPUs where torch's default BLAS (MKL) takes a slower code path (AVX-512 CPUs
 # not made by Intel run MKL's AVX2 kernels) they are about twice as fast, with float32 rounding alike.
-_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 ONEDNN_MIN_MACS = 1 << 22  # below this many multiply-adds a call's fixed cost outweighs the faster kernel
 
 
 def _onednn_mm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., K) @ weight (N, K)^T + bias (N) on oneDNN; strided views are read as they are, without a copy."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _onednn_works() -> bool:
+    """Whether this torch build has the oneDNN linear kernel and it computes a known product (the operator is
+    torch's internal one, so a build without it, or with another signature, falls back to F.linear)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        product = _onednn_mm(torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4))
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+    return torch.equal(product, torch.full((2, 4), 3.0))
+
+
+_ONEDNN = _onednn_works()
 
 
 class OneDNNLinear(torch.autograd.Function):
