@@ -52,22 +52,22 @@ class PeakMeter:
 
 def measure_peak_gflops(seconds: float = 2.0, n: int = 2048, dtype: torch.dtype = torch.float32) -> float:
     """Achievable matmul rate of this machine in `dtype`, GFLOP/s: the best of repeated n x n products for ~`seconds`,
-    each timed through torch's default kernel (`torch.mm`) and, in fp32 where torch has it, oneDNN's (the one
-    bertkit's `linear` uses; on AVX-512 CPUs not made by Intel it is about twice as fast as MKL's).
+    each timed through torch's default kernel (`torch.mm`) and, in fp32, through bertkit's `linear` (oneDNN's
+    kernel where torch has it; on AVX-512 CPUs not made by Intel it is about twice as fast as MKL's).
 
     Uses torch's current thread count (never changed here), so it is the ceiling the models run under.
     The best single product is taken rather than the mean because, on a shared machine, other work only ever
     slows a product down; the best is the closest to what the hardware can do.
     """
-    from bertkit.modeling import _ONEDNN, _onednn_mm
+    from bertkit.modeling import linear
 
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g).to(dtype)
     b = torch.randn(n, n, generator=g).to(dtype)
     out = torch.empty(n, n, dtype=dtype)
     kernels = [lambda: torch.mm(a, b, out=out)]
-    if _ONEDNN and dtype == torch.float32:
-        kernels.append(lambda: _onednn_mm(a, b))
+    if dtype == torch.float32:
+        kernels.append(lambda: linear(a, b))  # a @ b.T: the same FLOPs
     best = 0.0
     for kernel in kernels:
         kernel()  # warm-up: first-call allocation and kernel selection
