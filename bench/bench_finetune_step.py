@@ -160,7 +160,7 @@ def classifier_pair(preset: str, seed: int = 0):
     import transformers
 
     from bertkit import BertConfig
-    from bertkit.modeling import BertForSequenceClassification
+    from bertkit.models import BertForSequenceClassification
 
     config = BertConfig.preset(preset, vocab_size=30522)
     torch.manual_seed(seed)

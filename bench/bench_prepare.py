@@ -54,7 +54,7 @@ def run_transformers(corpus: Path, vocab: Path, block_size: int, batch_lines: in
 
 def run_bertkit(corpus: Path, vocab: Path) -> tuple[float, int]:
     from bertkit.data.shards import prepare
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_vocab(vocab, lowercase=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,7 +59,7 @@ def measure_peak_gflops(seconds: float = 2.0, n: int = 2048, dtype: torch.dtype 
     The best single product is taken rather than the mean because, on a shared machine, other work only ever
     slows a product down; the best is the closest to what the hardware can do.
     """
-    from bertkit.modeling import linear
+    from bertkit.models import linear
 
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g).to(dtype)
@@ -316,7 +316,7 @@ def compile_pair(ours, peer) -> None:
     """Regional torch.compile on both sides, alike: every encoder layer, dynamic shapes, inductor."""
     from transformers.models.bert.modeling_bert import BertLayer
 
-    from bertkit.modeling import compile_layers
+    from bertkit.models import compile_layers
 
     compile_layers(ours)
     for module in peer.modules():

@@ -9,7 +9,7 @@ import torch
 
 from bertkit.cli import main
 from bertkit.finetune import EpochBatches, FinetuneConfig, forward_all
-from bertkit.modeling import BertForSequenceClassification
+from bertkit.models import BertForSequenceClassification
 from conftest import tiny_config
 
 N = 203  # not a multiple of the batch size: the last, partial batch is kept or dropped by the split rule

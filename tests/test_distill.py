@@ -18,7 +18,7 @@ from bertkit.cli import main
 from bertkit.distill import (DistillationStudent, DistillationTask, DistillConfig, build_student, distill_task,
                              layer_map, model_outputs, soft_cross_entropy, soft_kl)
 from bertkit.finetune import FinetuneConfig, collate, finetune, predict
-from bertkit.modeling import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
+from bertkit.models import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
 
 FILLER = "the movie film plot actor was is very quite really a an story scene music fun long short".split()
 QUICK = dict(batch_size=8, learning_rate=3e-3, progress=False, log_every=1, max_seq_length=24)

@@ -15,7 +15,7 @@ from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
 from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, evaluate_predictions, finetune, predict,
                               tags_to_spans)
-from bertkit.modeling import IGNORE_INDEX, BertForSequenceClassification
+from bertkit.models import IGNORE_INDEX, BertForSequenceClassification
 
 FILLER = "the movie film plot actor was is very quite really a an story scene music fun long short".split()
 PEOPLE, PLACES = ["john", "mary", "peter", "anna"], ["paris", "london", "berlin", "rome"]

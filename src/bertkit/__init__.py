@@ -1,13 +1,13 @@
 """bertkit: BERT and its family end to end, from raw text to an evaluated model."""
 
-from bertkit.bpe import ByteLevelBPETokenizer
+from bertkit.tokenizers import ByteLevelBPETokenizer
 from bertkit.config import BertConfig
-from bertkit.modeling import (
+from bertkit.models import (
     BertForCausalLM, BertForMaskedLM, BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
     BertForReplacedTokenDetection, BertForSequenceClassification, BertForTokenClassification, BertModel,
     GeneratorDiscriminator,
 )
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizers import WordPieceTokenizer
 
 __version__ = "0.1.0"
 __all__ = [

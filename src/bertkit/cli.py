@@ -17,8 +17,8 @@ from pathlib import Path
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from bertkit.bpe import ByteLevelBPETokenizer
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import ByteLevelBPETokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     if args.kind == "bpe":
         if args.cased or args.strip_accents is not None:
@@ -37,7 +37,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 def load_tokenizer(path: str):
     """A tokenizer from a model directory, a tokenizer directory or a vocabulary file (WordPiece or BPE)."""
-    from bertkit.tokenizer import load_tokenizer as load
+    from bertkit.tokenizers import load_tokenizer as load
 
     return load(path)
 
@@ -45,7 +45,7 @@ def load_tokenizer(path: str):
 def cmd_tokenize(args: argparse.Namespace) -> None:
     tok = load_tokenizer(args.model_or_vocab)
     if args.cased is not None:  # a bare vocab.txt carries no casing; let the user say
-        from bertkit.tokenizer import WordPieceTokenizer
+        from bertkit.tokenizers import WordPieceTokenizer
 
         tok = WordPieceTokenizer(tok.get_vocab(), lowercase=not args.cased)
     enc = tok.encode(args.text, pair=args.pair, max_length=args.max_length)

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 # Activations the feed-forward block and the MLM head understand, by their transformers names.
+IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 # config.json keys that carry no architectural meaning for an encoder; read and dropped.

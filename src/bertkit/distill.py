@@ -51,7 +51,7 @@ from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, field_with_help
 from bertkit.errors import DataError
-from bertkit.modeling import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
+from bertkit.models import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
                               BertForTokenClassification)
 
 TASK_KINDS = ("glue", "classify", "ner")  # fine-tuning kinds (bertkit.finetune) that distill_task supports
@@ -478,7 +478,7 @@ def build_student(cls, teacher: nn.Module, config: DistillConfig, student_dir: s
 
 def _model_class_of(model_dir: Path):
     """The bertkit class that matches a model directory's architecture (the bare encoder when none does)."""
-    import bertkit.modeling as modeling
+    import bertkit.models as modeling
     from bertkit.checkpoint import read_config
 
     for arch in read_config(model_dir).get("architectures") or []:
@@ -496,7 +496,7 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
     layers (e.g. "0,2,4") copied from it, with its tokenizer and heads. Use it as `--student` of several runs
     (e.g. a baseline fine-tuned without the teacher and a distilled one) so they start from the same weights.
     """
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     source_dir = Path(source_dir)
     config = DistillConfig(student_preset=preset, student_layers_from_teacher=layers)
@@ -560,7 +560,7 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
     from bertkit.data.shards import ShardedCorpus
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
     from bertkit.pretrain import random_token_ids
-    from bertkit.tokenizer import load_tokenizer
+    from bertkit.tokenizers import load_tokenizer
     from bertkit.trainer import seed_everything, setup_distributed, train
 
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
@@ -709,7 +709,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     from bertkit.checkpoint import unwrap
     from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, _max_positions, epoch_train_config,
                                   record_evaluation, resume_history, save_best, train_and_report)
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in TASK_KINDS:

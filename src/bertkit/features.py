@@ -36,7 +36,7 @@ COMBINE = ("concat", "sum", "none")
 def load_encoder(model_dir: str | os.PathLike):
     """The encoder of any model directory (pretraining, task or bare), with its pooler when the weights have one."""
     from bertkit.checkpoint import CheckpointError
-    from bertkit.modeling import BertModel
+    from bertkit.models import BertModel
 
     try:
         return BertModel.from_pretrained(model_dir)
@@ -78,7 +78,7 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         (features, tokens): features[i] is a float32 array (T_i, D) ((T_i, len(layers), H) for "none") for the
         T_i tokens of text i, special tokens included; tokens[i] are those tokens' strings.
     """
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     if isinstance(model_dir, torch.nn.Module):
         model = model_dir

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from bertkit.config import field_with_help
 from bertkit.errors import DataError
-from bertkit.modeling import IGNORE_INDEX
+from bertkit.models import IGNORE_INDEX
 
 KINDS = ("glue", "classify", "ner", "squad", "swag")
 TASK_FILE = "finetune.json"  # written into a fine-tuned model directory: what `predict` needs besides the weights
@@ -412,7 +412,7 @@ class TaskFamily:
         raise NotImplementedError
 
     def model_class(self):
-        import bertkit.modeling as modeling
+        import bertkit.models as modeling
 
         return getattr(modeling, self.model_class_name)
 
@@ -882,7 +882,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         "train_examples_per_s", "config", ...}.
     """
     from bertkit.checkpoint import unwrap
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in KINDS:
@@ -1037,7 +1037,7 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
             "end_logit", "nbest"}; "" is the no-answer of a SQuAD 2.0 model (its dev-chosen null threshold).
         swag: (context, [choices]) tuples -> {"choice", "text", "probabilities"}.
     """
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     model_dir = Path(model_dir)
     kind = _kind_of(model_dir, kind)
@@ -1050,7 +1050,7 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
                             **{k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length",
                                                     "n_best_size") if k in info})
     family = FAMILIES[kind](config)
-    import bertkit.modeling as modeling
+    import bertkit.models as modeling
     from bertkit.checkpoint import read_config
 
     architectures = read_config(model_dir).get("architectures") or []

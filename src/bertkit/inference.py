@@ -10,8 +10,8 @@ import torch
 
 from bertkit.checkpoint import CONFIG_NAME, read_config, read_weights
 from bertkit.config import BertConfig
-from bertkit.modeling import BertForCausalLM, BertForPreTraining
-from bertkit.tokenizer import WordPieceTokenizer, load_tokenizer
+from bertkit.models import BertForCausalLM, BertForPreTraining
+from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
 
 
 @torch.no_grad()

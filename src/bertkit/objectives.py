@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertkit.modeling import IGNORE_INDEX
+from bertkit.models import IGNORE_INDEX
 
 # objective name -> (instance kind of bertkit.data.loader, pair task or None)
 OBJECTIVES = {
@@ -92,7 +92,7 @@ def original_ids(batch: dict[str, Any]) -> torch.Tensor:
 
 @dataclass
 class ElectraObjective:
-    """Replaced-token detection (ELECTRA, section 2) on a `bertkit.modeling.GeneratorDiscriminator`.
+    """Replaced-token detection (ELECTRA, section 2) on a `bertkit.models.GeneratorDiscriminator`.
 
     The generator is trained by MLM on the masked positions; its samples replace those positions, and the
     discriminator is trained by binary cross-entropy on every real token (padding excluded, special tokens
@@ -127,7 +127,7 @@ class ElectraObjective:
 
 @dataclass
 class CausalLMObjective:
-    """Next-token prediction on a `bertkit.modeling.BertForCausalLM`: position t is scored on token t + 1.
+    """Next-token prediction on a `bertkit.models.BertForCausalLM`: position t is scored on token t + 1.
 
     It reads the same batches as the MLM objectives and undoes their masking (`original_ids`), so the pretraining
     stream needs no causal variant; use instances without a pair task (FULL-SENTENCES).
@@ -167,7 +167,7 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
     the config family's); electra: GeneratorDiscriminator + ElectraObjective (config is the discriminator's, model
     type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True).
     """
-    from bertkit.modeling import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
+    from bertkit.models import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
 
     if name == "electra":
         if config.model_type != "electra":

@@ -90,7 +90,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     from bertkit.data.shards import prepare
     from bertkit.inference import fill_mask
     from bertkit.pretrain import pretrain, resolve_config
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     started = time.perf_counter()
     out = Path(out_dir)

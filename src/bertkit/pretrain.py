@@ -221,7 +221,7 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
     tokenizer: when given, the padding (and for RoBERTa / ALBERT the bos / eos) ids come from it, unless the
     recipe's model section sets them; without it they are BERT's defaults (pad 0).
     """
-    from bertkit.modeling import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
+    from bertkit.models import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
 
     d = config.data
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
@@ -253,8 +253,8 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
                    **overrides: Any) -> Path:
     """Write a randomly initialised BertForPreTraining (BERT initialisation) with the given tokenizer: the
     "from scratch" baseline of a fine-tuning comparison, or a starting point to pretrain."""
-    from bertkit.modeling import BertForPreTraining
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.models import BertForPreTraining
+    from bertkit.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_pretrained(tokenizer_path)
     torch.manual_seed(seed)

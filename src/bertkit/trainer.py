@@ -327,7 +327,7 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
         if dist_info.is_main:
             print(f"resuming from {checkpoint} (step {step})", flush=True)
     if config.compile:
-        from bertkit.modeling import compile_layers
+        from bertkit.models import compile_layers
 
         compile_layers(model)
     wrapped: nn.Module = model

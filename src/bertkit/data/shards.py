@@ -52,7 +52,7 @@ from bertkit.io import atomic_write, fsync_dir
 from bertkit.data.corpus import (FORMATS, ON_BAD_LINE, CorpusStats, Document, Position, expand_paths,
                                  iter_positioned_documents)
 from bertkit.errors import DataError
-from bertkit.tokenizer import TOKENIZER_KINDS, load_tokenizer
+from bertkit.tokenizers import TOKENIZER_KINDS, load_tokenizer
 
 FORMAT_NAME = "bertkit-shards"
 FORMAT_VERSION = 1
@@ -164,7 +164,7 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
 
     corpus_paths / eval_paths: files, directories or glob patterns (see `bertkit.data.corpus.expand_paths`).
     tokenizer_dir: a tokenizer (`WordPieceTokenizer` or `ByteLevelBPETokenizer`), or a directory or vocabulary
-        file `bertkit.tokenizer.load_tokenizer` reads: vocab.txt (WordPiece) or vocab.json + merges.txt (BPE).
+        file `bertkit.tokenizers.load_tokenizer` reads: vocab.txt (WordPiece) or vocab.json + merges.txt (BPE).
         It is copied to `out_dir/tokenizer/`.
     tokenizer_kind: None detects the kind from the files; "wordpiece" or "bpe" insists on it (ValueError naming
         the files found when they are the other kind's).

@@ -4,7 +4,7 @@ Every text is first seen as UTF-8 bytes mapped to 256 printable characters, so n
 belongs to the word after it (the "Ġ" in "Ġworld"). The engine splits with GPT-2's pattern and applies the learned
 merges, configured exactly as transformers' `RobertaTokenizer` is, so both give the same ids from the same
 `vocab.json` + `merges.txt`. What RoBERTa adds on top, `<s> A </s>` and `<s> A </s></s> B </s>` with one token
-type and longest-first pair truncation, is the framing BERT's tokenizer uses too (`bertkit.tokenizer.PieceTokenizer`)
+type and longest-first pair truncation, is the framing BERT's tokenizer uses too (`bertkit.tokenizers.base.PieceTokenizer`)
 with RoBERTa's tokens and pair rule, so the result is the same `Encoding` (ids, offsets, word and sequence ids).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizer import PieceTokenizer
+from bertkit.tokenizers.base import PieceTokenizer
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -31,7 +31,7 @@ def truncate_pair(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
     """How many tokens of a (and b) to keep within `budget`: transformers' (the engine's) longest-first rule.
 
     The shorter text is kept whole if the longer one can absorb the cut; otherwise both are cut to half the budget
-    and the odd token goes to the originally longer one. (BERT's rule, in `bertkit.tokenizer`, gives it to the
+    and the odd token goes to the originally longer one. (BERT's rule, in `bertkit.tokenizers.base`, gives it to the
     first text on ties; RoBERTa has no pair rule of its own, so transformers' is the reference here.)
     """
     budget = max(budget, 0)
@@ -55,7 +55,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
     `<s>`, `sep_id` is `</s>`), so code written for one works with the other.
     """
 
-    kind = "bpe"  # as `bertkit.tokenizer.load_tokenizer` and shard manifests name it
+    kind = "bpe"  # as `bertkit.tokenizers.load_tokenizer` and shard manifests name it
     cls_token, sep_token, pad_token = "<s>", "</s>", "<pad>"
     pair_separators, pair_type_id = 2, 0  # <s> A </s></s> B </s>, one token type
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bertkit.modeling as modeling
+import bertkit.models.kernels as kernels
+import bertkit.models.layouts as layouts
 from bertkit import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
 from bertkit.data.instances import SpecialIds
 from bertkit.data.loader import PretrainingStream, StreamOptions
-from bertkit.modeling import (IGNORE_INDEX, BertForCausalLM, BertForQuestionAnswering,
+from bertkit.models import (IGNORE_INDEX, BertForCausalLM, BertForQuestionAnswering,
                               BertForSequenceClassification, BertForTokenClassification, Unpadded, set_fast_paths)
 
 from conftest import tiny_config
@@ -108,20 +109,20 @@ def test_fused_qkv_matches_three_projections_forward_and_backward():
     assert_same_grads(fast_grads, plain_grads)
 
 
-needs_onednn = pytest.mark.skipif(not modeling._ONEDNN, reason="this torch build has no oneDNN linear kernel")
+needs_onednn = pytest.mark.skipif(not kernels._ONEDNN, reason="this torch build has no oneDNN linear kernel")
 
 
 def count_onednn_calls(monkeypatch) -> list:
     """Make every product large enough for oneDNN and record each matmul it runs (their count is returned live)."""
     calls = []
-    real = modeling._onednn_mm
+    real = kernels._onednn_mm
 
     def counted(x, weight, bias=None):
         calls.append(tuple(x.shape))
         return real(x, weight, bias)
 
-    monkeypatch.setattr(modeling, "ONEDNN_MIN_MACS", 0)
-    monkeypatch.setattr(modeling, "_onednn_mm", counted)
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(kernels, "_onednn_mm", counted)
     return calls
 
 
@@ -166,7 +167,7 @@ def test_onednn_linear_in_inference_and_where_it_stands_aside(monkeypatch):
             model(ids, mask, types)
         model.double()(ids, mask, types)  # float64: not a float32 kernel
         assert calls == []
-        monkeypatch.setattr(modeling, "ONEDNN_MIN_MACS", 1 << 22)  # the default: tiny products stay on F.linear
+        monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 1 << 22)  # the default: tiny products stay on F.linear
         model.float()(ids, mask, types)
         assert calls == []
 
@@ -273,9 +274,9 @@ def test_unpadded_layout_groups_tokens_by_sequence():
                                                 [8, 9, 10, 11, 12]]
     assert tokens.rows(torch.tensor([3, 6, 8, 9])).tolist() == [-1, 4, 6, -1]
     rows = torch.randn(13, 3, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda r: modeling.FillSlots.apply(r, tokens.slot, 15, tokens.empty), (rows,))
+    torch.autograd.gradcheck(lambda r: layouts.FillSlots.apply(r, tokens.slot, 15, tokens.empty), (rows,))
     laid_out = torch.randn(15, 3, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda x: modeling.ReadSlots.apply(x, tokens.slot), (laid_out,))
+    torch.autograd.gradcheck(lambda x: layouts.ReadSlots.apply(x, tokens.slot), (laid_out,))
 
 
 def test_attention_groups_leave_padding_rows_zeroed_and_unused():
@@ -290,7 +291,7 @@ def test_attention_groups_leave_padding_rows_zeroed_and_unused():
         Unpadded.groups = 4
     assert [(S_g, L_g) for S_g, L_g, _ in grouped.layout] == [(2, 4), (1, 2)]
     assert grouped.empty.tolist() == [7]  # the 3-token sequence in the 4-wide group: its last place
-    laid = modeling.FillSlots.apply(torch.ones(9, 2), grouped.slot, grouped.total, grouped.empty)
+    laid = layouts.FillSlots.apply(torch.ones(9, 2), grouped.slot, grouped.total, grouped.empty)
     assert laid[:, 0].tolist() == [1, 1, 1, 1, 1, 1, 1, 0, 1, 1]
 
 
@@ -315,8 +316,8 @@ def test_flash_attention_varlen_call_convention(monkeypatch):
     ids, mask, types, *_ = padded_batch(config)
     with torch.no_grad():
         expected = model(ids, mask, types).last_hidden_state
-        monkeypatch.setattr(modeling, "flash_attn_varlen", reference)
-        monkeypatch.setattr(modeling, "use_flash_attn", lambda q: True)
+        monkeypatch.setattr(layouts, "flash_attn_varlen", reference)
+        monkeypatch.setattr(layouts, "use_flash_attn", lambda q: True)
         got = model(ids, mask, types).last_hidden_state
     assert calls and calls[0][0] == (int(mask.sum()), config.num_attention_heads,
                                       config.hidden_size // config.num_attention_heads)
@@ -364,7 +365,7 @@ def test_stream_isolates_packed_documents_in_the_attention_mask():
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_compiled_layers_match_eager_forward_and_backward(backend):
     """The compile switch: compiled encoder layers give the eager numbers, across batches of different shapes."""
-    from bertkit.modeling import compile_layers
+    from bertkit.models import compile_layers
 
     config = tiny_config(**NO_DROPOUT)
     torch.manual_seed(7)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from bertkit.bpe import SPECIAL_TOKENS, ByteLevelBPETokenizer, truncate_pair
+from bertkit.tokenizers.bpe import SPECIAL_TOKENS, ByteLevelBPETokenizer, truncate_pair
 
 from conftest import TINY_TEXT
 
@@ -124,7 +124,7 @@ def test_roberta_model_directory_with_bpe_tokenizer_works_in_transformers(bpe, t
     import torch
 
     from bertkit.config import BertConfig
-    from bertkit.modeling import BertForMaskedLM
+    from bertkit.models import BertForMaskedLM
 
     config = BertConfig.for_family("roberta", vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=2,
                                    num_attention_heads=4, intermediate_size=37, max_position_embeddings=66,

@@ -9,7 +9,7 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, BertModel
 from bertkit.checkpoint import CheckpointError
-from bertkit.modeling import IGNORE_INDEX, set_fast_paths
+from bertkit.models import IGNORE_INDEX, set_fast_paths
 
 from conftest import minilm_dir, tiny_config
 

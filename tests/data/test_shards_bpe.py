@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bertkit import cli
-from bertkit.bpe import ByteLevelBPETokenizer
+from bertkit.tokenizers import ByteLevelBPETokenizer
 from bertkit.data.shards import Manifest, ShardedCorpus, prepare
-from bertkit.tokenizer import WordPieceTokenizer, detect_tokenizer_kind, load_tokenizer
+from bertkit.tokenizers import WordPieceTokenizer, detect_tokenizer_kind, load_tokenizer
 
 WORDS = ("the cat dog sat ran on a mat under tree quickly slowly unbelievable bird sang morning evening river "
          "flowed past stones and hills where children played games all day long").split()
@@ -192,7 +192,7 @@ def test_cli_trains_a_bpe_vocabulary_and_prepares_with_it(docs, wordpiece_dir, t
 def test_roberta_pretrains_on_bpe_shards_with_s_and_slash_s(bpe, bpe_dir, tmp_path, monkeypatch):
     from bertkit import pretrain as pretrain_module
     from bertkit.inference import fill_mask
-    from bertkit.modeling import IGNORE_INDEX
+    from bertkit.models import IGNORE_INDEX
 
     rng = random.Random(0)
     docs = [[sentence(rng) for _ in range(rng.randint(2, 6))] for _ in range(120)]

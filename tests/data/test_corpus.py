@@ -14,7 +14,7 @@ from bertkit.data.corpus import (CorpusStats, Document, Position, detect_format,
                                  iter_lines, iter_positioned_documents, split_sentences)
 from bertkit.errors import DataError
 
-WIKITEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
+WIKITEXT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
 
 
 def sentences_of(docs: list[Document]) -> list[list[str]]:
@@ -179,7 +179,7 @@ def test_iter_lines_and_empty_corpus(tmp_path):
 
 
 def test_tokenizer_trains_from_corpus_files(tmp_path):
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizers import WordPieceTokenizer
 
     (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": f"The cat number {i} sat. It purred."})
                                                 for i in range(20)) + "\n")

@@ -8,8 +8,9 @@ import torch
 
 from bertkit.checkpoint import CheckpointError
 from bertkit.config import BertConfig
-from bertkit.modeling import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining,
-                              BertForReplacedTokenDetection, BertModel, position_ids)
+from bertkit.models import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining,
+                            BertForReplacedTokenDetection, BertModel)
+from bertkit.models.bert import position_ids
 
 transformers = pytest.importorskip("transformers")
 ATOL = 1e-5
@@ -338,7 +339,7 @@ def test_bertkit_electra_discriminator_loads_in_transformers(name, tmp_path):
 
 
 def test_electra_generator_is_electra_for_masked_lm(tmp_path):
-    from bertkit.modeling import generator_config_for
+    from bertkit.models import generator_config_for
 
     config = generator_config_for(family_config("electra"), fraction=0.5)
     assert (config.hidden_size, config.num_attention_heads, config.intermediate_size, config.embedding_size) == (
@@ -352,14 +353,14 @@ def test_electra_generator_is_electra_for_masked_lm(tmp_path):
 
 
 def electra_pair(seed=0):
-    from bertkit.modeling import GeneratorDiscriminator
+    from bertkit.models import GeneratorDiscriminator
 
     torch.manual_seed(seed)
     return GeneratorDiscriminator(family_config("electra"), generator_fraction=0.5)
 
 
 def test_generator_and_discriminator_share_embeddings_and_save_both(tmp_path):
-    from bertkit.modeling import GeneratorDiscriminator
+    from bertkit.models import GeneratorDiscriminator
 
     model = electra_pair()
     shared = model.discriminator.bert.embeddings
@@ -610,7 +611,7 @@ def test_distilbert_bare_encoder(tmp_path):
     with torch.no_grad():
         close(ours(ids, mask).last_hidden_state, theirs(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
     with pytest.raises(NotImplementedError, match="distilbert has no pooler"):
-        from bertkit.modeling import BertForSequenceClassification
+        from bertkit.models import BertForSequenceClassification
         BertForSequenceClassification(config)
 
 
@@ -655,7 +656,7 @@ def test_paper_and_cpu_recipes_resolve_to_their_model(recipe, preset, cls, model
 
 
 def test_electra_recipe_and_builder():
-    from bertkit.modeling import GeneratorDiscriminator
+    from bertkit.models import GeneratorDiscriminator
     from bertkit.objectives import ElectraObjective, build_pretraining
     from bertkit.pretrain import load_recipe
 
@@ -735,10 +736,10 @@ def test_bert_masked_lm_and_unknown_family_tensors(tmp_path):
     ("electra", "BertForTokenClassification", "ElectraForTokenClassification"),
 ])
 def test_task_heads_whose_layout_the_family_shares(model_type, ours_name, theirs_name, tmp_path):
-    import bertkit.modeling
+    import bertkit.models
 
     config = family_config(model_type)
-    cls = getattr(bertkit.modeling, ours_name)
+    cls = getattr(bertkit.models, ours_name)
     ours = randomize(cls(config), 16)
     ours.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [theirs_name]

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertkit import WordPieceTokenizer
-from bertkit.tokenizer import SPECIAL_TOKENS, truncate_longest_first
+from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, truncate_longest_first
 
 from conftest import TINY_TEXT, shared_data
 
@@ -179,6 +179,6 @@ def test_full_wikitext_parity():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     result = import_module("tokenizer_parity").run(shared_data())
     assert result["mismatches"] == 0, result

@@ -16,7 +16,7 @@ from bertkit.data import shards
 from bertkit.data.corpus import iter_documents
 from bertkit.data.shards import Manifest, ShardedCorpus, prepare
 from bertkit.errors import DataError
-from bertkit.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
+from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = ("the cat dog sat ran on a mat under tree quickly slowly unbelievable bird sang morning evening river "
          "flowed past stones and hills where children played games all day long").split()

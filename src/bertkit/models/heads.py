@@ -1,0 +1,158 @@
+"""Task models (fine-tuning): a small head on the encoder, as in the BERT paper, section 4.
+
+Sequence classification and regression on the pooled [CLS] vector, token classification on every token, multiple
+choice as one [CLS] score per (context, choice), and extractive question answering as a start and an end score per
+token. Their parameter names follow transformers' `BertFor...` classes (checkpoint.py renames them per family).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import IGNORE_INDEX, BertConfig
+from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput
+from bertkit.models.kernels import Linear
+
+
+class _LabelledHead(PreTrainedModel):
+    """Shared by models whose head predicts one of `num_labels` named labels."""
+
+    head_family = "classifier"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False, add_pooler: bool = True) -> None:
+        super().__init__()
+        if labels is not None and len(labels) != num_labels:
+            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
+        if regression and num_labels != 1:
+            raise ValueError("a regression head has num_labels=1")
+        self.config, self.num_labels = config, num_labels
+        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.regression = regression
+        if add_pooler and not config.family.pooler:
+            raise NotImplementedError(f"{type(self).__name__} reads the pooled [CLS] vector, and {config.model_type} "
+                                      f"has no pooler; its own classification head is not implemented")
+        self.bert = BertModel(config, add_pooler=add_pooler)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = Linear(config.hidden_size, num_labels)
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        id2label = raw.get("id2label")
+        if not id2label:
+            return {}
+        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
+        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
+
+    def config_extras(self) -> dict:
+        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
+                  "label2id": {name: i for i, name in enumerate(self.labels)}}
+        if self.regression:
+            extras["problem_type"] = "regression"
+        return extras
+
+
+class BertForSequenceClassification(_LabelledHead):
+    """[CLS] pooled output -> dropout -> linear: classification (cross-entropy) or, with one output, regression."""
+
+    architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, regression or num_labels == 1)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B,) class ids, or (B,) floats for regression."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.regression:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForTokenClassification(_LabelledHead):
+    """Every token's output -> dropout -> linear (NER, tagging); labels on first sub-words, IGNORE_INDEX elsewhere."""
+
+    architecture = "BertForTokenClassification"
+
+    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, False, add_pooler=False)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B, T) label ids, IGNORE_INDEX where no label applies."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForMultipleChoice(_LabelledHead):
+    """One [CLS] score per (context, choice) pair, softmax over the choices (SWAG)."""
+
+    architecture = "BertForMultipleChoice"
+
+    def __init__(self, config: BertConfig, num_labels: int = 1, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, 1, None, False)
+        self.init_weights()
+
+    def config_extras(self) -> dict:
+        return {}
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        return {}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels: (B,) the right choice."""
+        B, C, T = input_ids.shape
+        flat = [None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids)]
+        out = self.bert(input_ids.reshape(B * C, T), *flat)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class BertForQuestionAnswering(PreTrainedModel):
+    """Extractive QA: a start and an end score for every token (SQuAD); position 0 ([CLS]) means no answer."""
+
+    architecture = "BertForQuestionAnswering"
+    head_family = "qa"
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooler=False)
+        self.qa = Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> TaskOutput:
+        """start_positions, end_positions: (B,) token indices of the answer span (0 when there is none)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        logits = self.qa(out.last_hidden_state)  # (B, T, 2)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = logits.shape[1]
+            # Positions outside the window are clamped to T and ignored, as in the reference implementation.
+            start = start_positions.clamp(0, T)
+            end = end_positions.clamp(0, T)
+            loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
+                    + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
+        return TaskOutput(loss, logits)

@@ -1,0 +1,266 @@
+"""Attention layouts: where the tokens sit while the layers run.
+
+`Padded` is the plain layout (B, T, H), padding included, as transformers computes it. `Unpadded` is the fast one:
+one flat (N, H) tensor of the real tokens, attention per sequence (groups of similar length, FlashAttention's
+variable-length kernel on a GPU when `flash_attn` is installed). `Encoded` carries an encoder's output in either
+layout to the heads. Every architecture's attention runs through these, and tests pin the fast layout to the plain
+one within 1e-5.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def extended_attention_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) 1/0 mask -> (B, 1, 1, T) additive mask: 0 where attended, the dtype's minimum where padded."""
+    mask = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - mask) * torch.finfo(dtype).min
+
+
+def attention_bias(attention_mask: torch.Tensor | None, causal: bool, T: int, dtype: torch.dtype,
+                   device: torch.device, packed: bool = False) -> torch.Tensor | None:
+    """What every layer adds to its attention scores on the padded path: (B, 1, 1, T) for padding; (B or 1, 1, T, T)
+    when causal or packed.
+
+    packed: `attention_mask` numbers the documents of each row (1, 2, ...; 0 = padding) and a token sees only the
+    tokens of its own document. The causal part hides key j from query i when j > i. Parts are combined by a
+    minimum, not a sum, so that a doubly hidden entry stays at the dtype's minimum instead of overflowing to -inf.
+    """
+    low = torch.finfo(dtype).min
+    if attention_mask is None:
+        mask = None
+    elif packed:
+        same = (attention_mask[:, :, None] == attention_mask[:, None, :]) & (attention_mask[:, None, :] > 0)
+        mask = torch.zeros(same.shape, dtype=dtype, device=device).masked_fill(~same, low)[:, None]  # (B, 1, T, T)
+    else:
+        mask = extended_attention_mask(attention_mask, dtype)
+    if not causal:
+        return mask
+    future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)  # (T, T): True above the diagonal
+    bias = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(future, low)[None, None]
+    return bias if mask is None else torch.minimum(mask, bias)
+
+
+class Padded:
+    """The plain layout: activations (B, T, H), padding included; attention adds `bias` (or nothing).
+
+    Every position is computed, as in transformers, so this layout reproduces it exactly, padding included. It is
+    what a batch without padding uses (nothing to skip) and what `unpad=False` and `output_attentions` use.
+    """
+
+    def __init__(self, bias: torch.Tensor | None, causal: bool = False) -> None:
+        self.bias = bias  # additive (B, 1, 1 or T, T), or None
+        self.causal = causal and bias is None  # no bias: let the kernel apply the causal mask itself
+
+    def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """qkv: (B, T, 3H) queries, keys and values side by side -> context (B, T, H)."""
+        q, k, v = _heads(qkv, num_heads)  # (B, A, T, D) each
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, dropout_p=dropout,
+                                                 is_causal=self.causal)
+        B, T = qkv.shape[:2]
+        return context.transpose(1, 2).reshape(B, T, -1)
+
+    def probabilities(self, qkv: torch.Tensor, num_heads: int, dropout: float,
+                      training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `attend`, spelled out so that the (B, A, T, T) attention probabilities can be returned too."""
+        q, k, v = _heads(qkv, num_heads)
+        B, T = qkv.shape[:2]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, A, T, T)
+        if self.bias is not None:
+            scores = scores + self.bias
+        elif self.causal:
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        probs = scores.softmax(dim=-1)
+        context = F.dropout(probs, dropout, training) @ v
+        return context.transpose(1, 2).reshape(B, T, -1), probs
+
+
+def _heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(S, L, 3H) -> queries, keys, values (S, A, L, D) each: views, no copy."""
+    S, L, H3 = qkv.shape
+    return qkv.view(S, L, 3, num_heads, H3 // (3 * num_heads)).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+class Unpadded:
+    """The fast layout: the real tokens of a padded (B, T) batch as one flat (N, H) tensor, grouped by sequence.
+
+    A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
+    one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
+    sequence: FlashAttention's variable-length kernel on GPU when the `flash_attn` package is installed (bf16/fp16);
+    otherwise the sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H)
+    with L_g its own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask, so attention
+    costs about the sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
+    padding.
+    """
+
+    groups = 4  # attention groups of similar length (more: less padding in attention, more kernel calls)
+
+    def __init__(self, attention_mask: torch.Tensor, packed: bool, causal: bool) -> None:
+        B, T = attention_mask.shape
+        device = attention_mask.device
+        flat = attention_mask.reshape(-1)
+        real = flat.nonzero().squeeze(1)  # (N,) row-major positions of the real tokens
+        if packed:  # one sequence per (row, document); a document's tokens need not be contiguous in its row
+            key = (real // T) * (int(flat.max()) + 1) + flat[real]
+            key, order = torch.sort(key, stable=True)
+            real = real[order]
+        else:
+            key = real // T
+        counts = torch.unique_consecutive(key, return_counts=True)[1]  # (S,) tokens per sequence
+        S, N = counts.numel(), real.numel()
+        starts = torch.cumsum(counts, 0) - counts
+        sequence = torch.repeat_interleave(torch.arange(S, device=device), counts)  # (N,)
+        self.batch_shape = (B, T)
+        self.index = real  # (N,) flat position b * T + t of each token, sequence by sequence
+        self.max_len = int(counts.max()) if S else 0
+        self.cu_seqlens = F.pad(torch.cumsum(counts, 0), (1, 0)).to(torch.int32)  # (S + 1,) FlashAttention's offsets
+        self.num_sequences = S
+        self.causal = causal
+        # Attention groups: sequences by decreasing length, cut into equal counts; group g is laid out as
+        # (S_g, L_g) at rows [offset_g, offset_g + S_g * L_g) of one buffer, sequence s of it at `base[s]`.
+        by_length = torch.argsort(counts, descending=True, stable=True)
+        base = torch.zeros(S, dtype=torch.long, device=device)
+        self.layout: list[tuple[int, int, torch.Tensor]] = []  # (S_g, L_g, (S_g, 1, 1 or L_g, L_g) bool mask)
+        offset = 0
+        for members in torch.tensor_split(by_length, min(S, self.groups)) if S else ():
+            lengths = counts[members]
+            S_g, L_g = members.numel(), int(lengths[0])
+            base[members] = offset + torch.arange(S_g, device=device) * L_g
+            mask = (torch.arange(L_g, device=device)[None, :] < lengths[:, None])[:, None, None, :]
+            if causal:
+                mask = mask & torch.ones(L_g, L_g, dtype=torch.bool, device=device).tril()
+            self.layout.append((S_g, L_g, mask))
+            offset += S_g * L_g
+        self.total = offset  # rows of the laid-out buffer
+        self.slot = base[sequence] + (torch.arange(N, device=device) - starts[sequence])  # (N,) row of each token
+        unused = torch.ones(offset, dtype=torch.bool, device=device)
+        unused[self.slot] = False
+        self.empty = unused.nonzero().squeeze(1)  # rows of the buffer that hold no token (zeroed, never attended)
+        self._row_of: torch.Tensor | None = None
+        self._biases: list[torch.Tensor] | None = None
+
+    def key_biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The groups' masks as additive masks: 0 where attended, the dtype's minimum elsewhere (built once)."""
+        if self._biases is None or self._biases[0].dtype != dtype:
+            low = torch.finfo(dtype).min
+            self._biases = [torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, low)
+                            for _, _, m in self.layout]
+        return self._biases
+
+    def gather(self, grid: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) or (T,) broadcast over rows -> (N, ...) at the real tokens."""
+        B, T = self.batch_shape
+        return grid.expand(B, T, *grid.shape[2:]).reshape(B * T, *grid.shape[2:])[self.index]
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, H) -> (B, T, H) with zeros at padding."""
+        B, T = self.batch_shape
+        return x.new_zeros(B * T, x.shape[-1]).index_copy(0, self.index, x).view(B, T, x.shape[-1])
+
+    def rows(self, where: torch.Tensor) -> torch.Tensor:
+        """Flat positions (b * T + t) -> rows of the (N, H) tensor; -1 where the position is padding."""
+        if self._row_of is None:
+            B, T = self.batch_shape
+            self._row_of = torch.full((B * T,), -1, dtype=torch.long, device=self.index.device)
+            self._row_of[self.index] = torch.arange(self.index.numel(), device=self.index.device)
+        return self._row_of[where]
+
+    def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """qkv: (N, 3H) queries, keys and values side by side -> context (N, H)."""
+        N, H = qkv.shape[0], qkv.shape[1] // 3
+        if flash_attn_varlen is not None and use_flash_attn(qkv):
+            q, k, v = qkv.view(N, 3, num_heads, H // num_heads).unbind(1)  # (N, A, D) each
+            context = flash_attn_varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len,
+                                        dropout_p=dropout, causal=self.causal)
+            return context.reshape(N, H)
+        laid_out = FillSlots.apply(qkv, self.slot, self.total, self.empty)  # (total, 3H)
+        # With dropout the CPU kernel is the math one, fastest with a bool mask; without, an additive mask.
+        masks = [m for _, _, m in self.layout] if dropout > 0 else self.key_biases(qkv.dtype)
+        contexts = []
+        parts = laid_out.split([S_g * L_g for S_g, L_g, _ in self.layout])
+        for (S_g, L_g, _), part, mask in zip(self.layout, parts, masks):
+            q, k, v = _heads(part.view(S_g, L_g, 3 * H), num_heads)  # (S_g, A, L_g, D) each
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            contexts.append(context.transpose(1, 2).reshape(S_g * L_g, H))
+        context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+        return ReadSlots.apply(context, self.slot)
+
+
+class FillSlots(torch.autograd.Function):
+    """(N, C) rows -> (M, C) zeros with row i at `slot[i]`. The slots are distinct, so the gradient is a gather
+    (autograd's generic rule for index_copy/index_select would scatter-add, several times slower on CPU)."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, slot: torch.Tensor, total: int, empty: torch.Tensor) -> torch.Tensor:
+        """empty: the slots no row goes to; only those are zeroed (keys and values there must be finite)."""
+        ctx.save_for_backward(slot)
+        return rows.new_empty(total, rows.shape[1]).index_fill_(0, empty, 0.0).index_copy_(0, slot, rows)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (slot,) = ctx.saved_tensors
+        return grad.index_select(0, slot), None, None, None
+
+
+class ReadSlots(torch.autograd.Function):
+    """(M, C) -> its rows `slot` (N, C); the inverse of FillSlots, and its gradient is FillSlots."""
+
+    @staticmethod
+    def forward(ctx, laid_out: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(slot)
+        ctx.total = laid_out.shape[0]
+        return laid_out.index_select(0, slot)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (slot,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.total, grad.shape[1]).index_copy_(0, slot, grad), None
+
+
+try:  # optional: FlashAttention-2's variable-length kernel (CUDA, fp16/bf16); never required
+    from flash_attn import flash_attn_varlen_func as flash_attn_varlen
+except ImportError:  # the usual case, and always on CPU
+    flash_attn_varlen = None
+
+
+def use_flash_attn(q: torch.Tensor) -> bool:
+    """Whether FlashAttention's kernel can take these activations (when the package is installed)."""
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+@dataclass
+class Encoded:
+    """The encoder's output before it is laid out for a head: `hidden` is (B, T, H), or (N, H) when `tokens`
+    (the unpadded layout) is set. Heads take what they need: all positions, some positions, or each row's first."""
+
+    hidden: torch.Tensor
+    tokens: Unpadded | None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # always (B, T, H) each
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    def padded(self) -> torch.Tensor:
+        """(B, T, H); zeros at padding positions when unpadded."""
+        return self.hidden if self.tokens is None else self.tokens.pad(self.hidden)
+
+    def select(self, where: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool -> (n, H) at the n selected positions, in row-major order; they must be real tokens."""
+        if self.tokens is None:
+            return self.hidden[where]
+        rows = self.tokens.rows(where.reshape(-1).nonzero().squeeze(1))
+        if rows.numel() and not rows.is_cuda and int(rows.min()) < 0:
+            raise ValueError("predict_at selects padding positions (attention_mask 0); predict at real tokens only")
+        return self.hidden[rows]
+
+    def first(self) -> torch.Tensor:
+        """(B, H): the vector at position 0 of every row ([CLS]), zeros for a row that starts with padding."""
+        if self.tokens is None:
+            return self.hidden[:, 0]
+        B, T = self.tokens.batch_shape
+        rows = self.tokens.rows(torch.arange(B, device=self.hidden.device) * T)
+        picked = self.hidden[rows.clamp(min=0)]
+        return torch.where((rows >= 0)[:, None], picked, torch.zeros_like(picked))
