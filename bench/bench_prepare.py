@@ -53,7 +53,7 @@ def run_transformers(corpus: Path, vocab: Path, block_size: int, batch_lines: in
 
 
 def run_bertkit(corpus: Path, vocab: Path) -> tuple[float, int]:
-    from bertkit.data.shards import prepare
+    from bertkit.data.prepare import prepare
     from bertkit.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_vocab(vocab, lowercase=True)

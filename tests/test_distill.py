@@ -365,7 +365,7 @@ def test_resume_repeats_the_uninterrupted_run(teacher, files, tmp_path):
 
 def test_token_classification_distils_the_first_sub_word_of_every_transfer_word(pretrained, tmp_path):
     from bertkit.distill import UNLABELLED, read_transfer
-    from bertkit.finetune import FAMILIES
+    from bertkit.tasks import family_for
 
     def sentences(n: int, seed: int) -> str:  # "good" and "bad" are the entities, every other word is O
         tag = {"good": "B-POS", "bad": "B-NEG"}
@@ -381,7 +381,7 @@ def test_token_classification_distils_the_first_sub_word_of_every_transfer_word(
 
     config = FinetuneConfig(kind="ner", epochs=2, dropout=0.0, **QUICK)
     tokenizer = WordPieceTokenizer.from_pretrained(teacher)
-    first = read_transfer(transfer, FAMILIES["ner"](config), tokenizer, config)[0]
+    first = read_transfer(transfer, family_for("ner")(config), tokenizer, config)[0]
     pieces = tokenizer.convert_ids_to_tokens(first["input_ids"])
     assert pieces[1:-1] == ["a", "fun", "##n", "##y", "film"]  # only each word's first piece is distilled
     assert [p for p, y in zip(pieces, first["labels"]) if y == UNLABELLED] == ["a", "fun", "film"]
@@ -415,10 +415,11 @@ def corpus(path: Path, documents: int, seed: int) -> Path:
 
 
 def test_mlm_distillation_on_the_pretraining_stream(tmp_path, capsys):
-    from bertkit.data.shards import prepare
+    from bertkit.data.corpus import iter_lines
+    from bertkit.data.prepare import prepare
 
     text = corpus(tmp_path / "corpus.txt", 30, 0)
-    tokenizer = WordPieceTokenizer.train([text], vocab_size=80, min_frequency=1, show_progress=False)
+    tokenizer = WordPieceTokenizer.train(iter_lines([text]), vocab_size=80, min_frequency=1, show_progress=False)
     torch.manual_seed(0)
     # The teacher: a random tiny MLM with sharp predictions (large weights), so there is something to copy.
     BertForMaskedLM(tiny(tokenizer.vocab_size, initializer_range=0.3)).save_pretrained(tmp_path / "teacher",
@@ -468,3 +469,39 @@ def test_mlm_distillation_on_the_pretraining_stream(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     hf = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "run" / "model"))
     assert hf.config.num_hidden_layers == 1
+
+
+def test_mlm_distillation_reads_the_stream_as_pretraining_does_isolate_documents_included(tmp_path, monkeypatch):
+    import bertkit.data.loader as loader
+    from bertkit.data.instances import SpecialIds
+    from bertkit.data.prepare import prepare
+    from bertkit.data.shards import ShardedCorpus
+    from bertkit.distill import distill_mlm
+    from bertkit.pretrain import resolve_config, stream_options
+
+    text = corpus(tmp_path / "corpus.txt", 12, 0)
+    tokenizer = WordPieceTokenizer.train(text.read_text(encoding="utf-8").splitlines(), vocab_size=80,
+                                         min_frequency=1, show_progress=False)
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny(tokenizer.vocab_size)).save_pretrained(tmp_path / "teacher", tokenizer=tokenizer)
+    prepare([text], tmp_path / "teacher", tmp_path / "data", progress=False)
+    seen = []
+
+    class Recording(loader.PretrainingStream):  # the stream distill_mlm builds, with the options it was given
+        def __init__(self, corpus, options, *args, **kwargs):
+            seen.append(options)
+            super().__init__(corpus, options, *args, **kwargs)
+
+    monkeypatch.setattr(loader, "PretrainingStream", Recording)
+    config = resolve_config(None, {"objective": "roberta", "isolate_documents": True, "max_seq_length": 64,
+                                   "max_predictions_per_seq": 5, "batch_size": 4, "max_steps": 2, "save_every": 2,
+                                   "eval_instances": 0, "progress": False})
+    distill_mlm(tmp_path / "teacher", tmp_path / "data", tmp_path / "run", config,
+                DistillConfig(student_layers_from_teacher="1"), eval_at_start=False)
+    assert len(seen) == 1 and seen[0] == stream_options(config.data)
+    assert seen[0].isolate_documents and seen[0].instances == "full-sentences"
+    # Isolated documents: packed rows number their documents 1, 2, ... in the attention mask.
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    stream = Recording(ShardedCorpus(tmp_path / "data", "train"), seen[0], special, tokenizer.vocab_size, 4,
+                       prefetch=0)
+    assert int(next(iter(stream))["attention_mask"].max()) > 1

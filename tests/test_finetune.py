@@ -13,9 +13,9 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, evaluate_predictions, finetune, predict,
-                              tags_to_spans)
+from bertkit.finetune import EpochBatches, FinetuneConfig, evaluate_predictions, finetune, predict, tags_to_spans
 from bertkit.models import IGNORE_INDEX, BertForSequenceClassification
+from bertkit.tasks import family_for
 
 FILLER = "the movie film plot actor was is very quite really a an story scene music fun long short".split()
 PEOPLE, PLACES = ["john", "mary", "peter", "anna"], ["paris", "london", "berlin", "rome"]
@@ -183,7 +183,7 @@ def test_glue_pair_task_and_regression(pretrained, tmp_path):
         rows.append(f"{i % 2}\t{i}\t{i}\t{a} lives in {b} .\t{a if i % 2 else 'nobody'} lives in {b} .")
     (tmp_path / "train.tsv").write_text("\n".join([header] + rows) + "\n", encoding="utf-8")
     (tmp_path / "dev.tsv").write_text("\n".join([header] + rows[:4]) + "\n", encoding="utf-8")
-    family = FAMILIES["glue"](FinetuneConfig(kind="glue", task="MRPC", max_seq_length=24))
+    family = family_for("glue")(FinetuneConfig(kind="glue", task="MRPC", max_seq_length=24))
     examples = family.read(tmp_path / "train.tsv", training=True)
     feature = family.features(examples, WordPieceTokenizer.from_pretrained(pretrained), training=True)[0]
     assert examples[0].pair == "nobody lives in " + examples[0].text.split(" in ")[1]
@@ -225,7 +225,7 @@ def test_ner_first_sub_word_alignment_training_and_spans(pretrained, tmp_path, c
     dev.write_text(conll(ner_sentences(10, 1)), encoding="utf-8")
 
     # Inside the pipeline: IOB1 becomes BIO and only each word's first sub-word carries a label.
-    family = FAMILIES["ner"](FinetuneConfig(kind="ner", max_seq_length=24))
+    family = family_for("ner")(FinetuneConfig(kind="ner", max_seq_length=24))
     tokenizer = WordPieceTokenizer.from_pretrained(pretrained)
     family.read(train, training=True)  # collects the labels
     words = ["john", "parisville", "."]

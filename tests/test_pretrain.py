@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from bertkit import WordPieceTokenizer
-from bertkit.data.shards import prepare
+from bertkit.data.corpus import iter_lines
+from bertkit.data.prepare import prepare
 from bertkit.pretrain import PretrainConfig, pretrain, resolve_config
 
 WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
@@ -41,7 +42,7 @@ def data_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pretrain")
     corpus = synthetic_corpus(root / "corpus.txt")
     held_out = synthetic_corpus(root / "held_out.txt", documents=8, seed=1)
-    tok = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1, show_progress=False)
+    tok = WordPieceTokenizer.train(iter_lines([corpus]), vocab_size=120, min_frequency=1, show_progress=False)
     tok.save(root / "tok")
     prepare([corpus], root / "tok", root / "data", eval_paths=[held_out], progress=False)
     return root / "data"

@@ -3,9 +3,9 @@
 A *model directory* is what every verb consumes and what transformers reads: `config.json` (transformers' fields
 of the model's family), `model.safetensors` (transformers' parameter names) and the tokenizer files (`vocab.txt`,
 or `vocab.json` + `merges.txt`, ...). Our modules have short names of their own; one `Format` per family (BERT,
-RoBERTa, ALBERT, ELECTRA, DistilBERT) maps transformers' names to ours, one row per tensor with `{}` standing for
-the layer index, and its inverse is derived from it. Loading is strict: an unknown tensor, a missing tensor or a
-shape that disagrees with config.json is an error that names the tensor.
+RoBERTa, ALBERT, ELECTRA, DistilBERT, ModernBERT) maps transformers' names to ours, one row per tensor with `{}`
+standing for the layer index, and its inverse is derived from it. Loading is strict: an unknown tensor, a missing
+tensor or a shape that disagrees with config.json is an error that names the tensor.
 
 Weights are data, never code: `.safetensors` is read with safetensors and a legacy `pytorch_model.bin` with
 `torch.load(weights_only=True)`.
@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, ModernBertConfig, T5Config
+from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
 ENCODER_KEYS: dict[str, str] = {
@@ -136,6 +139,10 @@ DISTILBERT_ENCODER_KEYS: dict[str, str] = {
 _DISTIL_MLM = {**_linear("vocab_transform", "mlm.dense"), **_linear("vocab_layer_norm", "mlm.norm"),
                "vocab_projector.bias": "mlm.bias"}
 _TASK_HEADS = {"classifier": HEAD_KEYS["classifier"], "qa": HEAD_KEYS["qa"]}
+# RoBERTa's and ELECTRA's sequence classifiers have a dense head of their own (`classifier.dense`,
+# `classifier.out_proj`) where BERT has pooler + linear; their token classifiers keep the plain `classifier`.
+_DENSE_TASK_HEADS = {**_TASK_HEADS, "classifier": {**HEAD_KEYS["classifier"], **_linear("classifier.dense", "classifier.dense"),
+                                                   **_linear("classifier.out_proj", "classifier.out")}}
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 
@@ -150,11 +157,19 @@ class Format:
     class_prefix: str  # "Bert" in our architecture names becomes this ("Roberta")
     architectures: dict[str, str] = field(default_factory=dict)  # our architecture -> theirs, where not a rename
     label: str = "BERT"  # how error messages name the family
+    config_class: type = BertConfig  # the config dataclass that reads and writes this family's config.json
+    pooler: bool = True  # the bare encoder class takes `add_pooler` (BERT's pooler; ModernBERT has none)
+    # head family -> our tensor prefixes that start fresh when the file holds that family's other tensors
+    # (a ModernBERT classifier on an MLM directory reuses its prediction head, as transformers does)
+    fresh: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # (model class, config, weights under their names, directory) -> (config, weights): a family's own rules that
+    # only the weights can settle, applied before the tables (T5: an output projection stored although tied)
+    adapt: Callable | None = None
 
 
 FORMATS: dict[str, Format] = {
     "bert": Format("bert.", ENCODER_KEYS, HEAD_KEYS, REDUNDANT_KEYS, "Bert"),
-    "roberta": Format("roberta.", ENCODER_KEYS, {"pretraining": _ROBERTA_LM, "mlm": _ROBERTA_LM, **_TASK_HEADS},
+    "roberta": Format("roberta.", ENCODER_KEYS, {"pretraining": _ROBERTA_LM, "mlm": _ROBERTA_LM, **_DENSE_TASK_HEADS},
                       (*_BUFFERS, "lm_head.decoder.weight", "lm_head.decoder.bias"), "Roberta",
                       {"BertForPreTraining": "RobertaForMaskedLM", "BertLMHeadModel": "RobertaForCausalLM"},
                       "RoBERTa"),
@@ -165,7 +180,7 @@ FORMATS: dict[str, Format] = {
     "electra": Format("electra.", ELECTRA_ENCODER_KEYS,
                       {"discriminator": {**_linear("discriminator_predictions.dense", "rtd.dense"),
                                          **_linear("discriminator_predictions.dense_prediction", "rtd.out")},
-                       "pretraining": _ELECTRA_GENERATOR, "mlm": _ELECTRA_GENERATOR, **_TASK_HEADS},
+                       "pretraining": _ELECTRA_GENERATOR, "mlm": _ELECTRA_GENERATOR, **_DENSE_TASK_HEADS},
                       (*_BUFFERS, "generator_lm_head.weight"), "Electra",
                       {"BertForPreTraining": "ElectraForMaskedLM", "BertForReplacedTokenDetection":
                        "ElectraForPreTraining", "BertLMHeadModel": "ElectraForCausalLM"}, "ELECTRA"),
@@ -176,6 +191,93 @@ FORMATS: dict[str, Format] = {
                          {"BertForPreTraining": "DistilBertForMaskedLM"}, "DistilBERT"),
 }
 
+# ModernBERT (transformers' ModernBert*): an architecture of its own, with its own config class. Layer 0 has no
+# attn_norm (its input is the normed embedding); bias rows exist only where config.json turns biases on
+# (norm_bias, attention_bias, mlp_bias, classifier_bias, decoder_bias). The MLM head and the classifiers share
+# transformers' `head.*` transform; the MLM decoder weight is the token-embedding matrix (tied, never stored).
+MODERNBERT_ENCODER_KEYS: dict[str, str] = {
+    "embeddings.tok_embeddings.weight": "embeddings.word.weight",
+    **_linear("embeddings.norm", "embeddings.norm"),
+    **_linear("layers.{}.attn_norm", "layers.{}.attn_norm"),
+    **_linear("layers.{}.attn.Wqkv", "layers.{}.attn.qkv"),
+    **_linear("layers.{}.attn.Wo", "layers.{}.attn.out"),
+    **_linear("layers.{}.mlp_norm", "layers.{}.ffn_norm"),
+    **_linear("layers.{}.mlp.Wi", "layers.{}.ffn.up"),
+    **_linear("layers.{}.mlp.Wo", "layers.{}.ffn.down"),
+    **_linear("final_norm", "norm"),
+}
+FORMATS["modernbert"] = Format(
+    "model.", MODERNBERT_ENCODER_KEYS,
+    {"mlm": {**_linear("head.dense", "mlm.dense"), **_linear("head.norm", "mlm.norm"), "decoder.bias": "mlm.bias"},
+     "classifier": {**_linear("head.dense", "head.dense"), **_linear("head.norm", "head.norm"),
+                    **_linear("classifier", "classifier")}},
+    ("decoder.weight",), "ModernBert", label="ModernBERT", config_class=ModernBertConfig, pooler=False,
+    fresh={"classifier": ("classifier.",)})
+
+
+# T5 (transformers' T5ForConditionalGeneration, T5EncoderModel): an encoder-decoder with its own config class and
+# no name prefix. The shared embeddings and the encoder are the family's encoder; the decoder and the output
+# projection are the "seq2seq" head, so T5EncoderModel drops them from a full directory. transformers keeps each
+# stack's relative position bias table in its first layer; ours sits on the stack (`position_bias`).
+def _t5_stack(stack: str, decoder: bool) -> dict[str, str]:
+    """One stack's rows: block.{i}.layer.0 self-attention, (decoder) layer.1 cross-attention, then feed-forward."""
+    theirs, ours, ff = f"{stack}.block.{{}}.layer.", f"{stack}.layers.{{}}.", 2 if decoder else 1
+    rows = {f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight": f"{stack}.position_bias.weight",
+            f"{theirs}0.layer_norm.weight": f"{ours}attn_norm.weight",
+            f"{theirs}{ff}.layer_norm.weight": f"{ours}ffn_norm.weight",
+            f"{stack}.final_layer_norm.weight": f"{stack}.final_norm.weight"}
+    projections = {"q": "query", "k": "key", "v": "value", "o": "out"}
+    rows.update({f"{theirs}0.SelfAttention.{p}.weight": f"{ours}attn.{q}.weight" for p, q in projections.items()})
+    if decoder:
+        rows[f"{theirs}1.layer_norm.weight"] = f"{ours}cross_norm.weight"
+        rows.update({f"{theirs}1.EncDecAttention.{p}.weight": f"{ours}cross.{q}.weight" for p, q in projections.items()})
+    # T5 1.0's block is wi -> ReLU -> wo; T5 1.1's is GELU(wi_0) * wi_1 -> wo.
+    for theirs_ff, ours_ff in {"wi": "up", "wi_0": "gate", "wi_1": "linear", "wo": "down"}.items():
+        rows[f"{theirs}{ff}.DenseReluDense.{theirs_ff}.weight"] = f"{ours}ffn.{ours_ff}.weight"
+    return rows
+
+
+def _t5_adapt(cls, config: T5Config, weights: dict[str, torch.Tensor], directory: str):
+    """T5's ties as transformers resolves them, before the tables rename the weights.
+
+    The shared embeddings may be stored only as a stack's tied copy (`encoder.embed_tokens.weight`). For the
+    encoder-decoder: a directory without a decoder (is_encoder_decoder false) is refused; an `lm_head.weight` stored
+    although config.json says tied is dropped when it equals the embeddings, and otherwise makes the model untied
+    (what transformers does, keeping the output scaling its config.json says).
+    """
+    if "shared.weight" not in weights:
+        copy = next((k for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight") if k in weights), None)
+        if copy is not None:
+            weights = {**weights, "shared.weight": weights[copy]}
+    if cls.head_family != "seq2seq":
+        return config, weights
+    if not config.is_encoder_decoder:
+        raise CheckpointError(f"{Path(directory) / CONFIG_NAME}: is_encoder_decoder=false: the directory holds a T5 "
+                              f"encoder alone (T5EncoderModel); {cls.__name__} needs the decoder")
+    head = weights.get("lm_head.weight")
+    if config.tie_word_embeddings and head is not None:
+        if "shared.weight" in weights and torch.equal(head, weights["shared.weight"]):
+            weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
+        else:
+            config = replace(config, tie_word_embeddings=False, scale_decoder_outputs=config.scale_output)
+    return config, weights
+
+
+_T5_ENCODER = {"shared.weight": "shared.weight", **_t5_stack("encoder", decoder=False)}
+FORMATS["t5"] = Format(
+    "", _T5_ENCODER, {"seq2seq": {**_t5_stack("decoder", decoder=True), "lm_head.weight": "lm_head.weight"}},
+    # tied copies of the shared embeddings, and a cross-attention position table old checkpoints carry unused
+    ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+     "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
+    "T5", label="T5", config_class=T5Config, pooler=False, adapt=_t5_adapt)
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "config") -> BertConfig | ModernBertConfig | T5Config:
+    """A config.json dict as the config class of its `model_type`'s format (BertConfig for the BERT family)."""
+    fmt = FORMATS.get(raw.get("model_type") or "bert")
+    return (fmt.config_class if fmt is not None else BertConfig).from_dict(raw, source=source)
+
+
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
@@ -185,6 +287,26 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "voca
 
 class CheckpointError(ValueError):
     """A model directory that cannot be loaded as asked; the message names the file or tensor."""
+
+
+class WeightsMismatchError(CheckpointError):
+    """The weights' tensor names and the model's disagree; `missing` / `unexpected` hold them (bertkit names)."""
+
+    def __init__(self, message: str, missing: list[str], unexpected: list[str]) -> None:
+        super().__init__(message)
+        self.missing, self.unexpected = missing, unexpected
+
+
+class ShapeMismatchError(CheckpointError):
+    """A tensor of the weights has another shape than the model built from config.json (`name`: the file's name)."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class HeadMismatchError(CheckpointError):
+    """The directory's heads are absent or do not fit the model asked for; `new_heads=True` starts fresh ones."""
 
 
 def _compile(table: dict[str, str]) -> list[tuple[re.Pattern, str]]:
@@ -316,43 +438,83 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a model directory")
     raw = read_config(directory)
-    config = BertConfig.from_dict(raw, source=str(directory / CONFIG_NAME))
+    config = config_from_dict(raw, source=str(directory / CONFIG_NAME))
     family, prefix = cls.head_family, cls.encoder_prefix
     fmt = FORMATS[config.model_type]
+    if not isinstance(config, getattr(cls, "config_class", BertConfig)):  # a model class names its config class
+        raise CheckpointError(f"{directory} holds a {fmt.label} model (model_type {config.model_type!r}), which "
+                              f"{cls.__name__} cannot load")
     if family and family not in fmt.heads:
         raise CheckpointError(f"{directory}: a {fmt.label} model directory cannot hold a {cls.__name__} "
                               f"(transformers has no {fmt.label} model with a {family!r} head)")
-    state, found, origin = hf_to_bertkit(read_weights(directory), family, prefix, source=str(directory),
-                                         model_type=config.model_type)
+    weights = read_weights(directory)
+    if fmt.adapt is not None:
+        config, weights = fmt.adapt(cls, config, weights, str(directory))
+    state, found, origin = hf_to_bertkit(weights, family, prefix, source=str(directory), model_type=config.model_type)
     head_names = tuple(sorted({name.split(".")[0] + "." for name in fmt.heads[family].values()})) if family else ()
     if family and (family not in found or new_heads):
         if family not in found and cls.requires_pretrained_heads and not new_heads:
             stored = ", ".join(sorted({f"'{name.split('.')[0]}.*'" for name in fmt.heads[family]}))
-            raise CheckpointError(
+            raise HeadMismatchError(
                 f"{directory} holds no {family} heads ({stored}; found {sorted(found) or 'an encoder only'}); "
                 f"load it with BertModel.from_pretrained, or pass new_heads=True to start fresh heads on it")
         state = {k: v for k, v in state.items() if not k.startswith(head_names)}
         found.discard(family)
     kwargs = {**cls.kwargs_from_config(raw), **model_kwargs} if family in found else dict(model_kwargs)
-    if family is None and "add_pooler" not in kwargs and not any(k.startswith("pooler.") for k in state):
+    if fmt.pooler and family is None and "add_pooler" not in kwargs and not any(k.startswith("pooler.") for k in state):
         kwargs["add_pooler"] = False  # the encoder of a token-classification or QA model has no pooler
+    refuse_oversized(lambda: cls(config, **kwargs), str(directory / CONFIG_NAME))
     model = cls(config, **kwargs)
     # The pooler belongs to some heads only: a token classifier or QA model has none (drop it from the file), and
     # a sequence classifier built on a checkpoint without one starts it fresh, as transformers does.
     own = model.state_dict()
     pooler = prefix + "pooler."
     state = {k: v for k, v in state.items() if not k.startswith(pooler) or k in own}
-    missing_ok = head_names if family not in found else ()
+    missing_ok = head_names if family not in found else fmt.fresh.get(family, ())
     if not any(k.startswith(pooler) for k in state) and family is not None:
         missing_ok = (*missing_ok, pooler)
     try:
         load_state_strict(model, state, source=str(directory), allow_missing=missing_ok, origin=origin)
-    except CheckpointError as err:
-        if family in found and any(k.startswith(head_names) for k in state) and "shape" in str(err):
-            raise CheckpointError(f"{err}. The head in {directory} does not fit the task (e.g. another number "
-                                  f"of labels); pass new_heads=True to replace it with a fresh one") from None
+    except ShapeMismatchError as err:
+        # Blame the head only when the tensor that does not fit is one of the head's (an encoder tensor of the
+        # wrong shape is a config.json / weights disagreement, whatever heads the file has).
+        ours = next((k for k in state if origin.get(k, k) == err.name), err.name)
+        if family in found and head_names and ours.startswith(head_names):
+            raise HeadMismatchError(f"{err}. The head in {directory} does not fit the task (e.g. another number "
+                                    f"of labels); pass new_heads=True to replace it with a fresh one") from None
         raise
     return model
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def refuse_oversized(build: Callable[[], torch.nn.Module], source: str) -> None:
+    """Build the model `build` makes on the meta device (shapes only, no memory) and raise CheckpointError naming
+    `source` when its parameters and buffers alone would not fit in this machine's RAM: a config with absurd sizes
+    is refused before anything is allocated, instead of ending in an allocator error or the OOM killer."""
+    limit = physical_memory()
+    if limit is None:
+        return
+    try:
+        with torch.device("meta"):
+            model = build()
+    except Exception:  # a model that cannot be built on the meta device is left to its real construction
+        return
+    tensors = list(model.parameters()) + list(model.buffers())
+    need = sum(t.numel() * t.element_size() for t in tensors)
+    if need > limit:
+        config = getattr(model, "config", None)
+        sizes = ", ".join(f"{k} {getattr(config, k)}" for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                                 "intermediate_size", "max_position_embeddings")
+                          if hasattr(config, k))
+        raise CheckpointError(f"{source}: this model would need {need / 2**30:,.1f} GiB for its weights alone, "
+                              f"more than this machine's {limit / 2**30:,.1f} GiB of memory ({sizes})")
 
 
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str,
@@ -368,13 +530,28 @@ def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], so
     missing = [k for k in own if k not in state and k not in tied and not k.startswith(allow_missing)]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
-        raise CheckpointError(f"{source}: weights do not match the model: missing {missing[:8]}, "
-                              f"unexpected {unexpected[:8]}")
+        raise WeightsMismatchError(f"{source}: weights do not match the model: missing {missing[:8]}, "
+                                   f"unexpected {unexpected[:8]}", missing, unexpected)
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(own[name].shape):
-            raise CheckpointError(f"{source}: tensor {origin.get(name, name)!r} has shape {tuple(tensor.shape)} in the weights but "
-                                  f"{tuple(own[name].shape)} in the model built from config.json")
+            raise ShapeMismatchError(f"{source}: tensor {origin.get(name, name)!r} has shape {tuple(tensor.shape)} "
+                                     f"in the weights but {tuple(own[name].shape)} in the model built from "
+                                     f"config.json", origin.get(name, name))
+    state = {name: _float_weights(tensor, own[name].dtype, origin.get(name, name), source)
+             for name, tensor in state.items()}
     model.load_state_dict(state, strict=False)
+
+
+def _float_weights(tensor: torch.Tensor, want: torch.dtype, name: str, source: str) -> torch.Tensor:
+    """A stored tensor as the model's dtype: floating point of any width converts (fp16 / bf16 / fp64 -> fp32);
+    integer, bool or complex values where the model holds floats are refused, naming the tensor (copying them
+    would silently turn a foreign or damaged file into weights)."""
+    if not want.is_floating_point or tensor.dtype == want:
+        return tensor
+    if tensor.is_floating_point():
+        return tensor.to(want)
+    raise CheckpointError(f"{source}: tensor {name!r} has dtype {str(tensor.dtype).replace('torch.', '')}; "
+                          f"weights must be floating point (float32, float16 or bfloat16)")
 
 
 def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
@@ -386,25 +563,28 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
     hf_state = bertkit_to_hf(state, model.head_family, model.encoder_prefix, model_type=model.config.model_type)
     # A plain mkdir, not tempfile.mkdtemp (0700): the directory gets the permissions the user's umask gives.
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    staging.mkdir()
-    try:
-        save_file(hf_state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
-        model.config.to_json_file(staging / CONFIG_NAME, architectures=[architecture_name(model)],
-                                  extra=model.config_extras())
-        if tokenizer is not None:
-            tokenizer.save(staging)
-        elif directory.is_dir():  # keep tokenizer files a previous save put there
-            for name in TOKENIZER_FILES:
-                if (directory / name).is_file():
-                    shutil.copy2(directory / name, staging / name)
-        # safetensors creates its file 0600; give it the mode config.json got from a plain open().
-        shutil.copymode(staging / CONFIG_NAME, staging / WEIGHTS_NAME)
-        for path in staging.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        _replace_directory(staging, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    # A full device anywhere below: the staging folder is removed and DiskFullError names the directory and the
+    # bytes the weights need.
+    with disk_full_as_error(directory, _tensor_bytes(hf_state), temporaries=(staging,)):
+        staging.mkdir()
+        try:
+            save_file(hf_state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
+            model.config.to_json_file(staging / CONFIG_NAME, architectures=[architecture_name(model)],
+                                      extra=model.config_extras())
+            if tokenizer is not None:
+                tokenizer.save(staging)
+            elif directory.is_dir():  # keep tokenizer files a previous save put there
+                for name in TOKENIZER_FILES:
+                    if (directory / name).is_file():
+                        shutil.copy2(directory / name, staging / name)
+            # safetensors creates its file 0600; give it the mode config.json got from a plain open().
+            shutil.copymode(staging / CONFIG_NAME, staging / WEIGHTS_NAME)
+            for path in staging.iterdir():
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+            _replace_directory(staging, directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _replace_directory(staging: Path, directory: Path) -> None:
@@ -431,5 +611,143 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """config.json of a model directory as a dict (for `bertkit info`)."""
-    return json.loads((Path(directory) / CONFIG_NAME).read_text(encoding="utf-8"))
+    """config.json of a model directory as a dict (for `bertkit info`); CheckpointError naming the file when it
+    is not a JSON object."""
+    path = Path(directory) / CONFIG_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# What each stored tensor is (for `bertkit info`): the family tables above, read without building a model
+# ------------------------------------------------------------------------------------------------------------------
+def tensor_role(name: str, model_type: str = "bert") -> tuple[str, tuple[str, ...]]:
+    """What the tensor stored under transformers' `name` is in a `model_type` directory.
+
+    Returns ("encoder", ()), ("head", the head families whose table has it, e.g. ("mlm", "pretraining") for
+    BERT's cls.predictions.*), ("redundant", ()) for buffers and tied copies `hf_to_bertkit` drops, or
+    ("unknown", ()) for a name no table of the family knows. TF-era LayerNorm gamma/beta count as weight/bias.
+    """
+    fmt = FORMATS[model_type]
+    encoder_rules, head_rules = _role_rules(model_type)
+    for old, new in _LEGACY_SUFFIXES:
+        if name.endswith(old) and "LayerNorm" in name:
+            name = name[: -len(old)] + new
+    bare = name[len(fmt.prefix):] if name.startswith(fmt.prefix) else name
+    if bare in fmt.redundant or name in fmt.redundant:
+        return "redundant", ()
+    if _rename(bare, encoder_rules) is not None:
+        return "encoder", ()
+    families = tuple(sorted(family for family, rules in head_rules.items() if _rename(name, rules) is not None))
+    return ("head", families) if families else ("unknown", ())
+
+
+_ROLE_RULES: dict[str, tuple[list, dict[str, list]]] = {}
+
+
+def _role_rules(model_type: str) -> tuple[list, dict[str, list]]:
+    """The compiled encoder and head tables of a family, compiled once (a directory has hundreds of tensors)."""
+    if model_type not in _ROLE_RULES:
+        fmt = FORMATS[model_type]
+        _ROLE_RULES[model_type] = (_compile(fmt.encoder),
+                                   {family: _compile(table) for family, table in fmt.heads.items()})
+    return _ROLE_RULES[model_type]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Resume state: what only `--resume` reads (optimizer, schedule position, RNG, data position), never a model dir
+# ------------------------------------------------------------------------------------------------------------------
+RESUME_DIR = "checkpoints"  # run_dir/checkpoints/step-00001000.pt, ...
+_RESUME_NAME = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def resume_state_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """Where the resume state after optimizer step `step` lives: run_dir/checkpoints/step-{step:08d}.pt."""
+    return Path(run_dir) / RESUME_DIR / f"step-{step:08d}.pt"
+
+
+def resume_state_step(path: str | os.PathLike) -> int:
+    """The optimizer step a resume-state file was written after (step-00001000.pt -> 1000); ValueError otherwise."""
+    match = _RESUME_NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path}: not a resume-state file name (step-NNNNNNNN.pt)")
+    return int(match.group(1))
+
+
+def _resume_files(folder: Path) -> list[Path]:
+    """The resume-state files in `folder`, oldest step first (the zero-padded names sort by step)."""
+    return sorted(p for p in folder.glob("step-*.pt") if _RESUME_NAME.match(p.name)) if folder.is_dir() else []
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random states (Python, NumPy's global, torch CPU and every CUDA device), as tensors and
+    plain values that `torch.load(weights_only=True)` reads back."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    # The (624,) uint32 Mersenne Twister key as an int64 tensor: weights-only loading accepts no numpy arrays.
+    state["numpy"] = (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `rng_state` captured (the CUDA states only where CUDA is available)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest resume-state file of a run (highest step), or None when the run has none."""
+    found = _resume_files(Path(run_dir) / RESUME_DIR)
+    return found[-1] if found else None
+
+
+def save_checkpoint(path: Path, state: dict[str, Any], keep_last: int) -> None:
+    """torch.save `state` to `path` atomically (temporary file, fsync, rename: a crash leaves the previous
+    checkpoint intact), then delete all but the `keep_last` newest step-*.pt files beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    # A full device: the temporary file is removed and DiskFullError names the file and the bytes it needs.
+    with disk_full_as_error(path, _tensor_bytes(state), temporaries=(tmp,)):
+        with open(tmp, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    fsync_dir(path.parent)
+    for stale in _resume_files(path.parent)[:-keep_last]:
+        stale.unlink(missing_ok=True)
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of every tensor in a nested dict / list / tuple: about what torch.save writes."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A resume state written by `save_checkpoint`, read with weights_only=True (tensors and plain values only).
+
+    Raises CheckpointError (a ValueError) naming the file when it is torn, foreign or holds pickled objects.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a torn or foreign file: say which
+        raise CheckpointError(f"{path}: not a readable bertkit checkpoint ({err})") from None

@@ -17,44 +17,64 @@ from pathlib import Path
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from bertkit.tokenizers import ByteLevelBPETokenizer
-    from bertkit.tokenizers import WordPieceTokenizer
+    from bertkit.data.corpus import iter_lines
+    from bertkit.tokenizers import ByteLevelBPETokenizer, UnigramTokenizer, WordPieceTokenizer
 
+    if args.kind != "wordpiece" and (args.cased or args.strip_accents is not None):
+        kept = "byte-level BPE keeps the text as is" if args.kind == "bpe" else "unigram normalises with NFKC only"
+        raise ValueError(f"--cased and --strip-accents are WordPiece options; {kept}")
+    if args.extra_ids is not None and args.kind != "unigram":
+        raise ValueError("--extra-ids is a unigram option (T5's sentinel tokens)")
+    if args.min_frequency is not None and args.kind == "unigram":
+        raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
+    texts = iter_lines(args.files)  # file:line errors come from the corpus reader
+    vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
+    min_frequency = 2 if args.min_frequency is None else args.min_frequency
+    if args.kind == "unigram":
+        tok = UnigramTokenizer.train(texts, vocab_size=vocab_size, show_progress=not args.quiet,
+                                     extra_ids=100 if args.extra_ids is None else args.extra_ids)
+        tok.save(args.out)
+        print(f"wrote a {tok.vocab_size}-token Unigram vocabulary ({tok.extra_ids} extra ids, tokenizer.json) "
+              f"to {args.out}")
+        return
     if args.kind == "bpe":
-        if args.cased or args.strip_accents is not None:
-            raise ValueError("--cased and --strip-accents are WordPiece options; byte-level BPE keeps the text as is")
-        tok = ByteLevelBPETokenizer.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        tok = ByteLevelBPETokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency,
                                           show_progress=not args.quiet)
         tok.save(args.out)
         print(f"wrote a {tok.vocab_size}-token byte-level BPE vocabulary (vocab.json + merges.txt) to {args.out}")
         return
-    tok = WordPieceTokenizer.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+    tok = WordPieceTokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency,
                                    lowercase=not args.cased, strip_accents=args.strip_accents,
                                    show_progress=not args.quiet)
     tok.save(args.out)
     print(f"wrote a {tok.vocab_size}-token {'cased' if args.cased else 'uncased'} vocabulary to {args.out}")
 
 
-def load_tokenizer(path: str):
-    """A tokenizer from a model directory, a tokenizer directory or a vocabulary file (WordPiece or BPE)."""
+def load_tokenizer(path: str, kind: str | None = None):
+    """A tokenizer from a model directory, a tokenizer directory or a vocabulary file, of any kind
+    (`bertkit.tokenizers.load_tokenizer`)."""
     from bertkit.tokenizers import load_tokenizer as load
 
-    return load(path)
+    return load(path, kind=kind)
 
 
 def cmd_tokenize(args: argparse.Namespace) -> None:
-    tok = load_tokenizer(args.model_or_vocab)
+    tok = load_tokenizer(args.model_or_vocab, args.tokenizer_kind)
     if args.cased is not None:  # a bare vocab.txt carries no casing; let the user say
         from bertkit.tokenizers import WordPieceTokenizer
 
+        if tok.kind != "wordpiece":
+            raise ValueError(f"--cased applies to a WordPiece vocabulary; {args.model_or_vocab} holds a {tok.kind} "
+                             f"tokenizer, whose files decide its casing")
         tok = WordPieceTokenizer(tok.get_vocab(), lowercase=not args.cased)
     enc = tok.encode(args.text, pair=args.pair, max_length=args.max_length)
     if args.json:
         print(json.dumps({"tokens": enc.tokens, "input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids,
-                          "attention_mask": enc.attention_mask, "offsets": enc.offsets, "word_ids": enc.word_ids},
+                          "attention_mask": enc.attention_mask, "offsets": enc.offsets, "word_ids": enc.word_ids,
+                          "sequence_ids": enc.sequence_ids, "special_tokens_mask": enc.special_tokens_mask},
                          ensure_ascii=False))
         return
-    width = max(len(t) for t in enc.tokens)
+    width = max((len(t) for t in enc.tokens), default=0)
     for token, index, ttype in zip(enc.tokens, enc.input_ids, enc.token_type_ids):
         print(f"{token:<{width}}  {index:>6}  {ttype}")
 
@@ -100,7 +120,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 # prepare / pretrain / plot / pipeline
 # ------------------------------------------------------------------------------------------------------------------
 def cmd_prepare(args: argparse.Namespace) -> None:
-    from bertkit.data.shards import prepare
+    from bertkit.data.prepare import prepare
 
     manifest = prepare(args.corpus, args.tokenizer, args.out, eval_paths=args.eval_corpus,
                        eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
@@ -138,7 +158,8 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
         if value is not None:
             overrides[key] = value
     config = resolve_config(args.config, overrides)
-    result = pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from)
+    result = pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from,
+                      verify_data=args.verify)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
                           "stopped_by": result.stopped_by, **result.eval_metrics, "model": str(Path(args.out) / "model")}))
@@ -467,26 +488,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    tokenizer = verbs.add_parser("tokenizer", help="train WordPiece or byte-level BPE vocabularies")
+    tokenizer = verbs.add_parser("tokenizer", help="train WordPiece, byte-level BPE or Unigram vocabularies")
     tverbs = tokenizer.add_subparsers(dest="tverb", metavar="ACTION", required=True)
-    train = tverbs.add_parser("train", help="learn a WordPiece (or byte-level BPE) vocabulary from text files",
+    train = tverbs.add_parser("train", help="learn a WordPiece (byte-level BPE, Unigram) vocabulary from text files",
                               description="Learn a WordPiece vocabulary (BERT's; --kind bpe: RoBERTa's byte-level "
-                                          "BPE) from corpus files (text, JSON Lines, .gz).")
+                                          "BPE; --kind unigram: T5's SentencePiece-style Unigram) from corpus files "
+                                          "(text, JSON Lines, .gz).")
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
-    train.add_argument("--kind", choices=["wordpiece", "bpe"], default="wordpiece",
-                       help="wordpiece (vocab.txt, default) or bpe (vocab.json + merges.txt, RoBERTa's)")
-    train.add_argument("--vocab-size", type=int, default=30522, help="size of the vocabulary (default 30522)")
-    train.add_argument("--min-frequency", type=int, default=2, help="drop merges seen fewer times (default 2)")
-    train.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
+    train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram"], default="wordpiece",
+                       help="wordpiece (vocab.txt, default), bpe (vocab.json + merges.txt, RoBERTa's) or unigram "
+                            "(tokenizer.json, T5's: <pad> </s> <unk> first, sentinels last)")
+    train.add_argument("--vocab-size", type=int, default=None,
+                       help="size of the vocabulary, special tokens included (default 30522; unigram 32100, its "
+                            "extra ids included)")
+    train.add_argument("--min-frequency", type=int, default=None,
+                       help="wordpiece / bpe: drop merges seen fewer times (default 2)")
+    train.add_argument("--extra-ids", type=int, default=None,
+                       help="unigram: sentinel tokens <extra_id_0>.. at the end of the vocabulary (default 100)")
+    train.add_argument("--cased", action="store_true", help="wordpiece: keep case and accents (default: uncased)")
     train.add_argument("--strip-accents", action=argparse.BooleanOptionalAction, default=None,
-                       help="strip accents (default: when uncased)")
+                       help="wordpiece: strip accents (default: when uncased)")
     train.add_argument("--out", required=True, help="directory for the vocabulary and tokenizer files")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_tokenizer_train)
 
+    from bertkit.tokenizers.load import TOKENIZER_KINDS
+
     tokenize = verbs.add_parser("tokenize", help="show the tokens and ids of a text",
-                                description="Print the WordPiece tokens, ids and token types of TEXT.")
-    tokenize.add_argument("--model-or-vocab", required=True, help="model directory, tokenizer directory or vocab.txt")
+                                description="Print the tokens, ids and token types of TEXT (and --pair) as the "
+                                            "tokenizer frames them for a model.")
+    tokenize.add_argument("--model-or-vocab", required=True,
+                          help="model or tokenizer directory (vocab.txt, vocab.json + merges.txt, or tokenizer.json), "
+                               "or a vocabulary file")
+    tokenize.add_argument("--tokenizer-kind", choices=TOKENIZER_KINDS,
+                          help="default: detected from the files (json reads any tokenizer.json as it stands)")
     tokenize.add_argument("--pair", help="second text (segment B)")
     tokenize.add_argument("--max-length", type=int, help="truncate (longest first) to this many tokens")
     tokenize.add_argument("--cased", action=argparse.BooleanOptionalAction, default=None,
@@ -526,9 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
                                         "token shards with sentence, document and word-start indexes.")
     prep.add_argument("--corpus", nargs="+", required=True, help="files, directories or globs")
     prep.add_argument("--tokenizer", required=True,
-                      help="tokenizer or model directory (vocab.txt, or vocab.json + merges.txt), or a vocab file")
-    prep.add_argument("--tokenizer-kind", choices=["wordpiece", "bpe"],
-                      help="wordpiece or bpe (byte-level, RoBERTa's); default: detected from the files")
+                      help="tokenizer or model directory (vocab.txt, vocab.json + merges.txt, or tokenizer.json), "
+                           "or a vocab file")
+    prep.add_argument("--tokenizer-kind", choices=TOKENIZER_KINDS,
+                      help="wordpiece, bpe (byte-level, RoBERTa's), unigram (T5's) or json (any tokenizer.json); "
+                           "default: detected from the files")
     prep.add_argument("--out", required=True, help="data directory to write")
     held = prep.add_mutually_exclusive_group()
     held.add_argument("--eval-corpus", nargs="+", help="held-out corpus for evaluation")
@@ -559,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--seed", type=int, help="seed")
     pre.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     pre.add_argument("--init-from", help="start from this model directory's weights (e.g. phase 2 at length 512)")
+    pre.add_argument("--verify", action="store_true",
+                     help="check every shard file's SHA-256 before training (by default the index files are "
+                          "checked at open and each shard's token files just before its first use)")
     pre.set_defaults(func=cmd_pretrain, takes_extra=True)
 
     pipe = verbs.add_parser("pipeline", help="everything: corpus -> vocabulary -> shards -> pretraining -> report",
@@ -578,7 +618,9 @@ def build_parser() -> argparse.ArgumentParser:
     init = verbs.add_parser("init", help="write a randomly initialised model directory",
                             description="Write a BertForPreTraining with BERT's initialisation and the given "
                                         "tokenizer (a from-scratch baseline, or a start for pretraining).")
-    init.add_argument("--tokenizer", required=True, help="tokenizer or model directory, or a vocab.txt")
+    init.add_argument("--tokenizer", required=True,
+                      help="tokenizer or model directory (any kind: vocab.txt, vocab.json + merges.txt, "
+                           "tokenizer.json), or a vocab file")
     init.add_argument("--preset", default="mini", choices=list(__import__("bertkit.config").config.PRESETS),
                       help="model size (default mini)")
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
@@ -591,14 +633,17 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="output directory (default RUN_DIR/plots)")
     plot.set_defaults(func=cmd_plot)
 
-    kinds = ["glue", "classify", "ner", "squad", "swag"]
+    from bertkit.tasks import KINDS, family_for  # the task registry (no torch)
+
+    kinds = list(KINDS)
     fine = verbs.add_parser("finetune", help="fine-tune a model on GLUE, a CSV/TSV/JSONL table, NER, SQuAD or SWAG",
                             description="Fine-tune a pretrained model directory on a task: a fresh head, AdamW with "
                                         "warm-up and linear decay, dev evaluation every epoch with the official "
                                         "metric; the best epoch is kept as OUT/model, every metric is in "
                                         "OUT/results.json.")
     fine.add_argument("kind", choices=kinds, help="task family")
-    fine.add_argument("--model", required=True, help="pretrained model directory (with vocab.txt)")
+    fine.add_argument("--model", required=True,
+                      help="pretrained model directory (with its tokenizer files, any kind)")
     fine.add_argument("--train", required=True, help="training file")
     fine.add_argument("--dev", required=True, help="development file, evaluated every epoch")
     fine.add_argument("--out", required=True, help="run directory (model, results.json, predictions, checkpoints)")
@@ -631,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "the best ending (swag). --input: one input per line (fields separated by a "
                                       "tab: text, pair / question, context / context, choice, choice, ...) or JSON "
                                       "Lines with those keys (text, pair / question, context / context, choices).")
-    pr.add_argument("kind", choices=["classify", "ner", "squad", "swag"], help="task family")
+    pr.add_argument("kind", choices=[k for k in kinds if family_for(k).predicts_as is None], help="task family")
     pr.add_argument("--model", required=True, help="fine-tuned model directory")
     pr.add_argument("--text", help="text to classify or tag")
     pr.add_argument("--pair", help="second text of a pair (classify)")
@@ -677,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bertkit: interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError, TypeError, KeyError) as err:
+    except (OSError, ValueError, TypeError, KeyError, ArithmeticError) as err:  # a diverged loss included
         if os.environ.get("BERTKIT_DEBUG"):
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err

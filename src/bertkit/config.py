@@ -14,12 +14,16 @@ here: `FAMILIES` says, per family, which config.json key holds each field. Keys 
 machinery (`architectures`, `transformers_version`, `use_cache`, ...) are accepted and ignored; keys that would
 change the architecture in a way bertkit does not implement (relative position embeddings, cross-attention,
 sinusoidal positions) are refused.
+
+ModernBERT is another architecture, with its own `ModernBertConfig` (transformers' ModernBertConfig keys, its
+size presets in MODERNBERT_PRESETS); `config_class_for(model_type)` picks the class for a model_type.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +66,9 @@ class Family:
     pair_head: bool = False  # the pretraining model has a sentence-pair head on the pooler (NSP, SOP)
     pooler: bool = True  # the bare encoder has a pooler (ELECTRA and DistilBERT have none)
     head_act: str | None = None  # the MLM head's activation when the family hard-codes one (else hidden_act)
+    # Sequence classification reads the pooler (None), or has a head of its own on the first token: dropout ->
+    # dense -> this activation -> dropout -> out_proj (RoBERTa: tanh, ELECTRA: gelu), with no pooler.
+    classifier_act: str | None = None
     projection_always: bool = False  # embedding_size is always projected, even when equal to hidden_size (ALBERT)
 
 
@@ -72,7 +79,7 @@ FAMILIES: dict[str, Family] = {
     # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
     "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
                       optional={"causal": "is_decoder"}, fixed={"padding_offset_positions": True},
-                      written={"tie_word_embeddings": True}, head_act="gelu"),
+                      written={"tie_word_embeddings": True}, head_act="gelu", classifier_act="tanh"),
     # ALBERT: factorised embeddings and shared layers; one layer per group (inner_group_num 1) is all we build.
     "albert": Family(keys={**_SAME, "embedding_size": "embedding_size", "num_hidden_groups": "num_hidden_groups",
                            "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
@@ -83,7 +90,7 @@ FAMILIES: dict[str, Family] = {
                      ignored=frozenset({"classifier_dropout_prob"}), pair_head=True, projection_always=True),
     # ELECTRA: the embedding projection exists only when embedding_size differs from hidden_size; no pooler.
     "electra": Family(keys={**_SAME, "embedding_size": "embedding_size"}, optional={"causal": "is_decoder"},
-                      written={"tie_word_embeddings": True}, pooler=False, head_act="gelu",
+                      written={"tie_word_embeddings": True}, pooler=False, head_act="gelu", classifier_act="gelu",
                       ignored=frozenset({"summary_type", "summary_use_proj", "summary_activation",
                                          "summary_last_dropout", "summary_first_dropout"})),
     # DistilBERT: other key names, no token types, LayerNorm epsilon hard-coded to 1e-12, no pooler.
@@ -98,6 +105,18 @@ FAMILIES: dict[str, Family] = {
                          required={"sinusoidal_pos_embds": False}, pooler=False,
                          ignored=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"})),
 }
+
+
+MAX_SIZE = 2**31 - 1  # the largest size field (vocabulary, widths, positions) a config may hold
+
+
+def check_finite(config: Any, names: tuple[str, ...]) -> None:
+    """ValueError naming the first of `config`'s fields `names` that is not a real, finite number (NaN and
+    infinities pass every range check, so they are refused here first; so are strings and booleans)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {value!r}")
 
 
 def field_with_help(default: Any, help: str) -> Any:
@@ -143,8 +162,17 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            if value > MAX_SIZE:  # beyond any tensor dimension torch indexes; the memory check never sees these
+                raise ValueError(f"BertConfig.{name} {value} is absurdly large (at most {MAX_SIZE})")
+        if not isinstance(self.type_vocab_size, int) or isinstance(self.type_vocab_size, bool) \
+                or not 0 <= self.type_vocab_size <= MAX_SIZE:
             raise ValueError(f"BertConfig.type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"BertConfig.{name} must be an integer, got {value!r}")
+        check_finite(self, ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                            "layer_norm_eps"))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"BertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
                              f"hidden_size ({self.hidden_size})")
@@ -277,8 +305,11 @@ class BertConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
         """Build from a transformers-style dict of any supported family; `source` names the file in errors."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: a config must be a JSON object, found "
+                             f"{'null' if data is None else type(data).__name__}")
         model_type = data.get("model_type") or "bert"
-        family = FAMILIES.get(model_type)
+        family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
         if family is None:
             raise ValueError(f"{source}: model_type {model_type!r} is not a BERT-family config (bertkit reads "
                              f"{', '.join(FAMILIES)})")
@@ -343,3 +374,437 @@ PRESETS: dict[str, tuple[int, int]] = {
     "base": (12, 768),
     "large": (24, 1024),
 }
+
+
+# ==================================================================================================================
+# ModernBERT
+# ==================================================================================================================
+# ModernBERT is its own architecture (rotary positions, GeGLU, pre-norm, alternating local/global attention), so
+# it has its own config rather than BertConfig fields. Field names are transformers' ModernBertConfig keys.
+MODERNBERT_POOLING = ("cls", "mean")
+# config.json keys of transformers' ModernBertConfig that change nothing bertkit computes: kernel choices,
+# transformers' sparse-prediction switch (bertkit's is `predict_at`), and leftovers found in released configs.
+_MODERNBERT_IGNORED_KEYS = (_IGNORED_KEYS - {"classifier_dropout", "bos_token_id", "eos_token_id",
+                                             "sep_token_id", "tie_word_embeddings"}) | {
+    "deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index", "reference_compile",
+    "repad_logits_with_grad", "layer_norm_eps", "position_embedding_type", "num_labels"}
+_ROPE_KINDS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+
+
+@dataclass(frozen=True)
+class ModernBertConfig:
+    """Hyper-parameters of a ModernBERT encoder; names and defaults are those of ModernBERT-base in transformers.
+
+    Layer i attends globally when i % global_attn_every_n_layers == 0 and otherwise within a sliding window of
+    `local_attention` tokens (a token sees the tokens at distance <= local_attention // 2 on either side).
+    """
+
+    vocab_size: int = _f(50368, 'rows of the token-embedding matrix (and of the MLM decoder)')
+    hidden_size: int = _f(768, 'H: width of every hidden state')
+    intermediate_size: int = _f(1152, 'I: width of the GeGLU feed-forward block (Wi produces 2I: input and gate)')
+    num_hidden_layers: int = _f(22, 'L: number of encoder layers')
+    num_attention_heads: int = _f(12, 'A: heads per self-attention; must divide H, and H / A must be even (rotary)')
+    hidden_activation: str = _f("gelu", 'the GeGLU activation, applied to the input half; "gelu" is the exact GELU')
+    max_position_embeddings: int = _f(8192, 'the longest input accepted (rotary positions have no table)')
+    initializer_range: float = _f(0.02, 'standard deviation of the (truncated) normal initialisation')
+    initializer_cutoff_factor: float = _f(2.0, 'initial weights are cut at +- this many standard deviations')
+    norm_eps: float = _f(1e-5, 'LayerNorm epsilon')
+    norm_bias: bool = _f(False, 'LayerNorms have a bias')
+    pad_token_id: int = _f(50283, 'id of the padding token (its embedding gets no gradient)')
+    eos_token_id: int | None = _f(50282, 'end-of-sequence id, written to config.json')
+    bos_token_id: int | None = _f(50281, 'beginning-of-sequence id, written to config.json')
+    cls_token_id: int | None = _f(50281, '[CLS] id, written to config.json')
+    sep_token_id: int | None = _f(50282, '[SEP] id, written to config.json')
+    global_rope_theta: float = _f(160000.0, 'rotary base of the global-attention layers')
+    local_rope_theta: float = _f(10000.0, 'rotary base of the sliding-window layers')
+    attention_bias: bool = _f(False, 'the query/key/value and attention output projections have biases')
+    attention_dropout: float = _f(0.0, 'dropout on attention probabilities and on the attention output')
+    global_attn_every_n_layers: int = _f(3, 'layers 0, n, 2n, ... attend globally, the others locally')
+    local_attention: int = _f(128, 'sliding-window width: a token sees local_attention // 2 tokens either side')
+    embedding_dropout: float = _f(0.0, 'dropout after the embedding LayerNorm')
+    mlp_bias: bool = _f(False, 'the feed-forward projections have biases')
+    mlp_dropout: float = _f(0.0, 'dropout between the GeGLU and its output projection')
+    decoder_bias: bool = _f(True, 'the MLM decoder (tied to the token embeddings) has a bias')
+    classifier_pooling: str = _f("cls", 'sequence classification reads the first token ("cls") or the mean of the '
+                                        'real tokens ("mean")')
+    classifier_dropout: float = _f(0.0, 'dropout before the classifier')
+    classifier_bias: bool = _f(False, 'the prediction head\'s dense layer (MLM and classifiers) has a bias')
+    classifier_activation: str = _f("gelu", 'activation of the prediction head (MLM and classifiers)')
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings", "global_attn_every_n_layers", "local_attention"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ModernBertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"ModernBertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
+                             f"hidden_size ({self.hidden_size})")
+        if self.head_dim % 2:
+            raise ValueError(f"ModernBertConfig: the head size hidden_size / num_attention_heads = {self.head_dim} "
+                             f"must be even (rotary embeddings turn pairs of dimensions)")
+        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ModernBertConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise ValueError(f"ModernBertConfig.{name} {getattr(self, name)!r} is not supported; choose one of "
+                                 f"{ACTIVATIONS}")
+        if self.classifier_pooling not in MODERNBERT_POOLING:
+            raise ValueError(f"ModernBertConfig.classifier_pooling {self.classifier_pooling!r} is not supported; "
+                             f"choose one of {MODERNBERT_POOLING}")
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"ModernBertConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
+                             f"(vocab_size {self.vocab_size})")
+        for name in ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                     "local_rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"ModernBertConfig.{name} must be a positive number, got {value!r}")
+        for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModernBertConfig.{name} must be true or false, got {getattr(self, name)!r}")
+
+    # ---- derived facts -------------------------------------------------------------------------------------
+    @property
+    def model_type(self) -> str:
+        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
+        return "modernbert"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the model takes."""
+        return self.max_position_embeddings
+
+    @property
+    def sliding_window(self) -> int:
+        """How far a local layer's token sees on either side: local_attention // 2 (transformers' rule)."""
+        return self.local_attention // 2
+
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) attends over the whole sequence rather than a sliding window."""
+        return layer % self.global_attn_every_n_layers == 0
+
+    @property
+    def layer_types(self) -> list[str]:
+        """transformers' per-layer spelling of the attention pattern."""
+        return ["full_attention" if self.is_global(i) else "sliding_attention" for i in range(self.num_hidden_layers)]
+
+    # ---- construction --------------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ModernBertConfig":
+        """A size preset of MODERNBERT_PRESETS (tiny, mini, small, base, large) with fields over it;
+        `model_type="modernbert"` may be among them (a recipe's model section names its architecture so)."""
+        if overrides.pop("model_type", "modernbert") != "modernbert":
+            raise ValueError("ModernBertConfig.preset builds model_type 'modernbert' only")
+        if name not in MODERNBERT_PRESETS:
+            raise ValueError(f"unknown ModernBERT size preset {name!r}; choose one of {', '.join(MODERNBERT_PRESETS)}")
+        layers, hidden, heads, intermediate = MODERNBERT_PRESETS[name]
+        return cls(**{"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+                      "intermediate_size": intermediate, **overrides})
+
+    # ---- JSON io -------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The config as transformers' ModernBertConfig takes it: every field under its own name, the attention
+        pattern and rotary bases both as the released configs spell them (global_attn_every_n_layers,
+        global_rope_theta, local_rope_theta) and as current transformers does (layer_types, rope_parameters)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(model_type=self.model_type, layer_types=self.layer_types, tie_word_embeddings=True,
+                    rope_parameters={kind: {"rope_type": "default", "rope_theta": getattr(self, name)}
+                                     for kind, name in _ROPE_KINDS.items()})
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ModernBertConfig":
+        """Build from a transformers ModernBERT config dict (current or released spelling); `source` names the
+        file in errors. Unknown keys, and values bertkit does not build (untied decoder, scaled rotary, an
+        irregular layer pattern, ...), are refused naming the key."""
+        if data.get("model_type") != "modernbert":
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not a ModernBERT config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = (names | {"layer_types", "rope_parameters", "rope_scaling", "tie_word_embeddings"}
+                 | _MODERNBERT_IGNORED_KEYS)
+        unknown = sorted(k for k in data if k not in known)
+        if unknown:
+            raise ValueError(f"{source}: unknown config keys {unknown}")
+        if data.get("tie_word_embeddings", True) is not True:
+            raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
+                             f"bertkit (the MLM decoder is the token-embedding matrix: only true)")
+        if data.get("rope_scaling") is not None:
+            raise ValueError(f"{source}: rope_scaling={data['rope_scaling']!r} is not supported by bertkit "
+                             f"(plain rotary embeddings only)")
+        fields = {name: data[name] for name in names if name in data}
+        for kind, params in (data.get("rope_parameters") or {}).items():
+            if kind not in _ROPE_KINDS or not isinstance(params, dict):
+                raise ValueError(f"{source}: rope_parameters has an unknown entry {kind!r}")
+            extra = sorted(set(params) - {"rope_type", "rope_theta"})
+            if params.get("rope_type", "default") != "default" or extra:
+                what = f"rope_type={params.get('rope_type')!r}" if not extra else f"keys {extra}"
+                raise ValueError(f"{source}: rope_parameters.{kind} {what} is not supported by bertkit (plain "
+                                 f"rotary embeddings only)")
+            if "rope_theta" in params:  # current transformers lets rope_parameters win over the released keys
+                fields[_ROPE_KINDS[kind]] = params["rope_theta"]
+        if data.get("layer_types") is not None:
+            fields["global_attn_every_n_layers"] = _every_n(data["layer_types"], fields.get(
+                "global_attn_every_n_layers"), fields.get("num_hidden_layers", 22), source)
+        try:
+            return cls(**fields)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
+                     extra: dict[str, Any] | None = None) -> None:
+        """Write `config.json` in transformers' form; extra: further keys a task model needs (id2label, ...)."""
+        data = self.to_dict()
+        if architectures:
+            data["architectures"] = architectures
+        data.update(extra or {})
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "ModernBertConfig":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such config file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config must be a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+
+def _every_n(layer_types: Any, stated: Any, num_layers: Any, source: str) -> Any:
+    """transformers' `layer_types` list -> global_attn_every_n_layers (the stated value when it agrees); a pattern
+    that is not "global every n layers from layer 0" is refused."""
+    if not isinstance(layer_types, list) or not all(t in _ROPE_KINDS for t in layer_types):
+        raise ValueError(f"{source}: layer_types must be a list of {sorted(_ROPE_KINDS)}, got {layer_types!r}")
+    if len(layer_types) != num_layers:
+        raise ValueError(f"{source}: layer_types has {len(layer_types)} entries for num_hidden_layers={num_layers}")
+    candidates = [stated] if isinstance(stated, int) and stated > 0 else []
+    candidates += list(range(1, len(layer_types) + 1))
+    for n in candidates:
+        if all((t == "full_attention") == (i % n == 0) for i, t in enumerate(layer_types)):
+            return n
+    raise ValueError(f"{source}: layer_types {layer_types} is not supported by bertkit (global attention every "
+                     f"n layers from layer 0 only)")
+
+
+# ==================================================================================================================
+# T5
+# ==================================================================================================================
+# T5 is an encoder-decoder with relative position biases and RMS norms, so it has its own config. Field names are
+# transformers' T5Config keys, and config.json is read and written under them.
+# feed_forward_proj -> the activation transformers derives from it (its `dense_act_fn`): T5 1.0's ReLU block and
+# T5 1.1's gated block with the tanh GELU.
+T5_FEED_FORWARD = {"relu": "relu", "gated-gelu": "gelu_new"}
+# config.json keys of transformers' T5Config that change nothing bertkit computes: transformers' own machinery,
+# T5ForSequenceClassification's dropout, and `n_positions`, which released configs carry although relative
+# positions need no table.
+_T5_IGNORED_KEYS = (_IGNORED_KEYS - {"eos_token_id", "tie_word_embeddings", "decoder_start_token_id",
+                                     "is_encoder_decoder", "is_decoder"}) | {"n_positions", "num_labels"}
+
+
+@dataclass(frozen=True)
+class T5Config:
+    """Hyper-parameters of a T5 encoder-decoder; names and defaults are those of transformers' T5Config (t5-small).
+
+    T5 1.0 is feed_forward_proj "relu" with the output projection tied to the shared embeddings (and the decoder
+    output scaled by d_model**-0.5 before it); T5 1.1 is "gated-gelu" with an lm_head of its own, unscaled.
+    """
+
+    vocab_size: int = _f(32128, 'rows of the shared embedding matrix (and of the output projection)')
+    d_model: int = _f(512, 'width of every hidden state')
+    d_kv: int = _f(64, 'width of one attention head\'s queries, keys and values (num_heads * d_kv need not be '
+                       'd_model)')
+    d_ff: int = _f(2048, 'width of the feed-forward block')
+    num_layers: int = _f(6, 'encoder layers')
+    num_decoder_layers: int | None = _f(None, 'decoder layers; None = num_layers')
+    num_heads: int = _f(8, 'attention heads')
+    relative_attention_num_buckets: int = _f(32, 'relative-position buckets (half per direction in the encoder)')
+    relative_attention_max_distance: int = _f(128, 'distances from here on share the last bucket')
+    dropout_rate: float = _f(0.1, 'dropout on embeddings, attention probabilities, residual branches, inside the '
+                                  'feed-forward block and after the final norm')
+    layer_norm_epsilon: float = _f(1e-6, 'epsilon of the RMS norms')
+    initializer_factor: float = _f(1.0, 'scales every initial standard deviation (1.0 = T5\'s initialisation)')
+    feed_forward_proj: str = _f("relu", 'feed-forward kind: "relu" (T5 1.0) or "gated-gelu" (T5 1.1, tanh GELU)')
+    tie_word_embeddings: bool = _f(True, 'the output projection is the shared embedding matrix (T5 1.0); false: '
+                                         'an lm_head of its own (T5 1.1)')
+    scale_decoder_outputs: bool | None = _f(None, 'multiply the decoder output by d_model**-0.5 before the output '
+                                                  'projection; None = T5\'s rule: exactly when tied')
+    is_encoder_decoder: bool = _f(True, 'the directory holds a decoder (false: an encoder alone, T5EncoderModel)')
+    pad_token_id: int = _f(0, 'id of the padding token')
+    eos_token_id: int = _f(1, 'id of the end-of-sequence token </s>')
+    decoder_start_token_id: int = _f(0, 'the decoder\'s first input token (T5: the padding id)')
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                     "relative_attention_num_buckets", "relative_attention_max_distance"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"T5Config.{name} must be a positive integer, got {value!r}")
+        layers = self.num_decoder_layers
+        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0):
+            raise ValueError(f"T5Config.num_decoder_layers must be a positive integer or None, got {layers!r}")
+        if self.feed_forward_proj not in T5_FEED_FORWARD:
+            raise ValueError(f"T5Config.feed_forward_proj {self.feed_forward_proj!r} is not supported by bertkit; "
+                             f"choose one of {', '.join(T5_FEED_FORWARD)}")
+        # Each direction's buckets: half exact distances, half logarithmic up to max_distance; fewer than 4 buckets
+        # or a max_distance inside the exact range leave the logarithmic half undefined (a division by log 1 = 0).
+        if self.relative_attention_num_buckets < 4:
+            raise ValueError(f"T5Config.relative_attention_num_buckets must be at least 4, got "
+                             f"{self.relative_attention_num_buckets}")
+        if self.relative_attention_max_distance <= self.relative_attention_num_buckets // 2:
+            raise ValueError(f"T5Config.relative_attention_max_distance ({self.relative_attention_max_distance}) "
+                             f"must exceed relative_attention_num_buckets // 2 "
+                             f"({self.relative_attention_num_buckets // 2})")
+        if not 0.0 <= self.dropout_rate <= 1.0:
+            raise ValueError(f"T5Config.dropout_rate must be in [0, 1], got {self.dropout_rate!r}")
+        for name in ("layer_norm_epsilon", "initializer_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"T5Config.{name} must be a positive number, got {value!r}")
+        for name in ("tie_word_embeddings", "is_encoder_decoder"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"T5Config.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.scale_decoder_outputs is not None and not isinstance(self.scale_decoder_outputs, bool):
+            raise ValueError(f"T5Config.scale_decoder_outputs must be true, false or None, got "
+                             f"{self.scale_decoder_outputs!r}")
+        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"T5Config.{name} {value!r} is outside the vocabulary (vocab_size {self.vocab_size})")
+
+    # ---- derived facts -------------------------------------------------------------------------------------
+    @property
+    def model_type(self) -> str:
+        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
+        return "t5"
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of the concatenated attention heads: num_heads * d_kv."""
+        return self.num_heads * self.d_kv
+
+    @property
+    def gated(self) -> bool:
+        """Whether the feed-forward block is gated (two input projections, T5 1.1)."""
+        return self.feed_forward_proj.startswith("gated-")
+
+    @property
+    def activation(self) -> str:
+        """The feed-forward activation by its transformers name (relu, or gelu_new: the tanh GELU)."""
+        return T5_FEED_FORWARD[self.feed_forward_proj]
+
+    @property
+    def scale_output(self) -> bool:
+        """Whether the decoder output is scaled by d_model**-0.5 before the output projection."""
+        return self.tie_word_embeddings if self.scale_decoder_outputs is None else self.scale_decoder_outputs
+
+    # ---- JSON io -------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The config as transformers' T5Config takes it (and writes it: dense_act_fn and is_gated_act too).
+
+        scale_decoder_outputs is written only where it departs from T5's rule (scaled exactly when tied), the one
+        case older transformers versions cannot express.
+        """
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("num_decoder_layers", "scale_decoder_outputs")}
+        data.update(num_decoder_layers=self.decoder_layers, model_type=self.model_type, is_decoder=False,
+                    dense_act_fn=self.activation, is_gated_act=self.gated)
+        if self.scale_output != self.tie_word_embeddings:
+            data["scale_decoder_outputs"] = self.scale_output
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "T5Config":
+        """Build from a transformers T5 config dict; `source` names the file in errors. Unknown keys, and values
+        bertkit does not build (a decoder config, another feed-forward kind, several EOS ids), are refused naming
+        the key."""
+        if data.get("model_type") != "t5":
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not a T5 config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = names | {"dense_act_fn", "is_gated_act", "is_decoder"} | _T5_IGNORED_KEYS
+        unknown = sorted(k for k in data if k not in known)
+        if unknown:
+            raise ValueError(f"{source}: unknown config keys {unknown}")
+        if data.get("is_decoder", False) is not False:
+            raise ValueError(f"{source}: is_decoder={data['is_decoder']!r} is not supported by bertkit (a T5 "
+                             f"directory holds an encoder or an encoder-decoder: only false)")
+        fields = {name: data[name] for name in names if name in data}
+        eos = fields.get("eos_token_id")
+        if isinstance(eos, list):  # transformers allows a list of EOS ids; generation here stops on one
+            if len(eos) != 1:
+                raise ValueError(f"{source}: eos_token_id={eos!r} is not supported by bertkit (one id only)")
+            fields["eos_token_id"] = eos[0]
+        if fields.get("num_decoder_layers") == fields.get("num_layers", 6):
+            fields["num_decoder_layers"] = None  # as many as the encoder: the default, so configs compare equal
+        if fields.get("decoder_start_token_id") is None:  # T5's convention when the key is absent
+            fields["decoder_start_token_id"] = fields.get("pad_token_id", 0)
+        proj = fields.get("feed_forward_proj", "relu")
+        derived = {"dense_act_fn": T5_FEED_FORWARD.get(proj), "is_gated_act": proj.startswith("gated-")}
+        for key, want in derived.items():  # transformers writes these two, derived from feed_forward_proj
+            if key in data and proj in T5_FEED_FORWARD and data[key] != want:
+                raise ValueError(f"{source}: {key}={data[key]!r} contradicts feed_forward_proj={proj!r} (which "
+                                 f"means {key}={want!r})")
+        try:
+            return cls(**fields)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
+                     extra: dict[str, Any] | None = None) -> None:
+        """Write `config.json` in transformers' form; extra: further keys a model needs."""
+        data = self.to_dict()
+        if architectures:
+            data["architectures"] = architectures
+        data.update(extra or {})
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "T5Config":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such config file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config must be a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+
+# name -> (layers L, hidden H, heads A, intermediate I). base and large are the released ModernBERT shapes (deep and
+# narrow: 64-wide heads, a GeGLU of 1.5H for base); the small ones keep base's proportions for CPU runs.
+MODERNBERT_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 192),
+    "mini": (4, 256, 4, 384),
+    "small": (8, 384, 6, 576),
+    "base": (22, 768, 12, 1152),
+    "large": (28, 1024, 16, 2624),
+}
+
+
+# Architectures other than the BERT family: model_type -> (config class, its size presets). Every other model_type
+# (None included) is BertConfig's, with PRESETS.
+ARCHITECTURES: dict[str, tuple[type, dict[str, tuple]]] = {"modernbert": (ModernBertConfig, MODERNBERT_PRESETS)}
+
+
+def config_class_for(model_type: str | None) -> type:
+    """The config dataclass of a `model_type`: ModernBertConfig for "modernbert", BertConfig for the BERT family."""
+    return ARCHITECTURES[model_type][0] if model_type in ARCHITECTURES else BertConfig
+
+
+def presets_for(model_type: str | None) -> dict[str, tuple]:
+    """The size presets `config_class_for(model_type).preset` knows."""
+    return ARCHITECTURES[model_type][1] if model_type in ARCHITECTURES else PRESETS

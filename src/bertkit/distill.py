@@ -29,7 +29,12 @@ RUN_DIR/results.json, metrics.jsonl and resume checkpoints:
     distill_task   a fine-tuned teacher (sequence classification / regression on GLUE or your CSV/TSV/JSONL
                    files, or token classification on CoNLL files) -> a student with the same head, on the
                    training file plus an optional unlabelled transfer set (only the soft losses apply to it);
-                   the dev file is evaluated every epoch with the task's metric and the best epoch kept
+                   the dev file is evaluated every epoch with the task's metric and the best epoch kept. The
+                   task side (reading, features, metric, the epoch loop, the best model) is fine-tuning's:
+                   `bertkit.tasks` families run by `bertkit.taskrun.run_task`
+
+Every tokenizer kind works: the teacher's directory holds it (`bertkit.tokenizers.load_tokenizer`), the student is
+saved with it, and a student directory must hold the same vocabulary.
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +58,7 @@ from bertkit.errors import DataError
 from bertkit.models import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
                               BertForTokenClassification)
 
-TASK_KINDS = ("glue", "classify", "ner")  # fine-tuning kinds (bertkit.finetune) that distill_task supports
+TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
 
 
@@ -341,15 +345,15 @@ def _vocabulary_file(directory: Path) -> Path | None:
 def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.PathLike) -> None:
     """Refuse a teacher and a student whose tokenizers differ (their logits would index different tokens).
 
-    Compares the vocabulary files token by token (vocab.txt, or vocab.json and merges.txt) and the casing in
-    tokenizer_config.json; the error names both files and the first difference.
+    When both directories have vocabulary files (vocab.txt, or vocab.json and merges.txt), compares them token by
+    token and the casing in tokenizer_config.json, the error naming both files and the first difference; otherwise
+    (a tokenizer.json, say) compares the loaded tokenizers' vocabularies and how they encode a probe text.
     """
     teacher_dir, student_dir = Path(teacher_dir), Path(student_dir)
     a, b = _vocabulary_file(teacher_dir), _vocabulary_file(student_dir)
     if a is None or b is None:
-        missing = teacher_dir if a is None else student_dir
-        raise FileNotFoundError(f"{missing}: no vocab.txt or vocab.json; distillation needs the teacher's and the "
-                                f"student's tokenizer files to check that they are the same")
+        _check_same_tokenizer(teacher_dir, student_dir)
+        return
     files = [(a, b)]
     if a.name == "vocab.json" and (teacher_dir / "merges.txt").is_file():
         files.append((teacher_dir / "merges.txt", student_dir / "merges.txt"))
@@ -378,6 +382,26 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
     if casing[0][0] != casing[1][0]:
         raise ValueError(f"the teacher's and the student's tokenizers differ in casing: do_lower_case is "
                          f"{casing[0][0]} in {casing[0][1]} and {casing[1][0]} in {casing[1][1]}")
+
+
+def _check_same_tokenizer(teacher_dir: Path, student_dir: Path) -> None:
+    """check_same_vocabulary through the tokenizer interface, for kinds without vocab.txt / vocab.json."""
+    from bertkit.taskrun import load_model_tokenizer
+
+    teacher = load_model_tokenizer(teacher_dir, "teacher")
+    student = load_model_tokenizer(student_dir, "student")
+    ta, tb = (sorted(t.get_vocab(), key=t.get_vocab().get) for t in (teacher, student))
+    if ta != tb:
+        i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
+        where = (f"first difference at id {i}: {ta[i]!r} vs {tb[i]!r}" if i < min(len(ta), len(tb))
+                 else "one is a prefix of the other")
+        raise ValueError(f"the teacher's and the student's vocabularies differ: {teacher_dir} has {len(ta)} tokens, "
+                         f"{student_dir} has {len(tb)}; {where}. Distillation compares predictions token by token, "
+                         f"so both models need one tokenizer")
+    probe = "Hello Wörld, ÉCOLE of naïve Tokens 123"  # casing and accents: the same vocabulary, normalised alike?
+    if teacher.encode(probe).input_ids != student.encode(probe).input_ids:
+        raise ValueError(f"the teacher's and the student's tokenizers differ in normalisation (casing, accents): "
+                         f"{teacher_dir} and {student_dir} encode {probe!r} differently")
 
 
 def copy_teacher_layers(student: nn.Module, teacher: nn.Module, layers: list[int]) -> None:
@@ -434,7 +458,7 @@ def student_config(teacher_config: BertConfig, preset: str | None = None, layers
 
 def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: dict[str, Any]):
     from bertkit.checkpoint import read_config
-    from bertkit.finetune import load_task_model
+    from bertkit.taskrun import load_task_model
 
     # An MLM student may start from an encoder-only directory: its MLM head then starts fresh.
     architectures = read_config(student_dir).get("architectures") or []
@@ -496,9 +520,10 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
     layers (e.g. "0,2,4") copied from it, with its tokenizer and heads. Use it as `--student` of several runs
     (e.g. a baseline fine-tuned without the teacher and a distilled one) so they start from the same weights.
     """
-    from bertkit.tokenizers import WordPieceTokenizer
+    from bertkit.taskrun import load_model_tokenizer
 
     source_dir = Path(source_dir)
+    tokenizer = load_model_tokenizer(source_dir, "source")  # whichever kind it holds; the student keeps it
     config = DistillConfig(student_preset=preset, student_layers_from_teacher=layers)
     cls = _model_class_of(source_dir)
     source = cls.from_pretrained(source_dir)
@@ -507,7 +532,7 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
         kwargs["add_pooler"] = source.pooler is not None
     torch.manual_seed(seed)
     student = build_student(cls, source, config, **kwargs)
-    student.save_pretrained(out_dir, tokenizer=WordPieceTokenizer.from_pretrained(source_dir))
+    student.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
 
 
@@ -556,10 +581,10 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
 
     from bertkit.checkpoint import unwrap
     from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
+    from bertkit.data.loader import PretrainingStream, fixed_batches
     from bertkit.data.shards import ShardedCorpus
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
-    from bertkit.pretrain import random_token_ids
+    from bertkit.pretrain import random_token_ids, stream_options
     from bertkit.tokenizers import load_tokenizer
     from bertkit.trainer import seed_everything, setup_distributed, train
 
@@ -585,27 +610,23 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
     model = DistillationStudent(student, pairs, teacher.config.hidden_size)
     task = DistillationTask(teacher, distill, "mlm", pairs)
 
-    instances, _ = OBJECTIVES[d.objective]
-    options = StreamOptions(instances=instances, max_seq_length=d.max_seq_length, short_seq_prob=d.short_seq_prob,
-                            mask_prob=d.mask_prob, max_predictions_per_seq=d.max_predictions_per_seq,
-                            whole_word_masking=d.whole_word_masking,
-                            dupe_factor=d.dupe_factor if d.masking == "static" else None)
+    options = stream_options(d)  # the recipe's data section read exactly as pretraining reads it
     special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
     random_ids = random_token_ids(tokenizer)
     stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
                                rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids)
 
-    evaluate, teacher_eval = None, {}
+    eval_batches, teacher_eval = None, {}
+    objective = MaskedLMObjective(pair_task=None)
     if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
         eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval"), dataclasses.replace(options, dupe_factor=None),
                                         special, tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
         eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
-        objective = MaskedLMObjective(pair_task=None)
         with torch.no_grad():
             teacher_eval = evaluate_pretraining(teacher, objective, eval_batches)
 
-        def evaluate(m):  # noqa: E306 - the student on the fixed held-out batches
-            return evaluate_pretraining(unwrap(m).student, objective, eval_batches)
+    def evaluate(m):  # the student on the fixed held-out batches
+        return evaluate_pretraining(unwrap(m).student, objective, eval_batches)
 
     if dist_info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -623,8 +644,8 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
     def save_model(m, step):  # the student's model directory tracks the latest checkpoint
         unwrap(m).student.save_pretrained(run_dir / "model", tokenizer=tokenizer)
 
-    result = train(model, task, stream, config.train, run_dir, evaluate=evaluate, resume=resume, on_save=save_model,
-                   dist_info=dist_info, device=device, eval_at_start=eval_at_start)
+    result = train(model, task, stream, config.train, run_dir, evaluate=evaluate if eval_batches is not None else None,
+                   resume=resume, on_save=save_model, dist_info=dist_info, device=device, eval_at_start=eval_at_start)
     if dist_info.is_main:
         summary = {**dataclasses.asdict(result), "teacher_eval": teacher_eval,
                    "teacher_parameters": teacher.num_parameters(), "student_parameters": student.num_parameters(),
@@ -645,7 +666,7 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
         your CSV/TSV/JSONL with the text and pair columns) whose labels, if any, are ignored.
     ner: a .txt file of sentences, one per line, split into words and punctuation like `bertkit predict ner`.
     """
-    from bertkit.finetune import encode_words, split_words
+    from bertkit.tasks.ner import encode_words, split_words
 
     path = Path(path)
     c = finetune_config
@@ -662,7 +683,7 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
             f["labels"] = [UNLABELLED if w is not None and w != prev else IGNORE_INDEX
                            for w, prev in zip(f["word_ids"], [None] + f["word_ids"][:-1])]
     else:
-        paired = family.spec.pair_column is not None if family.spec is not None else c.pair_column is not None
+        paired = family.paired
         if lines is not None:
             texts = [line.split("\t") for _, line in lines]
             for (number, _), fields in zip(lines, texts):
@@ -671,14 +692,12 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
             pairs = [f[1] for f in texts] if paired else None
             texts = [f[0] if paired else "\t".join(f) for f in texts]
         else:
-            from bertkit.tasks.glue import read_glue, read_table
-
-            examples = (read_glue(family.spec.name, path) if family.spec is not None
-                        else read_table(path, c.text_column, c.pair_column, None))
+            examples = family.read_texts(path)
             texts, pairs = [e.text for e in examples], [e.pair for e in examples] if paired else None
-        encoded = tokenizer.encode_batch(texts, pairs, max_length=c.seq_length)
+        features = family.encode(texts, pairs, tokenizer)
         blank = float("nan") if family.regression else IGNORE_INDEX
-        features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": blank} for e in encoded]
+        for f in features:
+            f["label"] = blank
     if not features:
         raise DataError.at(path, None, "the transfer set is empty")
     return features
@@ -693,8 +712,9 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     losses) and an optional unlabelled transfer set (soft losses only), evaluating on dev every epoch.
 
     Args:
-        kind: glue, classify or ner (the readers, features and metrics of `bertkit.finetune`).
-        teacher_dir: a fine-tuned model directory for the task (BertForSequenceClassification / ...ForToken...).
+        kind: glue, classify or ner (the families of `bertkit.tasks`: readers, features, metrics).
+        teacher_dir: a fine-tuned model directory for the task (BertForSequenceClassification / ...ForToken...,
+            any family), with its tokenizer (any kind).
         train_path, dev_path: task files as for `bertkit finetune`; the labels must be the teacher's.
         run_dir: metrics.jsonl, eval.jsonl, checkpoints/, model/ (the best epoch's student), results.json.
         config: a FinetuneConfig (epochs, learning rate, batch, lengths, seed, ...), as for fine-tuning.
@@ -706,33 +726,18 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     Returns:
         The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
     """
-    from bertkit.checkpoint import unwrap
-    from bertkit.finetune import (FAMILIES, EpochBatches, FinetuneConfig, _max_positions, epoch_train_config,
-                                  record_evaluation, resume_history, save_best, train_and_report)
-    from bertkit.tokenizers import WordPieceTokenizer
+    from bertkit.taskrun import forward_all, load_task_data, model_class, run_task
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
-    config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
     distill = distill or DistillConfig()
     teacher_dir, run_dir = Path(teacher_dir), Path(run_dir)
-    if not (teacher_dir / "vocab.txt").is_file():
-        raise FileNotFoundError(f"{teacher_dir}: no vocab.txt; the teacher must be a model directory with its "
-                                f"tokenizer")
-    positions = _max_positions(teacher_dir)
-    if config.max_seq_length is None and config.seq_length > positions:
-        config = dataclasses.replace(config, max_seq_length=positions)
-    family = FAMILIES[kind](config)
-    tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
-    train_examples = family.read(train_path, training=True)
-    dev_examples = family.read(dev_path, training=False)
-    metric = config.metric or family.main_metric
-    if metric not in family.metric_names:
-        raise ValueError(f"--metric {metric!r} is not reported for {kind}; choose one of {list(family.metric_names)}")
+    data = load_task_data(kind, teacher_dir, train_path, dev_path, config, who="teacher")
+    config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
-    cls = family.model_class()
+    cls = model_class(family)
     teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
     _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
     regression = getattr(family, "regression", False)
@@ -741,8 +746,6 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
         want = "a regression head" if regression else f"labels {family.labels}"
         raise ValueError(f"the teacher {teacher_dir}/config.json has {have}, but {train_path} needs {want}; "
                          f"distil a teacher fine-tuned on this task")
-    train_features = family.features(train_examples, tokenizer, training=True)
-    dev_features = family.features(dev_examples, tokenizer, training=False)
     transfer = read_transfer(transfer_path, family, tokenizer, config) if transfer_path is not None else []
 
     seed_everything(config.seed)  # the student's fresh weights (its head, or all of it) come from the seed
@@ -754,81 +757,38 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     head = "tokens" if kind == "ner" else ("regression" if regression else "classification")
     task = DistillationTask(teacher, distill, head, pairs)
 
-    stream = EpochBatches(train_features + transfer, tokenizer.pad_id, config.batch_size, config.seed,
-                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
-                          bucket_window=config.bucket_window)
-    steps_per_epoch = stream.steps_per_epoch
-    train_config = epoch_train_config(config, steps_per_epoch)
-    max_steps = train_config.max_steps
-
     # The teacher's dev figures, the reference the student is measured against.
-    teacher_metrics, teacher_output = family.evaluate(teacher, dev_examples, dev_features, tokenizer.pad_id)
-    teacher_top = None
-    if head == "classification":
-        teacher_top = np.asarray(teacher_output).argmax(-1)
+    teacher_logits = forward_all(teacher, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
+    teacher_metrics, teacher_output = family.evaluate(data.dev_examples, data.dev_features, teacher_logits)
+    teacher_top = np.asarray(teacher_output).argmax(-1) if head == "classification" else None
 
-    history, best = resume_history(run_dir, resume, metric)
-    timing = {"eval_s": 0.0}
-    results: dict[str, Any] = {}
+    def agreement(output) -> dict[str, float]:  # how often the student's class is the teacher's
+        return {"teacher_agreement": float(np.mean(np.asarray(output).argmax(-1) == teacher_top))}
 
-    def write_results(extra: dict[str, Any] | None = None) -> None:
-        results.clear()
-        results.update({
-            "kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
-            "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),
-            "dev": str(dev_path), "transfer": str(transfer_path) if transfer_path is not None else None,
-            "labels": family.labels, "metric": metric, "train_examples": len(train_examples),
-            "transfer_examples": len(transfer), "dev_examples": len(dev_examples),
-            "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
-            "teacher": {"parameters": teacher.num_parameters(), "layers": teacher.config.num_hidden_layers,
-                        "hidden_size": teacher.config.hidden_size, **teacher_metrics},
-            "student": {"parameters": student.num_parameters(), "layers": student.config.num_hidden_layers,
-                        "hidden_size": student.config.hidden_size},
-            "epochs": history, "best": best, "distill": distill.to_dict(), "config": config.to_dict(),
-            **(extra or {})})
-        (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
+    summary = {"kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
+               "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),
+               "dev": str(dev_path), "transfer": str(transfer_path) if transfer_path is not None else None,
+               "transfer_examples": len(transfer),
+               "teacher": {"parameters": teacher.num_parameters(), "layers": teacher.config.num_hidden_layers,
+                           "hidden_size": teacher.config.hidden_size, **teacher_metrics},
+               "student": {"parameters": student.num_parameters(), "layers": student.config.num_hidden_layers,
+                           "hidden_size": student.config.hidden_size},
+               "distill": distill.to_dict()}
+    resolved = {"kind": kind, "teacher": str(teacher_dir), "student": str(student_dir) if student_dir else None,
+                "train": str(train_path), "dev": str(dev_path),
+                "transfer": str(transfer_path) if transfer_path is not None else None,
+                "distill": distill.to_dict(), "finetune": config.to_dict(),
+                "student_config": student.config.to_dict(), "teacher_config": teacher.config.to_dict()}
 
-    def evaluate(m) -> dict[str, float]:
-        nonlocal best, history
-        step = stream.steps_done
-        if step % steps_per_epoch and step != max_steps:
-            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
-        started = time.perf_counter()
-        plain = unwrap(m).student
-        metrics, output = family.evaluate(plain, dev_examples, dev_features, tokenizer.pad_id)
-        if teacher_top is not None:
-            metrics["teacher_agreement"] = float(np.mean(np.asarray(output).argmax(-1) == teacher_top))
-        record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
-        history = record_evaluation(run_dir, history, record)
-        if best is None or record[metric] > best[metric] or best["step"] == step:
-            best = record
-            save_best(family, run_dir, dev_examples, output, plain, tokenizer)
-        write_results()
-        timing["eval_s"] += time.perf_counter() - started
-        if dist_info.is_main:
-            shown = ", ".join(f"{k} {record[k]:.4f}" for k in (*family.metric_names, "teacher_agreement")
-                              if k in record)
-            print(f"epoch {record['epoch']:g} (step {step}): {shown}", flush=True)
-        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-
-    if dist_info.is_main:
-        import yaml
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        resolved = {"kind": kind, "teacher": str(teacher_dir), "student": str(student_dir) if student_dir else None,
-                    "train": str(train_path), "dev": str(dev_path),
-                    "transfer": str(transfer_path) if transfer_path is not None else None,
-                    "distill": distill.to_dict(), "finetune": config.to_dict(),
-                    "train_config": dataclasses.asdict(train_config), "student_config": student.config.to_dict(),
-                    "teacher_config": teacher.config.to_dict(), "world_size": dist_info.world_size}
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    def banner(max_steps: int, steps_per_epoch: int) -> str:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in teacher_metrics.items() if k in family.metric_names)
-        print(f"distilling {kind}{' ' + config.task if config.task else ''}: teacher {teacher_dir} "
-              f"({teacher.num_parameters() / 1e6:.1f}M parameters, {teacher.config.num_hidden_layers} layers; dev "
-              f"{shown}) -> student ({student.num_parameters() / 1e6:.1f}M, {student.config.num_hidden_layers} "
-              f"layers) on {len(train_features):,} labelled + {len(transfer):,} transfer inputs: {max_steps} steps "
-              f"of {config.batch_size}, on {device}", flush=True)
+        return (f"distilling {kind}{' ' + config.task if config.task else ''}: teacher {teacher_dir} "
+                f"({teacher.num_parameters() / 1e6:.1f}M parameters, {teacher.config.num_hidden_layers} layers; dev "
+                f"{shown}) -> student ({student.num_parameters() / 1e6:.1f}M, {student.config.num_hidden_layers} "
+                f"layers) on {len(data.train_features):,} labelled + {len(transfer):,} transfer inputs: "
+                f"{max_steps} steps of {config.batch_size}, on {device}")
 
-    train_and_report(model, task, stream, train_config, run_dir, evaluate, resume, dist_info, device, timing,
-                     write_results)
-    return dict(results)
+    return run_task(data, model, task, run_dir, dist_info=dist_info, device=device, resume=resume,
+                    stop_after_steps=stop_after_steps, extra_features=transfer, evaluated=lambda m: m.student,
+                    extra_metrics=agreement if teacher_top is not None else None,
+                    summary=summary, resolved=resolved, banner=banner)

@@ -35,15 +35,16 @@ COMBINE = ("concat", "sum", "none")
 
 def load_encoder(model_dir: str | os.PathLike):
     """The encoder of any model directory (pretraining, task or bare), with its pooler when the weights have one."""
-    from bertkit.checkpoint import CheckpointError
-    from bertkit.models import BertModel
+    from bertkit.checkpoint import WeightsMismatchError
+    from bertkit.models import model_class
 
+    encoder = model_class(model_dir, "encoder")  # BertModel, or the architecture's own (ModernBertModel)
     try:
-        return BertModel.from_pretrained(model_dir)
-    except CheckpointError as err:
-        if "pooler" not in str(err):
+        return encoder.from_pretrained(model_dir)
+    except WeightsMismatchError as err:
+        if not any(name.startswith("pooler.") for name in err.missing):
             raise
-        return BertModel.from_pretrained(model_dir, add_pooler=False)  # token-classification and QA models
+        return encoder.from_pretrained(model_dir, add_pooler=False)  # token-classification and QA models
 
 
 def combine_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int], combine: str) -> torch.Tensor:
@@ -67,10 +68,12 @@ def combine_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int],
 def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-1, -2, -3, -4),
                      combine: str = "concat", batch_size: int = 32, max_seq_length: int = 512,
                      tokenizer=None, device: str = "cpu") -> tuple[list[np.ndarray], list[list[str]]]:
-    """Per-token features of every text: `[CLS] text [SEP]`, truncated to max_seq_length.
+    """Per-token features of every text, framed by its tokenizer (`[CLS] text [SEP]`, RoBERTa's `<s> text </s>`),
+    truncated to max_seq_length.
 
     Args:
-        model_dir: a model directory (with its tokenizer), or a loaded BertModel together with `tokenizer`.
+        model_dir: a model directory (with its tokenizer, of any kind `bertkit.tokenizers.load_tokenizer` reads), or
+            a loaded BertModel together with `tokenizer`.
         texts: N strings; an empty one gives the two special tokens.
         layers: indices into (embeddings, layer 1, ..., layer L); see the module docstring.
         combine: "concat", "sum" or "none".
@@ -78,14 +81,14 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         (features, tokens): features[i] is a float32 array (T_i, D) ((T_i, len(layers), H) for "none") for the
         T_i tokens of text i, special tokens included; tokens[i] are those tokens' strings.
     """
-    from bertkit.tokenizers import WordPieceTokenizer
+    from bertkit.tokenizers import load_tokenizer
 
     if isinstance(model_dir, torch.nn.Module):
         model = model_dir
         if tokenizer is None:
             raise ValueError("extract_features needs a tokenizer when given a loaded model")
     else:
-        tokenizer = tokenizer or WordPieceTokenizer.from_pretrained(model_dir)
+        tokenizer = tokenizer or load_tokenizer(model_dir)
         model = load_encoder(model_dir)
     if not layers:
         raise ValueError("choose at least one layer")

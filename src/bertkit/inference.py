@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from bertkit.checkpoint import CONFIG_NAME, read_config, read_weights
+from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config, read_weights, tensor_role
 from bertkit.config import BertConfig
-from bertkit.models import BertForCausalLM, BertForPreTraining
+from bertkit.models import BertForCausalLM, BertForPreTraining, model_class
 from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
 
 
@@ -25,7 +25,7 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     if not isinstance(model, torch.nn.Module):
         directory = Path(model)
         tokenizer = tokenizer or load_tokenizer(directory)
-        model = BertForPreTraining.from_pretrained(directory)
+        model = model_class(directory, "pretraining").from_pretrained(directory)  # ModernBERT: its MLM model
     if tokenizer is None:
         raise ValueError("fill_mask needs a tokenizer when given a loaded model")
     if top_k < 1:
@@ -71,23 +71,41 @@ def generate(model: str | os.PathLike, prompts: list[str], max_new_tokens: int =
 
 
 def model_info(directory: str | os.PathLike) -> dict[str, Any]:
-    """Config, parameter counts, heads present and files of a model directory."""
+    """Config, parameter counts, heads present and files of a model directory.
+
+    The counts follow the family's tables in `bertkit.checkpoint` (BERT's `cls.`, RoBERTa's `lm_head.`, ALBERT's
+    `predictions.`, ELECTRA's `generator_predictions.` / `discriminator_predictions.`, task heads' `classifier.` /
+    `qa_outputs.`): parameters_encoder + parameters_heads = parameters_total, the number of distinct parameters of
+    the model the directory loads into (buffers and tied decoder copies are not parameters). `heads` lists the head
+    families (`bertkit.checkpoint.FORMATS[...].heads`) the directory holds tensors of; tensors no table knows are
+    counted in parameters_total and listed under `unknown_tensors`.
+    """
     directory = Path(directory)
     raw = read_config(directory) if (directory / CONFIG_NAME).is_file() else None
     if raw is None:
         raise FileNotFoundError(f"{directory}: no {CONFIG_NAME}; not a model directory")
-    config = BertConfig.from_dict(raw, source=str(directory / CONFIG_NAME))
+    config = config_from_dict(raw, source=str(directory / CONFIG_NAME))
     state = read_weights(directory)
-    encoder = sum(t.numel() for k, t in state.items() if not k.startswith("cls.") and not k.endswith("position_ids"))
-    heads = sorted({k.split(".")[1] for k in state if k.startswith("cls.")})
+    counts = {"encoder": 0, "head": 0, "unknown": 0}
+    heads: set[str] = set()
+    unknown: list[str] = []
+    for name, tensor in state.items():
+        role, families = tensor_role(name, config.model_type)
+        if role == "redundant":
+            continue
+        counts[role] += tensor.numel()
+        heads.update(families)
+        if role == "unknown":
+            unknown.append(name)
     return {
         "directory": str(directory),
         "architectures": raw.get("architectures", []),
         "config": config.to_dict(),
-        "parameters_encoder": encoder,
-        "parameters_total": sum(t.numel() for k, t in state.items()
-                                if not k.endswith("position_ids") and k != "cls.predictions.decoder.weight"),
-        "pretraining_heads": heads,
-        "tokenizer": (directory / "vocab.txt").is_file() or (directory / "vocab.json").is_file(),
+        "parameters_encoder": counts["encoder"],
+        "parameters_heads": counts["head"],
+        "parameters_total": sum(counts.values()),
+        "heads": sorted(heads),
+        "unknown_tensors": sorted(unknown),
+        "tokenizer": any((directory / name).is_file() for name in ("vocab.txt", "vocab.json", "tokenizer.json")),
         "files": sorted(p.name for p in directory.iterdir() if p.is_file()),
     }

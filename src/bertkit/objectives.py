@@ -167,7 +167,7 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
     the config family's); electra: GeneratorDiscriminator + ElectraObjective (config is the discriminator's, model
     type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True).
     """
-    from bertkit.models import BertForCausalLM, BertForPreTraining, GeneratorDiscriminator
+    from bertkit.models import ROLE_CLASSES, BertForCausalLM, GeneratorDiscriminator
 
     if name == "electra":
         if config.model_type != "electra":
@@ -181,8 +181,8 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")
     pair_task = OBJECTIVES[name][1]
-    model = BertForPreTraining(config)
-    if pair_task is not None and model.nsp is None:
+    model = ROLE_CLASSES[type(config)]["pretraining"](config)  # BertForPreTraining; ModernBERT: its MLM model
+    if pair_task is not None and getattr(model, "nsp", None) is None:
         raise ValueError(f"the {name} objective trains a sentence-pair head, which model_type {config.model_type!r} "
                          f"does not have")
     return model, MaskedLMObjective(pair_task=pair_task, sparse_prediction=sparse_prediction)

@@ -85,9 +85,14 @@ def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool =
 
 def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None = None, minutes: float = 10.0,
                  preset: str = "mini", vocab_size: int = 8192, probes: list[str] | None = None,
-                 progress: bool = True, seed: int = 0) -> dict[str, Any]:
-    """Run everything and return (and write to OUT/report.json) the report."""
-    from bertkit.data.shards import prepare
+                 progress: bool = True, seed: int = 0, train_seconds: float | None = None) -> dict[str, Any]:
+    """Run everything and return (and write to OUT/report.json) the report.
+
+    minutes: the whole run's budget; pretraining gets what the other stages leave, at least a minute.
+    train_seconds: the pretraining budget in seconds instead (smoke tests and quick looks).
+    """
+    from bertkit.data.corpus import iter_lines
+    from bertkit.data.prepare import prepare
     from bertkit.inference import fill_mask
     from bertkit.pretrain import pretrain, resolve_config
     from bertkit.tokenizers import WordPieceTokenizer
@@ -115,14 +120,15 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         tokenizer = WordPieceTokenizer.from_pretrained(tok_dir)
     else:
         say(f"2/5 vocabulary: training a {vocab_size}-token uncased WordPiece vocabulary")
-        tokenizer = WordPieceTokenizer.train(paths, vocab_size=vocab_size, show_progress=progress)
+        tokenizer = WordPieceTokenizer.train(iter_lines(paths), vocab_size=vocab_size, show_progress=progress)
         tokenizer.save(tok_dir)
 
     say("3/5 shards: tokenising into memory-mapped shards (2% of documents held out)")
     data_dir = out / "data"
     manifest = prepare(paths, tok_dir, data_dir, eval_fraction=0.02, progress=progress, seed=seed)
 
-    budget = max(60.0, minutes * 60.0 - (time.perf_counter() - started) - 30.0)
+    budget = train_seconds if train_seconds is not None else max(
+        60.0, minutes * 60.0 - (time.perf_counter() - started) - 30.0)
     say(f"4/5 pretraining a {preset} BERT for {budget / 60:.1f} minutes (MLM + NSP)")
     config = resolve_config(preset if preset in ("tiny", "mini") else "mini",
                             {"preset": preset, "max_time": budget, "seed": seed, "progress": progress,

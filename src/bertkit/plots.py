@@ -18,12 +18,13 @@ calling process (a notebook, say) is left untouched.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from bertkit.errors import DataError
+from bertkit.io import read_json_lines
 
 METRICS_FILE = "metrics.jsonl"
 # Figure names in the order they are written (and returned).
@@ -42,26 +43,25 @@ Series = dict[str, tuple[list[float], list[float]]]  # key -> (steps, values)
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The JSON objects of a metrics file, one per non-blank line.
 
-    Raises FileNotFoundError when the file is absent and DataError ("path:line: ...") for a line that is not a
-    JSON object or has no numeric `step`; a half-written run is a fact to report, not to paper over.
+    A torn last line (cut short by a full disk or a kill mid-write) is left out, and said on stderr; the file is
+    not changed (the trainer removes such a line when the run resumes). Raises FileNotFoundError when the file is
+    absent and DataError ("path:line: ...") for any other line that is not a JSON object or has no numeric `step`:
+    damage in the middle of a run's record is a fact to report, not to paper over.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such metrics file")
+    lines, torn = read_json_lines(path)
+    if torn is not None:
+        print(f"bertkit: {path}:{torn.line}: left out a torn last line ({torn.text!r}...), cut short by an "
+              f"interrupted write", file=sys.stderr)
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError.at(path, number, f"not valid JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(record, dict):
-                raise DataError.at(path, number, f"expected a JSON object, found {type(record).__name__}")
-            if not _is_number(record.get("step")):
-                raise DataError.at(path, number, "no numeric 'step' on this line")
-            records.append(record)
+    for number, record in lines:
+        if not isinstance(record, dict):
+            raise DataError.at(path, number, f"expected a JSON object, found {type(record).__name__}")
+        if not _is_number(record.get("step")):
+            raise DataError.at(path, number, "no numeric 'step' on this line")
+        records.append(record)
     return records
 
 

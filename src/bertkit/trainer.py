@@ -13,7 +13,8 @@ micro-batches and ranks. This is why 2 processes with half the batch each give t
 
 `batches` yields this rank's micro-batches: dicts of tensors that carry, under "_state", the data position just
 after them; `batches.load_state_dict(state)` seeks there. A checkpoint holds model, optimizer, schedule position,
-every rank's RNG states and that data position, so a resumed run repeats the uninterrupted one exactly.
+every rank's RNG states and that data position, so a resumed run repeats the uninterrupted one exactly (the files
+themselves are `bertkit.checkpoint`'s resume state).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import math
 import os
 import random
-import re
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,8 +37,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.checkpoint import (latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
+                                save_checkpoint, set_rng_state)
 from bertkit.config import field_with_help
-from bertkit.io import fsync_dir
+from bertkit.io import append_line, atomic_write, read_json_lines
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -70,14 +73,37 @@ class TrainConfig:
     progress: bool = _f(True, "show a progress bar")
 
     def __post_init__(self) -> None:
+        # Every number is checked here, so a bad value stops the run before anything is built or written; NaN
+        # fails every comparison, hence the explicit finiteness checks.
+        for name in ("learning_rate", "warmup_ratio", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                     "max_grad_norm") + (("max_time",) if self.max_time is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise ValueError(f"max_time must be a positive number of seconds, got {self.max_time}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.grad_accumulation < 1:
             raise ValueError(f"grad_accumulation must be at least 1, got {self.grad_accumulation}")
         if self.precision not in ("fp32", "bf16", "auto"):
             raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        for name in ("learning_rate", "weight_decay", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}"
+                                 + (" (0 turns clipping off)" if name == "max_grad_norm" else ""))
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.adam_epsilon <= 0:
+            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
+        for name in ("warmup_steps", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         for name in ("log_every", "save_every", "keep_last"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -117,12 +143,33 @@ def setup_distributed(device: str = "auto") -> tuple[Distributed, torch.device]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and world > 1:
         device = f"cuda:{info.local_rank}"
-    dev = torch.device(device)
+    dev = check_device(device)
     if dev.type == "cuda":
+        if dev.index is None:  # torch.cuda.set_device refuses a bare "cuda"; it means the current device
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     return info, dev
+
+
+def check_device(device: str) -> torch.device:
+    """`device` as a torch.device, or ValueError naming --device when it does not exist here (no CUDA, no such
+    GPU index, a name torch does not know)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {device!r}: not a device name (use cpu, cuda, cuda:N or auto)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
+            raise ValueError(f"--device {device}: no CUDA GPU is available ({why}); use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: there is no GPU {dev.index} (this machine has "
+                             f"{torch.cuda.device_count()})")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device {device!r}: bertkit trains on cpu or cuda")
+    return dev
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:
@@ -186,63 +233,15 @@ def seed_everything(seed: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Resume checkpoints
-# ------------------------------------------------------------------------------------------------------------------
-_CKPT = re.compile(r"^step-(\d{8})\.pt$")
-
-
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state["numpy"] = (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    folder = run_dir / "checkpoints"
-    found = sorted(p for p in folder.glob("step-*.pt") if _CKPT.match(p.name)) if folder.is_dir() else []
-    return found[-1] if found else None
-
-
-def save_checkpoint(path: Path, state: dict[str, Any], keep_last: int) -> None:
-    """torch.save to a temporary file, fsync, rename: a crash leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    old = sorted(p for p in path.parent.glob("step-*.pt") if _CKPT.match(p.name))
-    for stale in old[:-keep_last]:
-        stale.unlink(missing_ok=True)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a torn or foreign file: say which
-        raise ValueError(f"{path}: not a readable bertkit checkpoint ({err})") from None
-
-
-# ------------------------------------------------------------------------------------------------------------------
 # Logging
 # ------------------------------------------------------------------------------------------------------------------
 class MetricsLog:
-    """Appends one JSON object per logged step to run_dir/metrics.jsonl (and TensorBoard when installed)."""
+    """Appends one JSON object per logged step to run_dir/metrics.jsonl (and TensorBoard when installed).
+
+    Each line goes out in one write, cut back on failure, so a full disk leaves no torn line (a `DiskFullError`
+    names the file). On resume the lines after the checkpoint's step are dropped (the resumed run logs those steps
+    again) and a torn last line left by an older writer or a kill is cut off, with a note.
+    """
 
     def __init__(self, run_dir: Path, resume_step: int | None, enabled: bool) -> None:
         self.path = run_dir / "metrics.jsonl"
@@ -251,12 +250,15 @@ class MetricsLog:
         if not enabled:
             return
         if resume_step is not None and self.path.exists():
-            # Forget what was logged after the checkpoint: the resumed run logs those steps again.
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            records, torn = read_json_lines(self.path)
+            if torn is not None:
+                print(f"{self.path}:{torn.line}: removed a torn last line ({torn.text!r}...), left by an "
+                      f"interrupted write", file=sys.stderr, flush=True)
+            kept = [json.dumps(record) for _, record in records
+                    if not isinstance(record, dict) or record.get("step", 0) <= resume_step]
+            atomic_write(self.path, "".join(line + "\n" for line in kept))
         elif resume_step is None:
-            self.path.write_text("", encoding="utf-8")
+            atomic_write(self.path, "")
         try:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -267,8 +269,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
         if self.tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
@@ -290,6 +291,14 @@ class TrainResult:
     last_metrics: dict[str, float]
     eval_metrics: dict[str, float]
     stopped_by: str
+
+
+def _all_reduce_sum(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Sum a small CPU tensor over the ranks; back on the CPU. NCCL reduces GPU tensors only, so it travels
+    through `device` (gloo: the CPU itself)."""
+    values = values.to(device)
+    dist.all_reduce(values)
+    return values.cpu()
 
 
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -317,6 +326,9 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
     optimizer = make_optimizer(model, config)
     step, tokens, elapsed_before = 0, 0, 0.0
     checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None and dist_info.is_main:
+        print(f"bertkit: resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh run",
+              file=sys.stderr, flush=True)
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
         model.load_state_dict(state["model"])
@@ -352,6 +364,10 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
     window: dict[str, list[float]] = {}
     window_loss: list[float] = []
     window_tokens, window_start = 0, time.perf_counter()
+    if checkpoint is not None and "window" in state:  # checkpoints written before the window was saved have none
+        window = {k: [float(x) for x in v] for k, v in state["window"]["sums"].items()}
+        window_loss = [float(x) for x in state["window"]["losses"]]
+        window_tokens = int(state["window"]["tokens"])
     eval_metrics: dict[str, float] = {}
     last: dict[str, float] = {}
     start = time.perf_counter()
@@ -380,10 +396,14 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
             dist.all_gather_object(gathered, rng[0])
             rng = gathered
         if dist_info.is_main:
+            # The open metrics window goes with the checkpoint: when save_every is not a multiple of log_every, the
+            # first line a resumed run logs then averages the same steps as the uninterrupted run's.
             state = {"step": step, "tokens": tokens, "elapsed": elapsed(), "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "data": data_state, "rng": rng,
-                     "config": dataclasses.asdict(config)}
-            save_checkpoint(run_dir / "checkpoints" / f"step-{step:08d}.pt", state, config.keep_last)
+                     "config": dataclasses.asdict(config),
+                     "window": {"sums": {k: list(v) for k, v in window.items()}, "losses": list(window_loss),
+                                "tokens": window_tokens}}
+            save_checkpoint(resume_state_path(run_dir, step), state, config.keep_last)
             if on_save is not None:
                 on_save(model, step)
         if dist_info.world_size > 1:
@@ -418,7 +438,7 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
         real_tokens = sum(float(b["attention_mask"].ne(0).sum()) for b in micro)
         totals = torch.tensor([counts[k] for k in names] + [real_tokens], dtype=torch.float64)
         if dist_info.world_size > 1:
-            dist.all_reduce(totals)
+            totals = _all_reduce_sum(totals, device)
         global_counts = {k: max(float(totals[i]), 1.0) for i, k in enumerate(names)}
         step_tokens = int(totals[-1])
 
@@ -453,7 +473,7 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
         keys = sorted(sums)
         flat = torch.tensor([x for k in keys for x in sums[k]], dtype=torch.float64)
         if dist_info.world_size > 1:
-            dist.all_reduce(flat)
+            flat = _all_reduce_sum(flat, device)
         step_loss = 0.0
         for j, k in enumerate(keys):
             value, count = float(flat[2 * j]), float(flat[2 * j + 1])

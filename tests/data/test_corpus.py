@@ -183,7 +183,7 @@ def test_tokenizer_trains_from_corpus_files(tmp_path):
 
     (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": f"The cat number {i} sat. It purred."})
                                                 for i in range(20)) + "\n")
-    tokenizer = WordPieceTokenizer.train([tmp_path / "a.jsonl"], vocab_size=120, show_progress=False)
+    tokenizer = WordPieceTokenizer.train(iter_lines([tmp_path / "a.jsonl"]), vocab_size=120, show_progress=False)
     assert "cat" in tokenizer.get_vocab()
 
 

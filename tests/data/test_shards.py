@@ -1,4 +1,4 @@
-"""Tests for bertkit.data.shards: prepare -> ShardedCorpus round trip, reuse and resume, eval split, errors."""
+"""Tests for bertkit.data.prepare, .manifest and .shards: prepare -> ShardedCorpus round trip, resume, errors."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data import shards
+from bertkit.data import prepare as prepare_module
 from bertkit.data.corpus import iter_documents
-from bertkit.data.shards import Manifest, ShardedCorpus, prepare
+from bertkit.data.manifest import Manifest
+from bertkit.data.prepare import prepare
+from bertkit.data.shards import ShardedCorpus
 from bertkit.errors import DataError
 from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
@@ -194,7 +196,7 @@ def test_rerun_reuses_everything(tok_dir, corpus, tmp_path, capsys):
 def test_resume_after_a_crash_redoes_only_unfinished_shards(tok_dir, corpus, tmp_path, monkeypatch):
     out = tmp_path / "out"
     prepare(corpus, tok_dir, tmp_path / "clean", shard_tokens=150, eval_fraction=0.3, progress=False)
-    original = shards._ShardWriter._close
+    original = prepare_module._ShardWriter._close
     calls = []
 
     def crashing_close(self, *args, **kwargs):
@@ -203,12 +205,12 @@ def test_resume_after_a_crash_redoes_only_unfinished_shards(tok_dir, corpus, tmp
             raise KeyboardInterrupt("simulated crash")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(shards._ShardWriter, "_close", crashing_close)
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", crashing_close)
     with pytest.raises(KeyboardInterrupt):
         prepare(corpus, tok_dir, out, shard_tokens=150, eval_fraction=0.3, progress=False)
     assert not (out / "manifest.json").exists()
     finished = shard_mtimes(out)
-    monkeypatch.setattr(shards._ShardWriter, "_close", original)
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", original)
     manifest = prepare(corpus, tok_dir, out, shard_tokens=150, eval_fraction=0.3, progress=False)
     assert sum(map(len, manifest.reused.values())) == 4
     assert {k: v for k, v in shard_mtimes(out).items() if k in finished and k.endswith(".json")} == \

@@ -11,7 +11,9 @@ import pytest
 
 from bertkit import cli
 from bertkit.tokenizers import ByteLevelBPETokenizer
-from bertkit.data.shards import Manifest, ShardedCorpus, prepare
+from bertkit.data.manifest import Manifest
+from bertkit.data.prepare import prepare
+from bertkit.data.shards import ShardedCorpus
 from bertkit.tokenizers import WordPieceTokenizer, detect_tokenizer_kind, load_tokenizer
 
 WORDS = ("the cat dog sat ran on a mat under tree quickly slowly unbelievable bird sang morning evening river "

@@ -1,8 +1,7 @@
-"""Our model computes exactly what transformers' BERT computes, on the same weights, in both directions."""
+"""Our model computes exactly what transformers' BERT computes, on the same weights, in both directions.
 
-import json
-import os
-import stat
+Model-directory behaviour of its own (strict loading, atomic saves, permissions) is tested in
+tests/test_checkpoint.py."""
 
 import pytest
 import torch
@@ -198,59 +197,6 @@ def test_ids_outside_vocab_and_shape_mismatch():
         model(torch.full((1, 4), 500))
     with pytest.raises(ValueError, match="attention_mask has shape"):
         model(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 5, dtype=torch.long))
-
-
-def test_config_that_does_not_match_weights_names_tensor(tmp_path):
-    BertForPreTraining(tiny_config()).save_pretrained(tmp_path)
-    data = json.loads((tmp_path / "config.json").read_text())
-    data["intermediate_size"] = 40
-    (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(CheckpointError, match=r"'bert.encoder.layer.0.intermediate.dense.(weight|bias)' has shape "
-                                              r"\(37,( 32)?\) in the weights but \(40,( 32)?\)"):
-        BertForPreTraining.from_pretrained(tmp_path)
-
-
-def test_unknown_tensor_is_named(tmp_path):
-    from safetensors.torch import load_file, save_file
-
-    BertModel(tiny_config()).save_pretrained(tmp_path)
-    state = load_file(str(tmp_path / "model.safetensors"))
-    state["encoder.layer.0.attention.self.distance_embedding.weight"] = torch.zeros(3)
-    save_file(state, str(tmp_path / "model.safetensors"))
-    with pytest.raises(CheckpointError, match="distance_embedding"):
-        BertModel.from_pretrained(tmp_path)
-
-
-def test_missing_weights_file(tmp_path):
-    tiny_config().to_json_file(tmp_path / "config.json")
-    with pytest.raises(CheckpointError, match="no model.safetensors or pytorch_model.bin"):
-        BertModel.from_pretrained(tmp_path)
-
-
-def test_save_is_atomic_and_keeps_tokenizer(tmp_path, tiny_tokenizer):
-    model = BertForPreTraining(tiny_config(vocab_size=tiny_tokenizer.vocab_size))
-    model.save_pretrained(tmp_path / "m", tokenizer=tiny_tokenizer)
-    model.save_pretrained(tmp_path / "m")  # overwrite: tokenizer files stay
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging leftovers
-
-
-def test_saved_model_directory_follows_the_umask(tmp_path):
-    old = os.umask(0o022)
-    try:
-        BertForPreTraining(tiny_config()).save_pretrained(tmp_path / "m")
-    finally:
-        os.umask(old)
-    assert stat.S_IMODE((tmp_path / "m").stat().st_mode) == 0o755
-    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()} == {0o644}
-    model = BertForPreTraining(tiny_config())
-    os.umask(0o077)  # a private umask is honoured too
-    try:
-        model.save_pretrained(tmp_path / "m")
-    finally:
-        os.umask(old)
-    assert {stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "m", *(tmp_path / "m").iterdir()]} == {0o700, 0o600}
 
 
 # ---- the real checkpoint ---------------------------------------------------------------------------------------

@@ -721,9 +721,9 @@ def test_bert_masked_lm_and_unknown_family_tensors(tmp_path):
 
     BertForReplacedTokenDetection(family_config("electra")).save_pretrained(tmp_path / "electra")
     state = load_file(str(tmp_path / "electra" / "model.safetensors"))
-    state["classifier.dense.weight"] = torch.zeros(2, 2)  # ElectraForSequenceClassification's head: not built here
+    state["sequence_summary.summary.weight"] = torch.zeros(2, 2)  # ElectraForMultipleChoice's head: not built here
     save_file(state, str(tmp_path / "electra" / "model.safetensors"))
-    with pytest.raises(CheckpointError, match="not part of an ELECTRA model: classifier.dense.weight"):
+    with pytest.raises(CheckpointError, match="not part of an ELECTRA model: sequence_summary.summary.weight"):
         BertForReplacedTokenDetection.from_pretrained(tmp_path / "electra")
     with pytest.raises(CheckpointError, match="cannot hold a BertForReplacedTokenDetection"):
         BertForReplacedTokenDetection.from_pretrained(tmp_path / "mlm")

@@ -147,3 +147,28 @@ def test_roberta_model_directory_with_bpe_tokenizer_works_in_transformers(bpe, t
         real = mask.bool()  # bertkit's unpadded path leaves padding positions at 0
         torch.testing.assert_close(ours(ids, mask).prediction_logits[real], hf_model(**hf).logits[real], atol=1e-5,
                                    rtol=0)
+
+
+def test_pre_split_words_match_roberta_with_a_prefix_space(bpe, theirs, tmp_path):
+    """encode_words (NER's input) is RobertaTokenizerFast(add_prefix_space=True)(words, is_split_into_words=True)."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    bpe.save(tmp_path / "full")
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(tmp_path / "full" / name, bare / name)
+    spaced = transformers.RobertaTokenizerFast.from_pretrained(str(bare), add_prefix_space=True)
+    sentences = [["The", "quick", "brown", "fox."], ["Café", "", "  x", "中文", "the"], ["unseenword"], []]
+    ours = bpe.encode_words(sentences)
+    for words, enc in zip(sentences, ours):
+        want = spaced(words, is_split_into_words=True, add_special_tokens=False, return_offsets_mapping=True)
+        assert enc.ids == want["input_ids"], words
+        assert enc.word_ids == want.word_ids(), words
+        assert enc.offsets == [tuple(o) for o in want["offset_mapping"]], words
+        # Framed, they are what the full call gives.
+        full = spaced(words, is_split_into_words=True)
+        assert bpe.build_inputs(enc.ids)[0] == full["input_ids"]
+    firsts = [ours[0].tokens[ours[0].word_ids.index(w)] for w in range(4)]
+    assert all(t.startswith("Ġ") for t in firsts), firsts  # every word after a space
+    assert bpe.encode_raw(["The"])[0].tokens[0] == "The"  # whole texts are unchanged: no prefix space
+    with pytest.raises(TypeError, match=r"words\[0\]\[1\] is int"):
+        bpe.encode_words([["a", 3]])

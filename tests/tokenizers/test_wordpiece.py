@@ -5,6 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertkit import WordPieceTokenizer
+from bertkit.data.corpus import iter_lines
 from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, truncate_longest_first
 
 from conftest import TINY_TEXT, shared_data
@@ -163,13 +164,13 @@ def test_vocab_invalid_utf8_names_line(tmp_path):
 def test_empty_corpus(tmp_path):
     (tmp_path / "empty.txt").write_text("\n\n")
     with pytest.raises(ValueError, match="empty"):
-        WordPieceTokenizer.train([tmp_path / "empty.txt"], vocab_size=100, show_progress=False)
+        WordPieceTokenizer.train(iter_lines([tmp_path / "empty.txt"]), vocab_size=100, show_progress=False)
 
 
 def test_train_from_file_with_invalid_utf8_names_file_and_line(tmp_path):
     (tmp_path / "c.txt").write_bytes(b"good line\nanother\n\xff bad\n")
     with pytest.raises(ValueError, match=r"c.txt:3"):
-        WordPieceTokenizer.train([tmp_path / "c.txt"], vocab_size=100, show_progress=False)
+        WordPieceTokenizer.train(iter_lines([tmp_path / "c.txt"]), vocab_size=100, show_progress=False)
 
 
 @pytest.mark.slow

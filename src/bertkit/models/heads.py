@@ -1,6 +1,7 @@
 """Task models (fine-tuning): a small head on the encoder, as in the BERT paper, section 4.
 
-Sequence classification and regression on the pooled [CLS] vector, token classification on every token, multiple
+Sequence classification and regression on the pooled [CLS] vector (RoBERTa and ELECTRA: a dense head of their
+own on the first token, `SentenceHead`), token classification on every token, multiple
 choice as one [CLS] score per (context, choice), and extractive question answering as a start and an end score per
 token. Their parameter names follow transformers' `BertFor...` classes (checkpoint.py renames them per family).
 """
@@ -13,7 +14,23 @@ from torch import nn
 
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput
-from bertkit.models.kernels import Linear
+from bertkit.models.kernels import Linear, activation
+
+
+class SentenceHead(nn.Module):
+    """RoBERTa's and ELECTRA's sequence-classification head, in place of BERT's pooler + linear: the first token's
+    vector -> dropout -> dense (H -> H) -> activation (tanh for RoBERTa, gelu for ELECTRA) -> dropout -> out."""
+
+    def __init__(self, config: BertConfig, num_labels: int, act: str) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.act = torch.tanh if act == "tanh" else activation(act)
+        self.out = Linear(config.hidden_size, num_labels)
+
+    def forward(self, first: torch.Tensor) -> torch.Tensor:
+        """first: (B, H) the last layer at each row's first position -> (B, num_labels)."""
+        return self.out(self.dropout(self.act(self.dense(self.dropout(first)))))
 
 
 class _LabelledHead(PreTrainedModel):
@@ -22,7 +39,7 @@ class _LabelledHead(PreTrainedModel):
     head_family = "classifier"
 
     def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
-                 regression: bool = False, add_pooler: bool = True) -> None:
+                 regression: bool = False, add_pooler: bool = True, sentence_head: bool = False) -> None:
         super().__init__()
         if labels is not None and len(labels) != num_labels:
             raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
@@ -31,12 +48,17 @@ class _LabelledHead(PreTrainedModel):
         self.config, self.num_labels = config, num_labels
         self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
         self.regression = regression
+        # A family with a sentence head of its own (RoBERTa, ELECTRA) classifies sequences without the pooler.
+        own_head = sentence_head and config.family.classifier_act is not None
+        if own_head:
+            add_pooler = False
         if add_pooler and not config.family.pooler:
             raise NotImplementedError(f"{type(self).__name__} reads the pooled [CLS] vector, and {config.model_type} "
                                       f"has no pooler; its own classification head is not implemented")
         self.bert = BertModel(config, add_pooler=add_pooler)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = Linear(config.hidden_size, num_labels)
+        self.classifier = (SentenceHead(config, num_labels, config.family.classifier_act) if own_head
+                           else Linear(config.hidden_size, num_labels))
 
     @classmethod
     def kwargs_from_config(cls, raw: dict) -> dict:
@@ -61,14 +83,17 @@ class BertForSequenceClassification(_LabelledHead):
 
     def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
                  regression: bool = False) -> None:
-        super().__init__(config, num_labels, labels, regression or num_labels == 1)
+        super().__init__(config, num_labels, labels, regression or num_labels == 1, sentence_head=True)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, or (B,) floats for regression."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        if isinstance(self.classifier, SentenceHead):
+            logits = self.classifier(out.last_hidden_state[:, 0])  # (B, num_labels)
+        else:
+            logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         loss = None
         if labels is not None:
             if self.regression:

@@ -1,8 +1,10 @@
-"""Readers for the nine GLUE tasks and for user classification/regression tables (CSV, TSV, JSONL).
+"""The nine GLUE tasks: their files, labels and metrics, and `GlueFamily`, the fine-tuning kind "glue".
 
-Every reader returns a list of `Example(text, pair, label, line)`: one sentence or sentence pair, its label as
-written in the file (a string for classification, a float for regression, None in test files), and the 1-based
-line it came from so that later errors can point back into the file.
+`read_glue` returns a list of `bertkit.tasks.classify.Example(text, pair, label, line)`: one sentence or sentence
+pair, its label as written in the file (a string for classification, a float for STS-B, None in test files), and
+the 1-based line it came from so that later errors can point back into the file. `GlueFamily` is the
+classification family (`bertkit.tasks.classify`) with the task's fixed labels (in Google's `run_classifier.py`
+order, so label ids match checkpoints fine-tuned there) and GLUE's metrics; the first listed picks the best epoch.
 
 File formats, as distributed by the GLUE download script (and read by Google's BERT `run_classifier.py`):
 
@@ -29,31 +31,27 @@ newlines. A UTF-8 byte-order mark (MRPC's header carries one) is dropped. Wholly
 Malformed rows (a field count different from the header's, a missing text or label) and labels outside the
 task's label set raise `bertkit.errors.DataError` with a message starting `"{path}:{line}: "`. The original QQP
 release has a handful of truncated rows; pass `skip_malformed=True` to drop such rows with a warning that names
-how many were dropped and where the first one was.
+how many were dropped and where the first one was. (`read_table`, the reader of the user's own tables, lives in
+`bertkit.tasks.classify` and is importable from here too.)
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator
+
+import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.tasks.base import TaskFamily, register
+from bertkit.tasks.classify import (ClassificationFamily, Example, delimited_rows, header_columns, read_table,
+                                    rows_to_examples)
 from bertkit.tasks.metrics import GLUE_METRICS, canonical_task
 
-
-@dataclass(frozen=True)
-class Example:
-    """One sentence (or sentence pair) with its label, as read from a task file."""
-
-    text: str  # sentence A
-    pair: str | None  # sentence B, None for single-sentence tasks
-    label: str | float | None  # class name as written in the file, a float for regression, None if unlabelled
-    line: int  # 1-based line of the row in its file, for error messages
+__all__ = ["TASKS", "Example", "GlueFamily", "GlueTask", "get_task", "glue_path", "read_glue", "read_table"]
 
 
 @dataclass(frozen=True)
@@ -126,174 +124,6 @@ def glue_path(data_dir: str | os.PathLike[str], task: str, split: str) -> Path:
     return Path(data_dir) / spec.dirname / spec.splits[split]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Row sources: each yields (line, fields) with `line` the 1-based line where the record starts.
-
-
-def _delimited_rows(path: str | os.PathLike[str], delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
-    # newline="" hands line endings to the csv module (required for quoted newlines in CSV, harmless in TSV);
-    # utf-8-sig strips a byte-order mark that would otherwise stick to the first column name.
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        previous_end = 0
-        while True:
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:
-                raise DataError.at(path, reader.line_num, f"unreadable row: {e}") from e
-            start, previous_end = previous_end + 1, reader.line_num
-            if fields:  # csv gives [] for a blank line
-                yield start, fields
-
-
-def _jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError.at(path, line_no, f"invalid JSON: {e.msg}") from e
-            if not isinstance(record, dict):
-                raise DataError.at(path, line_no, f"expected a JSON object, got {type(record).__name__}")
-            yield line_no, record
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Turning rows into examples.
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """Where the fields of an example are; indices into a row (TSV/CSV) or keys of a record (JSONL)."""
-
-    text: int | str
-    pair: int | str | None
-    label: int | str | None
-
-
-def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression: bool) -> str | float:
-    if regression:
-        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-            raise DataError.at(path, line, f"label {raw!r} is not a number")
-        try:
-            return float(raw)
-        except ValueError:
-            raise DataError.at(path, line, f"label {raw!r} is not a number") from None
-    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
-        raise DataError.at(path, line, f"label {raw!r} must be a string or an integer")
-    label = str(raw)
-    if label == "":
-        raise DataError.at(path, line, "missing label")
-    if labels is not None and label not in labels:
-        raise DataError.at(path, line, f"unknown label {label!r}; expected one of {list(labels)}")
-    return label
-
-
-def _text_field(path, line: int, record, key, what: str) -> str:
-    value = record.get(key) if isinstance(record, dict) else record[key]
-    if value is None:
-        raise DataError.at(path, line, f"missing {what} field {key!r}")
-    if not isinstance(value, str):
-        raise DataError.at(path, line, f"{what} field {key!r} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _to_examples(path, rows: Iterator[tuple[int, object]], columns: _Columns, width: int | None,
-                 labels: Sequence[str] | None, regression: bool, skip_malformed: bool) -> list[Example]:
-    """Convert rows to examples; `width` is the required field count of a delimited row (None for JSONL)."""
-    examples: list[Example] = []
-    skipped: list[DataError] = []
-    for line, row in rows:
-        try:
-            if width is not None and len(row) != width:
-                raise DataError.at(path, line, f"expected {width} fields, found {len(row)}")
-            text = _text_field(path, line, row, columns.text, "text")
-            pair = None if columns.pair is None else _text_field(path, line, row, columns.pair, "pair")
-            label = None
-            if columns.label is not None:
-                raw = row.get(columns.label) if isinstance(row, dict) else row[columns.label]
-                if raw is None:
-                    raise DataError.at(path, line, f"missing label field {columns.label!r}")
-                label = _parse_label(path, line, raw, labels, regression)
-        except DataError as e:
-            if not skip_malformed:
-                raise
-            skipped.append(e)
-            continue
-        examples.append(Example(text=text, pair=pair, label=label, line=line))
-    if skipped:
-        # Skipping is opt-in and never silent: say how many rows went and where the first one was.
-        warnings.warn(f"skipped {len(skipped)} malformed row(s) of {os.fspath(path)}; first: {skipped[0]}",
-                      stacklevel=3)
-    return examples
-
-
-def _header_columns(path, header_line: int, header: list[str], text_column: str, pair_column: str | None,
-                    label_column: str | None, label_optional: bool) -> _Columns:
-    def index(name: str | None, optional: bool = False) -> int | None:
-        if name is None:
-            return None
-        if name in header:
-            return header.index(name)
-        if optional:
-            return None
-        raise DataError.at(path, header_line, f"no column {name!r} in header {header}")
-
-    return _Columns(text=index(text_column), pair=index(pair_column),
-                    label=index(label_column, optional=label_optional))
-
-
-def _guess_format(path: str | os.PathLike[str]) -> str:
-    suffix = Path(path).suffix.lower()
-    formats = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-    if suffix not in formats:
-        raise ValueError(f"cannot tell the format of {os.fspath(path)!r} from its suffix; pass format=")
-    return formats[suffix]
-
-
-def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str | None = None,
-               label_column: str | None = None, format: str | None = None, *,
-               labels: Sequence[str] | None = None, regression: bool = False,
-               skip_malformed: bool = False) -> list[Example]:
-    """Read a user's classification or regression file into examples.
-
-    Args:
-        path: a CSV (header row, standard double-quote quoting), TSV (header row, no quoting, like GLUE) or
-            JSONL (one JSON object per line) file.
-        text_column, pair_column, label_column: header names (CSV/TSV) or keys (JSONL) of sentence A, the
-            optional sentence B, and the optional label. With `label_column=None` every label is None.
-        format: "csv", "tsv" or "jsonl"; by default from the suffix (.csv; .tsv/.txt; .jsonl/.json/.ndjson).
-        labels: the allowed class names; a label outside them raises DataError. None accepts any label.
-        regression: parse labels as floats instead of class names.
-        skip_malformed: drop bad rows with one warning instead of raising on the first.
-    Returns:
-        Examples in file order; classification labels are strings (JSON integers become their decimal string),
-        regression labels floats.
-    Raises:
-        DataError "{path}:{line}: ..." for a missing column, a row of the wrong width, a missing or non-string
-        text, a missing label, an unknown label or a non-numeric regression label.
-    """
-    format = format or _guess_format(path)
-    if format == "jsonl":
-        columns = _Columns(text=text_column, pair=pair_column, label=label_column)
-        return _to_examples(path, _jsonl_rows(path), columns, None, labels, regression, skip_malformed)
-    if format not in ("csv", "tsv"):
-        raise ValueError(f"unknown format {format!r}; expected 'csv', 'tsv' or 'jsonl'")
-    delimiter, quoting = (",", csv.QUOTE_MINIMAL) if format == "csv" else ("\t", csv.QUOTE_NONE)
-    rows = _delimited_rows(path, delimiter, quoting)
-    first = next(rows, None)
-    if first is None:
-        return []
-    header_line, header = first
-    columns = _header_columns(path, header_line, header, text_column, pair_column, label_column,
-                              label_optional=False)
-    return _to_examples(path, rows, columns, len(header), labels, regression, skip_malformed)
-
-
 def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool = False) -> list[Example]:
     """Read any split of a GLUE task (train, dev, or an unlabelled test file) into examples.
 
@@ -308,7 +138,7 @@ def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool =
         DataError naming file:line for a wrong field count, a missing field or a label outside the task's set.
     """
     spec = get_task(task)
-    rows = _delimited_rows(path, "\t", csv.QUOTE_NONE)
+    rows = delimited_rows(path, "\t", csv.QUOTE_NONE)
     first = next(rows, None)
     if first is None:
         return []
@@ -324,6 +154,54 @@ def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool =
         data, header_line = all_rows(), 0
     else:
         header, data, header_line = first_fields, rows, first_line
-    columns = _header_columns(path, header_line, header, spec.text_column, spec.pair_column, spec.label_column,
-                              label_optional=True)
-    return _to_examples(path, data, columns, len(header), spec.labels, spec.is_regression, skip_malformed)
+    columns = header_columns(path, header_line, header, spec.text_column, spec.pair_column, spec.label_column,
+                             label_optional=True)
+    return rows_to_examples(path, data, columns, len(header), spec.labels, spec.is_regression, skip_malformed)
+
+
+@register("glue")
+class GlueFamily(ClassificationFamily):
+    """A GLUE task (config.task): the classification family with the task's labels, files and metrics.
+
+    A GLUE model predicts as any classification model (kind "classify"), with the labels its config.json holds.
+    """
+
+    predicts_as = "classify"
+
+    def __init__(self, config) -> None:
+        TaskFamily.__init__(self, config)
+        self.spec = get_task(config.task)
+        self.regression = self.spec.is_regression
+        self.labels = None if self.regression else list(self.spec.labels)
+        self.metric_names = self.spec.metrics
+        self.main_metric = self.metric_names[0]
+
+    @property
+    def paired(self) -> bool:
+        return self.spec.pair_column is not None
+
+    def _read_labelled(self, path, training: bool) -> list[Example]:
+        return read_glue(self.spec.name, path)
+
+    def read_texts(self, path) -> list[Example]:
+        return read_glue(self.spec.name, path)
+
+    def metrics(self, logits: np.ndarray, gold) -> dict[str, float]:
+        from bertkit.tasks.metrics import glue_metrics
+
+        return glue_metrics(self.spec.name, logits, np.asarray(gold))
+
+    def gold_labels(self, data_path) -> list:
+        return [e.label for e in read_glue(self.spec.name, data_path)]
+
+    def score(self, rows, predicted, gold, predictions_path) -> dict[str, Any]:
+        from bertkit.tasks.metrics import glue_metrics
+
+        if self.regression:
+            return glue_metrics(self.spec.name, np.asarray(predicted), np.asarray(gold, dtype=np.float64))
+        to_id = self.spec.label_to_id
+        for number, value in rows:
+            if value not in to_id:
+                raise DataError.at(predictions_path, number, f"unknown label {value!r}; expected one of "
+                                                             f"{list(self.spec.labels)}")
+        return glue_metrics(self.spec.name, np.array([to_id[v] for v in predicted]), np.array([to_id[v] for v in gold]))

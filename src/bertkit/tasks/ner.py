@@ -1,4 +1,5 @@
-"""Named-entity recognition: CoNLL-2003 reading, tagging-scheme conversion, sub-word label alignment, metrics.
+"""Named-entity recognition: CoNLL-2003 reading, tagging schemes, sub-word label alignment, metrics, and
+`TaggingFamily`, the fine-tuning kind "ner" (features, loss, evaluation, predictions, the CoNLL predictions file).
 
 The BERT paper (section 5.3) feeds each word's WordPiece tokens to the encoder and classifies only the FIRST
 sub-word of every word; the other sub-words and the special tokens get no label. `align_labels` builds that
@@ -9,6 +10,10 @@ default conlleval-compatible mode unless a strict scheme is asked for.
 Tag schemes: IOB1 (CoNLL-2003 as distributed: I- everywhere, B- only between two adjacent entities of the same
 type), BIO a.k.a. IOB2 (B- on every entity's first word), IOBES (adds E- for last and S- for single-word
 entities). Convert IOB1 to BIO before training, as is standard.
+
+Inputs are `CLS pieces-of-the-words SEP` with the tokenizer's own special tokens (`[CLS] ... [SEP]` for BERT,
+`<s> ... </s>` for RoBERTa), one token type; the words are given (CoNLL tokens), so every kind of tokenizer pieces
+each word on its own (`encode_words`) and says which word each piece came from.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Hashable, Mapping, Sequence
 
+import numpy as np
+
+from bertkit.config import IGNORE_INDEX  # label of positions the loss skips (torch's cross-entropy default)
 from bertkit.errors import DataError
-
-IGNORE_INDEX = -100  # label of positions the loss must skip (torch.nn.CrossEntropyLoss's default ignore_index)
+from bertkit.tasks.base import TaskFamily, check_count, register, softmax
 
 # A tag is "O" or a one-letter prefix, a dash, and a non-empty entity type.
 _TAG = re.compile(r"^(?:O|[BIES]-.+)$")
@@ -256,3 +264,206 @@ def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence
         "accuracy": float(seqeval.metrics.accuracy_score(y_true, y_pred)),
         "per_type": per_type,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Words, features and entity spans.
+
+_WORD = re.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]")  # words (with inner hyphens, apostrophes, dots) and punctuation
+
+
+def split_words(text: str) -> list[tuple[str, int, int]]:
+    """(word, start, end) of every word and punctuation mark of `text`, the way CoNLL files split sentences."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) -> list[dict[str, Any]]:
+    """`CLS pieces of the words SEP` (the tokenizer's own special tokens), truncated to max_length, one token type,
+    with each token's word index (None: special).
+
+    Words are the sentence's given words (CoNLL tokens): any tokenizer kind still splits each into pieces (BERT's
+    also on punctuation), and `word_ids` says which given word each piece came from.
+    """
+    encoded = tokenizer.encode_words([list(s) for s in sentences])
+    out = []
+    for enc in encoded:
+        n = min(len(enc.ids), max_length - 2)
+        out.append({"input_ids": [tokenizer.cls_id, *enc.ids[:n], tokenizer.sep_id],
+                    "token_type_ids": [0] * (n + 2),
+                    "word_ids": [None, *enc.word_ids[:n], None]})
+    return out
+
+
+def tags_to_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Entities of a tag sequence as (type, first word, last word + 1); conlleval's reading of BIO/IOB1/IOBES."""
+    spans: list[tuple[str, int, int]] = []
+    kind, start = None, 0
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, this = tag.partition("-")
+        begins = prefix in ("B", "S") or (prefix in ("I", "E") and this != kind)
+        if kind is not None and (prefix == "O" or begins):
+            spans.append((kind, start, i))
+            kind = None
+        if prefix != "O" and (begins or kind is None):
+            kind, start = this, i
+        if prefix in ("E", "S") and kind is not None:
+            spans.append((kind, start, i + 1))
+            kind = None
+    return spans
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loss and the family.
+
+
+class TokenClassificationTask:
+    """Trainer task: cross-entropy on labelled tokens only (each word's first sub-word; IGNORE_INDEX elsewhere)."""
+
+    name = "ner"
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"ner_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
+
+    def __call__(self, model, batch):
+        import torch.nn.functional as F  # torch only when a model trains: reading needs none
+
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        labels = batch["labels"]
+        keep = labels != IGNORE_INDEX
+        n = keep.sum().float()
+        scores, gold = logits[keep], labels[keep]  # (N, num_labels), (N,)
+        return {"ner_loss": (F.cross_entropy(scores, gold, reduction="sum"), n),
+                "ner_accuracy": ((scores.argmax(-1) == gold).sum().float(), n)}
+
+
+@register("ner")
+class TaggingFamily(TaskFamily):
+    """CoNLL-style named-entity recognition: tags on each word's first sub-word (paper section 5.3).
+
+    IOB1 files (CoNLL-2003 as distributed) are converted to BIO; the labels are "O" then B-/I- (IOBES files:
+    B-/I-/E-/S-) of every entity type of the training file. A sentence longer than max_seq_length is cut: its
+    last words get no training label and are predicted "O".
+    """
+
+    model_class_name = "BertForTokenClassification"
+    metric_names = ("f1", "precision", "recall", "accuracy")
+    main_metric = "f1"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.scheme = "BIO"
+
+    def read(self, path, training: bool) -> list[tuple[list[str], list[str]]]:
+        """(words, tags) of every sentence; the training file fixes the scheme and the labels."""
+        sentences = read_conll(path)
+        if not sentences:
+            raise DataError.at(path, None, "no sentences")
+        iobes = any(t[0] in "ES" for s in sentences for t in s.tags)
+        if training:
+            self.scheme = "IOBES" if iobes else "BIO"
+            kinds = sorted({t[2:] for s in sentences for t in s.tags if t != "O"})
+            prefixes = "BIES" if iobes else "BI"
+            self.labels = ["O"] + [f"{p}-{k}" for k in kinds for p in prefixes]
+        known = set(self.labels)
+        out = []
+        for s in sentences:
+            # CoNLL-2003 is IOB1; BIO (IOB2) is what the model learns. Valid BIO and IOBES pass through unchanged.
+            tags = s.tags if self.scheme == "IOBES" else iob1_to_bio(s.tags)
+            for i, (written, tag) in enumerate(zip(s.tags, tags)):
+                if tag not in known:
+                    raise DataError.at(path, s.line + i, f"unknown label {written!r}; the training file has "
+                                                         f"{self.labels}")
+            out.append((s.tokens, tags))
+        return out
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        to_id = {name: i for i, name in enumerate(self.labels)}
+        encoded = encode_words(tokenizer, [words for words, _ in examples], self.config.seq_length)
+        for feature, (words, tags) in zip(encoded, examples):
+            feature["labels"] = align_labels(feature["word_ids"], tags, to_id)
+        return encoded
+
+    def model_kwargs(self) -> dict[str, Any]:
+        return {"num_labels": len(self.labels), "labels": list(self.labels)}
+
+    def objective(self):
+        return TokenClassificationTask()
+
+    def word_tags(self, logits: list[np.ndarray], features, examples) -> list[list[str]]:
+        """Each word's tag, read from its first sub-word's (T_i, num_labels) logits."""
+        out = []
+        for scores, feature, (words, _) in zip(logits, features, examples):
+            ids = decode_word_predictions(feature["word_ids"], scores.argmax(-1).tolist(), len(words),
+                                          fill=self.labels.index("O"))
+            out.append([self.labels[i] for i in ids])  # words cut off by max_seq_length are predicted "O"
+        return out
+
+    def evaluate(self, examples, features, logits):
+        predicted = self.word_tags(logits, features, examples)
+        return ner_metrics([tags for _, tags in examples], predicted), predicted
+
+    def write_predictions(self, out_dir: Path, examples, predicted) -> None:
+        # conlleval's layout: word, gold tag, predicted tag; a blank line between sentences.
+        lines = []
+        for (words, gold), tags in zip(examples, predicted):
+            lines += [f"{w} {g} {p}" for w, g, p in zip(words, gold, tags)] + [""]
+        (Path(out_dir) / "dev_predictions.conll").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def task_info(self) -> dict[str, Any]:
+        return {**super().task_info(), "scheme": self.scheme}
+
+    # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    def restore(self, info: dict[str, Any], model) -> None:
+        self.labels = list(model.labels)
+        self.scheme = info.get("scheme", self.scheme)
+
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        """inputs: texts (split into words and punctuation by `split_words`) or lists of words."""
+        sentences, self._spans = [], []
+        for x in inputs:
+            if isinstance(x, str):
+                pieces = split_words(x)
+                sentences.append([w for w, _, _ in pieces])
+                self._spans.append((x, [(s, e) for _, s, e in pieces]))
+            else:
+                sentences.append(list(x))
+                self._spans.append((None, None))
+        features = encode_words(tokenizer, sentences, self.config.seq_length)
+        for feature, words in zip(features, sentences):
+            feature["words"] = words
+        return features
+
+    def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
+        """{"words", "tags", "entities": [{"type", "text", "start", "end", "score"}]} per input: start and end in
+        characters of a text, or word indices of a list of words; score = the mean of the words' top probability."""
+        outside = self.labels.index("O") if "O" in self.labels else 0  # for words cut off by truncation
+        out = []
+        for feature, scores, (text, offsets) in zip(features, logits, self._spans):
+            words = feature["words"]
+            probs = softmax(scores)
+            ids = decode_word_predictions(feature["word_ids"], probs.argmax(-1).tolist(), len(words), fill=outside)
+            confidence = decode_word_predictions(feature["word_ids"], probs.max(-1).tolist(), len(words), fill=0.0)
+            tags = [self.labels[i] for i in ids]
+            entities = []
+            for etype, first, last in tags_to_spans(tags):
+                entity = {"type": etype, "score": float(np.mean(confidence[first:last]))}
+                if text is not None:
+                    start, end = offsets[first][0], offsets[last - 1][1]
+                    entity.update(text=text[start:end], start=start, end=end)
+                else:
+                    entity.update(text=" ".join(words[first:last]), start=first, end=last)
+                entities.append(entity)
+            out.append({"words": words, "tags": tags, "entities": entities})
+        return out
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        """Entity-level scores of a CoNLL file whose last column is the predicted tag (words as in data_path)."""
+        gold, pred = read_conll(data_path), read_conll(predictions_path)
+        check_count(pred, gold, predictions_path, data_path)
+        for g, p in zip(gold, pred):
+            if g.tokens != p.tokens:
+                i = next((i for i, (a, b) in enumerate(zip(g.tokens, p.tokens)) if a != b),
+                         min(len(g.tokens), len(p.tokens)))
+                raise DataError.at(predictions_path, p.line + min(i, len(p.tokens) - 1),
+                                   f"the sentence does not match {data_path}:{g.line} (word {i + 1})")
+        return ner_metrics([g.tags for g in gold], [p.tags for p in pred])

@@ -1,4 +1,5 @@
-"""SQuAD v1.1 / v2.0: reading, sliding-window features, span post-processing, and the official evaluation.
+"""SQuAD v1.1 / v2.0: reading, sliding-window features, span post-processing, the official evaluation, and
+`SquadFamily`, the fine-tuning kind "squad" (loss, dev evaluation, predictions.json / null_odds.json, predictions).
 
 Pipeline: `read_squad` → tokenize question and context with any tokenizer that gives character offsets →
 `make_windows` (one example → one or more windows of `max_seq_length` tokens) → model start/end logits per
@@ -8,7 +9,9 @@ window → `postprocess` (best span per question, as Google's `run_squad.py` `wr
 Conventions copied from Google's `run_squad.py` because fine-tuned checkpoints and published numbers depend on
 them:
   * window layout `[CLS] question [SEP] passage [SEP] [PAD]...`; segment 0 for [CLS], question and first [SEP],
-    segment 1 for the passage and the final [SEP];
+    segment 1 for the passage and the final [SEP]. Other tokenizers frame the pair their own way, as they frame
+    any pair (`pair_separators`, `pair_type_id`): RoBERTa's window is `<s> question </s></s> passage </s>`, all of
+    segment 0, as transformers' RobertaTokenizerFast frames a question and its context;
   * passage windows start every `doc_stride` tokens; a token seen in several windows is scored only in the one
     where it has the most context (`_check_is_max_context`: min(left, right) + 0.01 * window length);
   * training targets are token positions inside the window, and (0, 0), i.e. [CLS], when the answer is not
@@ -16,11 +19,12 @@ them:
   * SQuAD 2.0 null score s_null = min over windows of start_logit[CLS] + end_logit[CLS]; the answer is "" when
     s_null - best_non_null_score > null_threshold (Google's `null_score_diff_threshold`). The paper writes the
     same rule as "predict a span when s_best > s_null + τ", so null_threshold = -τ; on a tie Google (and this
-    code) answers with the span.
-The one deliberate difference: answer text is cut from the original context with the tokens' character
-offsets (start of the first token to end of the last) instead of Google's whitespace-token detokenisation
-(`get_final_text`), which needs the tokenizer. For WordPiece this gives the same string except where Google's
-heuristic fails.
+    code) answers with the span;
+  * the answer text of a WordPiece model is Google's `get_final_text`: the whitespace-separated words of the
+    context that the span's pieces come from, joined by single spaces, trimmed to the characters the pieces
+    match after BERT's basic tokenisation (the whole words when they cannot be matched). Other tokenizers' spans
+    are cut from the original context with the tokens' character offsets (start of the first to end of the
+    last); `postprocess` does that by default.
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ import os
 import re
 import string
 import warnings
+import unicodedata
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.tasks.base import TaskFamily, register
 
 # ---------------------------------------------------------------------------------------------------------------
 # Reading
@@ -156,7 +163,7 @@ class SquadWindow:
     window_index: int  # 0, 1, ... within the example
     context: str  # the example's context (shared, not copied), for cutting answer text
     input_ids: list[int]  # (T,) token ids, T = max_seq_length when padded
-    token_type_ids: list[int]  # (T,) 0 for [CLS] question [SEP], 1 for passage [SEP], 0 for padding
+    token_type_ids: list[int]  # (T,) 0 for [CLS] question [SEP], pair_type_id (BERT 1) from there on, 0 padding
     attention_mask: list[int]  # (T,) 1 for real tokens, 0 for padding
     offsets: list[tuple[int, int] | None]  # (T,) passage tokens: (start, end) characters in context; else None
     token_is_max_context: list[bool]  # (T,) True where a passage token has its most context in this window
@@ -193,7 +200,8 @@ def make_windows(question_ids: Sequence[int], context_ids: Sequence[int],
                  context_offsets: Sequence[tuple[int, int]], *, qid: str, context: str, cls_id: int, sep_id: int,
                  pad_id: int = 0, max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
                  answer: tuple[str, int] | None = None, is_impossible: bool = False,
-                 pad_to_max_length: bool = True) -> list[SquadWindow]:
+                 pad_to_max_length: bool = True, pair_separators: int = 1, pair_type_id: int = 1,
+                 ) -> list[SquadWindow]:
     """Cut one example into overlapping windows, as Google's `convert_examples_to_features`.
 
     Args:
@@ -208,6 +216,8 @@ def make_windows(question_ids: Sequence[int], context_ids: Sequence[int],
             [answer_start, answer_start + len(text)). None at inference.
         is_impossible: a SQuAD 2.0 unanswerable training question: every window's target is (0, 0).
         pad_to_max_length: pad every window to exactly `max_seq_length` (else leave it at its real length).
+        pair_separators, pair_type_id: the tokenizer's pair framing: separators between question and passage
+            (1: BERT's [SEP]; 2: RoBERTa's </s></s>) and the token type from the second on (1 BERT, 0 RoBERTa).
     Returns:
         At least one window (an empty context gives one window with no passage tokens).
     Raises:
@@ -217,7 +227,8 @@ def make_windows(question_ids: Sequence[int], context_ids: Sequence[int],
     if len(context_ids) != len(context_offsets):
         raise ValueError(f"{len(context_ids)} context ids but {len(context_offsets)} offsets")
     question = list(question_ids[:max_query_length])
-    max_tokens_for_doc = max_seq_length - len(question) - 3  # room left after [CLS] question [SEP] ... [SEP]
+    # Room left after CLS question SEP(s) ... SEP: 3 specials for BERT, 4 for RoBERTa.
+    max_tokens_for_doc = max_seq_length - len(question) - 2 - pair_separators
     if max_tokens_for_doc <= 0:
         raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the passage after "
                          f"{len(question)} question tokens")
@@ -244,11 +255,13 @@ def make_windows(question_ids: Sequence[int], context_ids: Sequence[int],
     if not spans:
         spans = [(0, 0)]
 
-    doc_offset = len(question) + 2  # window position of the first passage token
+    doc_offset = len(question) + 1 + pair_separators  # window position of the first passage token
     windows = []
     for index, (doc_start, length) in enumerate(spans):
-        input_ids = [cls_id, *question, sep_id, *context_ids[doc_start:doc_start + length], sep_id]
-        token_type_ids = [0] * doc_offset + [1] * (length + 1)
+        input_ids = [cls_id, *question, *([sep_id] * pair_separators), *context_ids[doc_start:doc_start + length],
+                     sep_id]
+        # As the tokenizer types a pair: type 0 up to the first separator, pair_type_id from there on.
+        token_type_ids = [0] * (len(question) + 2) + [pair_type_id] * (pair_separators - 1 + length + 1)
         offsets: list[tuple[int, int] | None] = [None] * doc_offset
         offsets += [tuple(o) for o in context_offsets[doc_start:doc_start + length]] + [None]
         max_context = [False] * doc_offset
@@ -301,6 +314,7 @@ def _softmax(scores: Sequence[float]) -> list[float]:
 def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[float]],
                 end_logits: Sequence[Sequence[float]], n_best_size: int = 20, max_answer_length: int = 30,
                 version_2: bool = False, null_threshold: float = 0.0,
+                answer_text: Callable[[SquadWindow, int, int], str] | None = None,
                 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
     """Best answer span per question from per-window logits, as Google's `write_predictions`.
 
@@ -316,6 +330,8 @@ def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[
         version_2: SQuAD 2.0 (unanswerable questions allowed).
         null_threshold: answer "" when s_null - best_non_null_score > null_threshold. Use the evaluation's
             `best_f1_thresh` here; `math.inf` always answers with the best span.
+        answer_text: (window, first token, last token) -> the answer's text; by default the context's characters
+            from the first token's start to the last one's end (offsets). `google_answer_text` gives WordPiece's.
     Returns:
         predictions: qid → answer text (official predictions.json);
         null_odds: qid → s_null - best_non_null_score (official null_odds.json); empty unless version_2;
@@ -369,7 +385,8 @@ def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[
                 break
             if s > 0:
                 window = windows[w]
-                text = window.context[window.offsets[s][0]:window.offsets[e][1]]
+                text = (answer_text(window, s, e) if answer_text is not None
+                        else window.context[window.offsets[s][0]:window.offsets[e][1]])
                 if text in seen:
                     continue
             else:
@@ -394,6 +411,139 @@ def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[
         null_odds[qid] = score_diff
         predictions[qid] = "" if score_diff > null_threshold else best_non_null[0]
     return predictions, null_odds, nbest_out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Answer text of WordPiece models: Google's get_final_text
+
+
+def _is_google_whitespace(char: str) -> bool:
+    # run_squad.py's reader splits the paragraph on these only (not on every Unicode space).
+    return char in " \t\r\n" or ord(char) == 0x202F
+
+
+def whitespace_words(context: str) -> tuple[list[str], list[int]]:
+    """run_squad.py's `doc_tokens` and `char_to_word_offset`: the context's whitespace-separated words, and for
+    every character the index of the word it is in (a space: the word before it, -1 before the first)."""
+    words: list[str] = []
+    char_to_word: list[int] = []
+    previous_space = True
+    for char in context:
+        if _is_google_whitespace(char):
+            previous_space = True
+        else:
+            if previous_space:
+                words.append(char)
+            else:
+                words[-1] += char
+            previous_space = False
+        char_to_word.append(len(words) - 1)
+    return words, char_to_word
+
+
+def _is_control(char: str) -> bool:
+    if char in "\t\n\r":
+        return False
+    return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_whitespace(char: str) -> bool:
+    return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def _is_punctuation(char: str) -> bool:
+    cp = ord(char)
+    # BERT counts every non-letter/number ASCII character as punctuation ("$", "^", "`"), whatever Unicode says.
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return any(a <= cp <= b for a, b in ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+                                         (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+
+
+def basic_tokenize(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[str]:
+    """Google's `BasicTokenizer.tokenize`: clean the text, space out CJK characters, split on whitespace, lower-case
+    and strip accents (strip_accents None: as lowercase), split off punctuation. What get_final_text aligns."""
+    strip_accents = lowercase if strip_accents is None else strip_accents
+    cleaned = []
+    for char in text:
+        cp = ord(char)
+        if cp == 0 or cp == 0xFFFD or _is_control(char):
+            continue
+        if _is_whitespace(char):
+            cleaned.append(" ")
+        elif _is_cjk(cp):
+            cleaned.append(f" {char} ")
+        else:
+            cleaned.append(char)
+    tokens = []
+    for token in "".join(cleaned).split():
+        if lowercase:
+            token = token.lower()
+        if strip_accents:
+            token = "".join(c for c in unicodedata.normalize("NFD", token) if unicodedata.category(c) != "Mn")
+        word: list[str] = []
+        for char in token:
+            if _is_punctuation(char):
+                if word:
+                    tokens.append("".join(word))
+                    word = []
+                tokens.append(char)
+            else:
+                word.append(char)
+        if word:
+            tokens.append("".join(word))
+    return tokens
+
+
+def get_final_text(pred_text: str, orig_text: str, lowercase: bool = True, strip_accents: bool | None = None) -> str:
+    """Google's `get_final_text`: project the normalised prediction `pred_text` (pieces joined, "##" removed) back
+    onto `orig_text` (the whitespace words it came from). Both are aligned character by character without spaces
+    after basic tokenisation; where that fails (the normalised text is not found, or has another length, as after
+    [UNK] or characters that normalise to several), the whole `orig_text` is the answer."""
+
+    def strip_spaces(text: str) -> tuple[str, dict[int, int]]:
+        kept = [(i, c) for i, c in enumerate(text) if c != " "]
+        return "".join(c for _, c in kept), {n: i for n, (i, _) in enumerate(kept)}
+
+    tok_text = " ".join(basic_tokenize(orig_text, lowercase, strip_accents))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        return orig_text
+    end = start + len(pred_text) - 1
+    orig_ns_text, orig_ns_to_s = strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s = strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return orig_text
+    tok_s_to_ns = {s: n for n, s in tok_ns_to_s.items()}
+    if start not in tok_s_to_ns or tok_s_to_ns[start] not in orig_ns_to_s:
+        return orig_text
+    if end not in tok_s_to_ns or tok_s_to_ns[end] not in orig_ns_to_s:
+        return orig_text
+    return orig_text[orig_ns_to_s[tok_s_to_ns[start]]:orig_ns_to_s[tok_s_to_ns[end]] + 1]
+
+
+def google_answer_text(id_to_token: Callable[[int], str], lowercase: bool = True,
+                       strip_accents: bool | None = None) -> Callable[[SquadWindow, int, int], str]:
+    """`postprocess`'s answer_text for WordPiece windows, as run_squad.py's write_predictions: the span's pieces
+    (id_to_token) joined without "##", and the context's whitespace words they come from, through
+    `get_final_text`. Each piece's word is the one its first character's offset falls in."""
+    cache: dict[str, tuple[list[str], list[int]]] = {}
+
+    def text(window: SquadWindow, first: int, last: int) -> str:
+        if window.context not in cache:
+            cache.clear()  # windows come grouped by example: one context at a time is enough
+            cache[window.context] = whitespace_words(window.context)
+        words, char_to_word = cache[window.context]
+        pieces = " ".join(id_to_token(i) for i in window.input_ids[first:last + 1])
+        pred_text = " ".join(pieces.replace(" ##", "").replace("##", "").strip().split())
+        orig = words[char_to_word[window.offsets[first][0]]:char_to_word[window.offsets[last][0]] + 1]
+        return get_final_text(pred_text, " ".join(orig), lowercase, strip_accents)
+
+    return text
 
 
 def _write_json(path: str | os.PathLike[str], obj) -> None:
@@ -568,3 +718,199 @@ def squad_evaluate(examples: Sequence[SquadExample], predictions: Mapping[str, s
                    null_odds: Mapping[str, float] | None = None, version_2: bool = False) -> dict[str, float]:
     """The official evaluation for the dataset version: `evaluate_v2` if version_2 else `evaluate_v1`."""
     return evaluate_v2(examples, predictions, null_odds) if version_2 else evaluate_v1(examples, predictions)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loss and the family
+
+
+class SpanTask:
+    """Trainer task: the mean of start and end cross-entropies over window positions (0 = CLS = no answer here)."""
+
+    name = "span"
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"span_loss": float(batch["start_positions"].shape[0])}
+
+    def __call__(self, model, batch):
+        import torch.nn.functional as F  # torch only when a model trains: reading needs none
+
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        start, end = batch["start_positions"], batch["end_positions"]
+        loss = (F.cross_entropy(logits[..., 0], start, reduction="sum")
+                + F.cross_entropy(logits[..., 1], end, reduction="sum")) / 2
+        return {"span_loss": (loss, logits.new_tensor(float(start.shape[0])))}
+
+
+def answer_text_for(tokenizer) -> Callable[[SquadWindow, int, int], str] | None:
+    """How a tokenizer's spans become answer text: Google's get_final_text for WordPiece, else None (offsets)."""
+    if tokenizer.kind != "wordpiece":
+        return None
+    return google_answer_text(tokenizer.id_to_token, getattr(tokenizer, "lowercase", True),
+                              getattr(tokenizer, "strip_accents", None))
+
+
+def read_json_object(path) -> dict:
+    """A JSON file holding one object ({question id: value}); DataError naming the file and line otherwise."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as err:
+        raise DataError.at(path, err.lineno, f"invalid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise DataError.at(path, None, "expected a JSON object {question id: value}")
+    return data
+
+
+@register("squad")
+class SquadFamily(TaskFamily):
+    """SQuAD v1.1 / v2.0 extractive QA: windows of the passage, best span (or no answer) per question.
+
+    The dataset version is v2.0 as soon as a file has an unanswerable question; its dev-chosen null threshold is
+    saved with the model so that `predict` answers "" as the dev predictions did.
+    """
+
+    model_class_name = "BertForQuestionAnswering"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.version_2 = False
+        self.null_threshold = 0.0
+        self.answer_text: Callable[[SquadWindow, int, int], str] | None = None
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("exact", "f1", "best_exact", "best_f1", "best_f1_thresh") if self.version_2 else ("exact_match", "f1")
+
+    @property
+    def main_metric(self) -> str:  # type: ignore[override]
+        return "best_f1" if self.version_2 else "f1"
+
+    def read(self, path, training: bool) -> list[SquadExample]:
+        examples, stats = read_squad_with_stats(path)
+        if not examples:
+            raise DataError.at(path, None, "no questions")
+        self.version_2 = self.version_2 or any(e.is_impossible for e in examples)
+        self.stats["train" if training else "dev"] = {
+            "articles": stats.articles, "questions": stats.examples, "answers": stats.answers,
+            "impossible": stats.impossible, "answers_not_matching_context": len(stats.mismatches),
+            "first_mismatches": [m.qid for m in stats.mismatches[:5]]}
+        if stats.mismatches:
+            print(f"{path}: {len(stats.mismatches)} of {stats.answers} answers do not match "
+                  f"context[answer_start:answer_start+len(text)]; first question ids: "
+                  f"{', '.join(m.qid for m in stats.mismatches[:5])}"
+                  + (" (skipped for training)" if training else ""), flush=True)
+        return examples
+
+    def windows(self, examples, tokenizer, training: bool) -> tuple[list[SquadWindow], int]:
+        """Windows of every example, framed as the tokenizer frames a (question, passage) pair; for training,
+        examples whose answer does not match its context are skipped (and counted)."""
+        c = self.config
+        self.answer_text = answer_text_for(tokenizer)
+        contexts = sorted({e.context for e in examples})
+        encoded = tokenizer.encode_raw(contexts)
+        by_context = {t: (enc.ids, enc.offsets) for t, enc in zip(contexts, encoded)}
+        questions = tokenizer.encode_raw([e.question for e in examples])
+        windows, skipped = [], 0
+        for example, question in zip(examples, questions):
+            answer = None
+            if training and not example.is_impossible:
+                if not example.answers:
+                    skipped += 1
+                    continue
+                text, start = example.answers[0]
+                if example.context[start:start + len(text)] != text:
+                    skipped += 1  # as Google's run_squad.py: an answer not found in its context is not trained on
+                    continue
+                answer = (text, start)
+            ids, offsets = by_context[example.context]
+            try:
+                windows += make_windows(question.ids, ids, offsets, qid=example.id, context=example.context,
+                                        cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id,
+                                        max_seq_length=c.seq_length, doc_stride=c.doc_stride,
+                                        max_query_length=c.max_query_length, answer=answer,
+                                        is_impossible=training and example.is_impossible, pad_to_max_length=False,
+                                        pair_separators=tokenizer.pair_separators,
+                                        pair_type_id=tokenizer.pair_type_id)
+            except ValueError:
+                if not training:
+                    raise
+                skipped += 1  # an answer made of characters no token covers (whitespace, say)
+        return windows, skipped
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        windows, skipped = self.windows(examples, tokenizer, training)
+        if training:
+            self.stats["train"]["skipped_for_training"] = skipped
+            self.stats["train"]["windows"] = len(windows)
+        else:
+            self.dev_windows = windows
+        return [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids,
+                 "start_position": w.start_position, "end_position": w.end_position} for w in windows]
+
+    def objective(self):
+        return SpanTask()
+
+    def predict_windows(self, logits: list[np.ndarray], windows, null_threshold: float):
+        """`postprocess` of (T_i, 2) logits per window: (predictions, null odds, n-best) per question."""
+        return postprocess(windows, [x[:, 0] for x in logits], [x[:, 1] for x in logits],
+                           n_best_size=self.config.n_best_size, max_answer_length=self.config.max_answer_length,
+                           version_2=self.version_2, null_threshold=null_threshold, answer_text=self.answer_text)
+
+    def evaluate(self, examples, features, logits):
+        predictions, null_odds, _ = self.predict_windows(logits, self.dev_windows, 0.0)
+        metrics = squad_evaluate(examples, predictions, null_odds if self.version_2 else None, self.version_2)
+        if self.version_2:
+            # The threshold chosen on dev: the written predictions.json answers "" where the null odds exceed it.
+            predictions, null_odds, _ = self.predict_windows(logits, self.dev_windows, metrics["best_f1_thresh"])
+        return metrics, (predictions, null_odds, metrics.get("best_f1_thresh", 0.0))
+
+    def write_predictions(self, out_dir: Path, examples, output) -> None:
+        predictions, null_odds, threshold = output
+        self.null_threshold = threshold
+        write_predictions(Path(out_dir) / "predictions.json", predictions)
+        if self.version_2:
+            write_null_odds(Path(out_dir) / "null_odds.json", null_odds)
+
+    def task_info(self) -> dict[str, Any]:
+        c = self.config
+        return {**super().task_info(), "version_2": self.version_2, "null_threshold": self.null_threshold,
+                "doc_stride": c.doc_stride, "max_query_length": c.max_query_length,
+                "max_answer_length": c.max_answer_length, "n_best_size": c.n_best_size}
+
+    # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    def restore(self, info: dict[str, Any], model) -> None:
+        self.version_2 = bool(info.get("version_2", False))
+        self.null_threshold = float(info.get("null_threshold", 0.0))
+
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        """inputs: (question, context) tuples; one feature per window."""
+        self._examples = [SquadExample(id=str(i), question=q, context=c, answers=[], is_impossible=False)
+                          for i, (q, c) in enumerate(inputs)]
+        self._windows, _ = self.windows(self._examples, tokenizer, training=False)
+        return [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids} for w in self._windows]
+
+    def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
+        """{"answer", "score" (n-best probability), "start_logit", "end_logit", "nbest"} per question; "" is a
+        SQuAD 2.0 model's no-answer (its dev-chosen null threshold), which adds "null_odds"."""
+        predictions, null_odds, nbest = self.predict_windows(logits, self._windows, self.null_threshold)
+        out = []
+        for example in self._examples:
+            answer = predictions[example.id]
+            top = next((n for n in nbest[example.id] if n["text"] == answer), {"probability": 0.0,
+                                                                               "start_logit": 0.0, "end_logit": 0.0})
+            record = {"answer": answer, "score": top["probability"], "start_logit": top["start_logit"],
+                      "end_logit": top["end_logit"], "nbest": nbest[example.id][:top_k or 5]}
+            if self.version_2:
+                record["null_odds"] = null_odds[example.id]
+            out.append(record)
+        return out
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        """The official scripts' output for predictions.json (and null_odds.json); v2.0 when the data has
+        unanswerable questions or null odds are given."""
+        examples, _ = read_squad_with_stats(data_path)
+        predictions = read_json_object(predictions_path)
+        null_odds = read_json_object(null_odds_path) if null_odds_path is not None else None
+        version_2 = any(e.is_impossible for e in examples) or null_odds is not None
+        return squad_evaluate(examples, {k: str(v) for k, v in predictions.items()}, null_odds, version_2)

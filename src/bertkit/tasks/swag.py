@@ -1,10 +1,11 @@
-"""SWAG (Situations With Adversarial Generations): reader and accuracy for four-way multiple choice.
+"""SWAG (Situations With Adversarial Generations): reader, accuracy, and `SwagFamily`, the fine-tuning kind "swag".
 
 As in the BERT paper (section 4.4): each of the four candidate inputs is the pair (sentence A = the given
 sentence `sent1`, sentence B = `sent2` + " " + ending_k); a single score per pair is soft-maxed over the four
 choices. The files are CSV with a header
 `video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label`
-(the test file has no `label` column), with standard double-quote quoting.
+(the test file has no `label` column), with standard double-quote quoting. Each pair is framed by the tokenizer
+as any pair (`[CLS] A [SEP] B [SEP]`, RoBERTa's `<s> A </s></s> B </s>`) and cut longest-first.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax
+from bertkit.tasks.classify import SequenceClassificationTask
 
 NUM_CHOICES = 4
 _REQUIRED = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
@@ -100,3 +104,69 @@ def multiple_choice_accuracy(predictions: Sequence | np.ndarray, labels: Sequenc
     if len(y) == 0:
         raise ValueError("cannot compute accuracy on zero examples")
     return float(np.mean(p == y))
+
+
+def choice_features(tokenizer, context: str, choices: Sequence[str], max_length: int,
+                    label: int | None = None) -> dict[str, Any]:
+    """One multiple-choice input: (context, choice_k) pairs framed by the tokenizer, longest-first truncated to
+    max_length each; "input_ids" and "token_type_ids" are C lists, one per choice."""
+    encoded = tokenizer.encode_batch([context] * len(choices), list(choices), max_length=max_length)
+    return {"input_ids": [e.input_ids for e in encoded], "token_type_ids": [e.token_type_ids for e in encoded],
+            "label": label}
+
+
+@register("swag")
+class SwagFamily(TaskFamily):
+    """SWAG four-way multiple choice: one first-token score per (context, ending) pair, softmax over the four."""
+
+    model_class_name = "BertForMultipleChoice"
+    metric_names = ("accuracy",)
+    main_metric = "accuracy"
+
+    def read(self, path, training: bool) -> list[MultipleChoiceExample]:
+        examples = read_swag(path)
+        if not examples:
+            raise DataError.at(path, None, "no examples")
+        if examples[0].label is None:
+            raise DataError.at(path, None, "the file has no label column (the test file?)")
+        return examples
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        return [choice_features(tokenizer, e.context, e.choices, self.config.seq_length, e.label) for e in examples]
+
+    def objective(self):
+        return SequenceClassificationTask("swag")  # cross-entropy over the (B, C) choice scores
+
+    def evaluate(self, examples, features, logits):
+        logits = np.stack(logits)
+        return {"accuracy": multiple_choice_accuracy(logits, [e.label for e in examples])}, logits
+
+    def write_predictions(self, out_dir: Path, examples, logits) -> None:
+        (Path(out_dir) / "dev_predictions.txt").write_text("".join(f"{i}\n" for i in logits.argmax(-1)),
+                                                          encoding="utf-8")
+
+    # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        """inputs: (context, [choices]) tuples; any number of choices each."""
+        return [choice_features(tokenizer, context, choices, self.config.seq_length) for context, choices in inputs]
+
+    def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
+        """{"choice", "text", "probabilities"} per input."""
+        out = []
+        for (_, choices), scores in zip(inputs, logits):
+            p = softmax(scores)
+            out.append({"choice": int(p.argmax()), "text": choices[int(p.argmax())],
+                        "probabilities": [float(x) for x in p]})
+        return out
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        """Accuracy of one chosen ending index (0-3) per line."""
+        gold = [e.label for e in read_swag(data_path)]
+        rows = read_prediction_lines(predictions_path)
+        check_count(rows, gold, predictions_path, data_path)
+        predicted = []
+        for number, value in rows:
+            if value not in ("0", "1", "2", "3"):
+                raise DataError.at(predictions_path, number, f"prediction {value!r} is not one of 0, 1, 2, 3")
+            predicted.append(int(value))
+        return {"accuracy": multiple_choice_accuracy(predicted, gold)}

@@ -20,7 +20,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer
+from bertkit.tokenizers.base import PieceTokenizer, checked_texts
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -56,7 +56,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
     """
 
     kind = "bpe"  # as `bertkit.tokenizers.load_tokenizer` and shard manifests name it
-    cls_token, sep_token, pad_token = "<s>", "</s>", "<pad>"
+    cls_token, sep_token, pad_token, unk_token, mask_token = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
     pair_separators, pair_type_id = 2, 0  # <s> A </s></s> B </s>, one token type
 
     def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], add_prefix_space: bool = False,
@@ -77,6 +77,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
                 raise ValueError(f"{source}: merge {rank} ({a!r} {b!r}) needs {lacking[0]!r}, which the vocabulary "
                                  f"lacks: the vocabulary and the merges do not belong together")
         self._id_to_token = {i: t for t, i in vocab.items()}
+        self._word_backend = None  # the engine for pre-split words, made on first use (encode_words)
         # As transformers builds it: no unknown token (every byte has a symbol), no word prefixes or suffixes.
         self.backend = Tokenizer(models.BPE(vocab=self._vocab, merges=self._merges, dropout=None,
                                             continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
@@ -130,13 +131,14 @@ class ByteLevelBPETokenizer(PieceTokenizer):
         return cls.from_files(directory / "vocab.json", directory / "merges.txt", **options)
 
     @classmethod
-    def train(cls, files: Sequence[str | os.PathLike] | None = None, vocab_size: int = 50265, min_frequency: int = 2,
-              *, texts: Iterable[str] | None = None, show_progress: bool = True) -> "ByteLevelBPETokenizer":
+    def train(cls, texts: Iterable[str], vocab_size: int = 50265, min_frequency: int = 2, *,
+              show_progress: bool = True) -> "ByteLevelBPETokenizer":
         """Learn merges until the vocabulary has `vocab_size` tokens: the 5 special tokens (ids 0-4), the 256 byte
-        symbols, then one token per merge. `files` are corpus files as `bertkit.data.corpus` reads them; `texts` an
-        alternative iterable of strings."""
-        from bertkit.data.corpus import iter_lines
+        symbols, then one token per merge.
 
+        texts: any iterable of strings (read lazily, once); to train from corpus files pass
+        `bertkit.data.corpus.iter_lines(paths)`. Blank strings are skipped; ValueError when nothing is left.
+        """
         floor = len(SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
         if vocab_size < floor:
             raise ValueError(f"vocab_size {vocab_size} is too small: the special tokens and the 256 bytes take {floor}")
@@ -149,14 +151,13 @@ class ByteLevelBPETokenizer(PieceTokenizer):
 
         def counted(stream: Iterable[str]) -> Iterator[str]:
             nonlocal seen
-            for text in stream:
-                if text.strip():
-                    seen += 1
-                    yield text
+            for text in checked_texts(stream):
+                seen += 1
+                yield text
 
-        engine.train_from_iterator(counted(texts if texts is not None else iter_lines(files or [])), trainer=trainer)
+        engine.train_from_iterator(counted(texts), trainer=trainer)
         if seen == 0:
-            raise ValueError(f"the corpus {[str(f) for f in files or []] or '(texts)'} has no text to train on")
+            raise ValueError("the texts given have no text to train on")
         model = json.loads(engine.to_str())["model"]
         merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
         return cls(engine.get_vocab(), merges, source="trained vocabulary")
@@ -210,6 +211,28 @@ class ByteLevelBPETokenizer(PieceTokenizer):
     def encode_raw(self, texts: Sequence[str]):
         """Engine encodings (no special tokens, trimmed offsets) of whole texts, for tasks that need offsets."""
         return self.backend.encode_batch(list(texts), add_special_tokens=False)
+
+    def encode_words(self, words: Sequence[Sequence[str]]):
+        """Engine encodings (no special tokens) of pre-split words, one list of words per item.
+
+        Each word is encoded with a space before it ("Ġword"), as transformers' RoBERTa tokenizer does with
+        `add_prefix_space=True, is_split_into_words=True` (how RoBERTa is given CoNLL words), so a word's pieces
+        are those it has inside a sentence. `word_ids` index the given words; offsets are within each word
+        (the added space trimmed away).
+        """
+        if self._word_backend is None:
+            # A copy of the engine that puts the space before every word; the tokenizer itself is unchanged.
+            engine = Tokenizer.from_str(self.backend.to_str())
+            engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+            engine.post_processor = processors.RobertaProcessing(
+                ("</s>", self.sep_id), ("<s>", self.cls_id), trim_offsets=self.trim_offsets, add_prefix_space=True)
+            self._word_backend = engine
+        items = [list(item) for item in words]
+        for i, item in enumerate(items):
+            for j, word in enumerate(item):
+                if not isinstance(word, str):
+                    raise TypeError(f"words[{i}][{j}] is {type(word).__name__}, not str")
+        return self._word_backend.encode_batch(items, is_pretokenized=True, add_special_tokens=False)
 
     def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
         return truncate_pair(n_a, n_b, budget)

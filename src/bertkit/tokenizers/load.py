@@ -1,4 +1,14 @@
-"""`load_tokenizer(path)`: the tokenizer that a model or tokenizer directory (or a vocabulary file) holds."""
+"""`load_tokenizer(path)`: the tokenizer that a model or tokenizer directory (or a vocabulary file) holds.
+
+    vocab.txt                   -> WordPieceTokenizer (Google's BERT tokenizer, exactly)
+    vocab.json + merges.txt     -> ByteLevelBPETokenizer (RoBERTa's)
+    only a tokenizer.json       -> UnigramTokenizer for a Unigram model (T5's scheme), JsonTokenizer for any other
+                                   (WordPiece, BPE, ... as transformers runs that file)
+
+A directory with the files of the first two kinds is settled by its tokenizer_config.json's `tokenizer_class`;
+a tokenizer.json beside vocab.txt or vocab.json + merges.txt is the copy those kinds save for transformers, so
+they win. `kind=` insists on a kind (`"json"` reads any tokenizer.json as the file says, even beside vocab.txt).
+"""
 
 from __future__ import annotations
 
@@ -7,25 +17,43 @@ import os
 from pathlib import Path
 
 from bertkit.tokenizers.bpe import ByteLevelBPETokenizer
+from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, model_type
+from bertkit.tokenizers.unigram import UnigramTokenizer
 from bertkit.tokenizers.wordpiece import WordPieceTokenizer
 
-TOKENIZER_KINDS = ("wordpiece", "bpe")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "json")
+CLASSES = {"wordpiece": WordPieceTokenizer, "bpe": ByteLevelBPETokenizer, "unigram": UnigramTokenizer,
+           "json": JsonTokenizer}
 # tokenizer_config.json classes that settle which kind a directory holding both kinds of files is.
 _CONFIG_CLASSES = {"BertTokenizer": "wordpiece", "BertTokenizerFast": "wordpiece",
                    "RobertaTokenizer": "bpe", "RobertaTokenizerFast": "bpe"}
+_NEEDED = {"wordpiece": ["vocab.txt"], "bpe": ["vocab.json", "merges.txt"], "unigram": [TOKENIZER_FILE],
+           "json": [TOKENIZER_FILE]}
+
+
+def _json_kind(file: Path) -> str:
+    """"unigram" or "json" for a tokenizer.json; ValueError when the file is not one."""
+    found = model_type(file)
+    if found is None:
+        raise ValueError(f"{file}: not a tokenizer.json (no \"model\" object)")
+    return "unigram" if found == "Unigram" else "json"
 
 
 def detect_tokenizer_kind(path: str | os.PathLike) -> str:
-    """"wordpiece" or "bpe": the kind of tokenizer that the files at `path` hold.
+    """The kind of tokenizer ("wordpiece", "bpe", "unigram" or "json") that the files at `path` hold.
 
-    path: a directory holding `vocab.txt` (WordPiece) or `vocab.json` + `merges.txt` (byte-level BPE), or one of
-    those files itself (a `.json` vocabulary is BPE, with `merges.txt` beside it). A directory with both kinds of
-    files is settled by the `tokenizer_class` of its `tokenizer_config.json`. FileNotFoundError when there is
-    nothing to load, ValueError when the files are incomplete (`vocab.json` without `merges.txt`) or ambiguous.
+    path: a directory holding `vocab.txt` (WordPiece), `vocab.json` + `merges.txt` (byte-level BPE) or only a
+    `tokenizer.json` (Unigram, or any other model: "json"), or one of those files itself (a `.json` file is a
+    tokenizer.json when it has a "model", else a BPE vocabulary with `merges.txt` beside it). A directory with both
+    WordPiece and BPE files is settled by the `tokenizer_class` of its `tokenizer_config.json`. FileNotFoundError
+    when there is nothing to load, ValueError when the files are incomplete (`vocab.json` without `merges.txt`) or
+    ambiguous.
     """
     path = Path(path)
     if path.is_file():
-        return "bpe" if path.suffix == ".json" else "wordpiece"
+        if path.suffix != ".json":
+            return "wordpiece"
+        return "bpe" if model_type(path) is None else _json_kind(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or vocabulary file")
     wordpiece = (path / "vocab.txt").is_file()
@@ -47,15 +75,17 @@ def detect_tokenizer_kind(path: str | os.PathLike) -> str:
         return "wordpiece"
     if bpe:
         return "bpe"
-    raise FileNotFoundError(f"{path}: no tokenizer files: expected vocab.txt (WordPiece) or vocab.json + merges.txt "
-                            f"(byte-level BPE)")
+    if (path / TOKENIZER_FILE).is_file():
+        return _json_kind(path / TOKENIZER_FILE)
+    raise FileNotFoundError(f"{path}: no tokenizer files: expected vocab.txt (WordPiece), vocab.json + merges.txt "
+                            f"(byte-level BPE) or tokenizer.json (Unigram or any transformers tokenizer)")
 
 
 def load_tokenizer(path: str | os.PathLike, kind: str | None = None):
-    """A `WordPieceTokenizer` or a `ByteLevelBPETokenizer` from a directory or vocabulary file.
+    """The tokenizer a directory or vocabulary file holds, as a `bertkit.tokenizers.base.PieceTokenizer`.
 
-    kind: None detects it from the files (`detect_tokenizer_kind`); "wordpiece" or "bpe" insists on that kind
-    and raises ValueError naming the files found when they are the other kind's.
+    kind: None detects it from the files (`detect_tokenizer_kind`); one of TOKENIZER_KINDS insists on that kind
+    and raises ValueError naming the files found when they are another kind's.
     """
 
     if kind is not None and kind not in TOKENIZER_KINDS:
@@ -66,20 +96,28 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None):
     elif not path.exists():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or vocabulary file")
     elif path.is_dir():
-        needed = ["vocab.txt"] if kind == "wordpiece" else ["vocab.json", "merges.txt"]
+        needed = _NEEDED[kind]
         missing = [name for name in needed if not (path / name).is_file()]
         if missing:
             present = [n for n in ("vocab.txt", "vocab.json", "merges.txt") if (path / n).is_file()]
             what = (" (a WordPiece vocabulary)" if "vocab.txt" in present else
                     " (a byte-level BPE tokenizer)" if len(present) == 2 else "")
-            found = f"it has {', '.join(present)}{what}" if present else "it has no tokenizer files"
+            found = f"it has {', '.join(present)}{what}" if present else ""
+            if (path / TOKENIZER_FILE).is_file():
+                found += f" and {TOKENIZER_FILE}" if found else f"it has only {TOKENIZER_FILE}"
             raise ValueError(f"{path}: a {kind} tokenizer needs {' + '.join(needed)}, but "
-                             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing; {found}")
-    elif (path.suffix == ".json") != (kind == "bpe"):
-        raise ValueError(f"{path}: a {kind} tokenizer is not read from this file "
-                         f"({'vocab.json + merges.txt' if kind == 'bpe' else 'vocab.txt'} expected)")
+                             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing; "
+                             f"{found or 'it has no tokenizer files'}")
+    else:
+        is_tokenizer_json = path.suffix == ".json" and model_type(path) is not None
+        expected = {"wordpiece": "vocab.txt", "bpe": "vocab.json + merges.txt"}.get(kind, TOKENIZER_FILE)
+        if ((kind in ("unigram", "json")) != is_tokenizer_json or (kind == "wordpiece" and path.suffix == ".json")
+                or (kind == "bpe" and path.suffix != ".json")):
+            raise ValueError(f"{path}: a {kind} tokenizer is not read from this file ({expected} expected)")
     if kind == "wordpiece":
         return WordPieceTokenizer.from_pretrained(path)
-    if path.is_file():
-        return ByteLevelBPETokenizer.from_files(path, path.parent / "merges.txt")
-    return ByteLevelBPETokenizer.from_pretrained(path)
+    if kind == "bpe":
+        if path.is_file():
+            return ByteLevelBPETokenizer.from_files(path, path.parent / "merges.txt")
+        return ByteLevelBPETokenizer.from_pretrained(path)
+    return CLASSES[kind].from_pretrained(path)

@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, truncate_longest_first
+from bertkit.tokenizers.base import PieceTokenizer, checked_texts, truncate_longest_first
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer
@@ -73,7 +73,7 @@ class WordPieceTokenizer(PieceTokenizer):
     """
 
     kind = "wordpiece"  # as `load_tokenizer` and shard manifests name it
-    cls_token, sep_token, pad_token = "[CLS]", "[SEP]", "[PAD]"
+    cls_token, sep_token, pad_token, unk_token, mask_token = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 
     def __init__(self, vocab: dict[str, int], lowercase: bool = True, strip_accents: bool | None = None,
                  source: str = "vocab") -> None:
@@ -156,16 +156,15 @@ class WordPieceTokenizer(PieceTokenizer):
         return cls.from_vocab(directory / "vocab.txt", lowercase=lowercase, strip_accents=strip_accents)
 
     @classmethod
-    def train(cls, files: Sequence[str | os.PathLike] | None = None, vocab_size: int = 30522, min_frequency: int = 2,
-              lowercase: bool = True, strip_accents: bool | None = None, *, texts: Iterable[str] | None = None,
-              limit_alphabet: int = 1000, show_progress: bool = True) -> "WordPieceTokenizer":
-        """Learn a WordPiece vocabulary of at most `vocab_size` tokens from text.
+    def train(cls, texts: Iterable[str], vocab_size: int = 30522, min_frequency: int = 2,
+              lowercase: bool = True, strip_accents: bool | None = None, *, limit_alphabet: int = 1000,
+              show_progress: bool = True) -> "WordPieceTokenizer":
+        """Learn a WordPiece vocabulary of at most `vocab_size` tokens from an iterable of strings.
 
-        `files` are corpus files in any format `bertkit.data.corpus` reads (plain text, JSON Lines, gzip);
-        `texts` is an alternative iterable of strings. Special tokens get ids 0-4.
+        texts: any iterable of strings (read lazily, once); to train from corpus files pass
+        `bertkit.data.corpus.iter_lines(paths)`, whose errors name the file and line. Blank strings are skipped;
+        ValueError when nothing is left. Special tokens get ids 0-4.
         """
-        from bertkit.data.corpus import iter_lines
-
         if vocab_size < len(SPECIAL_TOKENS) + 1:
             raise ValueError(f"vocab_size {vocab_size} is too small")
         strip = lowercase if strip_accents is None else strip_accents
@@ -179,15 +178,13 @@ class WordPieceTokenizer(PieceTokenizer):
 
         def counted(stream: Iterable[str]) -> Iterator[str]:
             nonlocal seen
-            for text in stream:
-                if text.strip():
-                    seen += 1
-                    yield text
+            for text in checked_texts(stream):
+                seen += 1
+                yield text
 
-        source = texts if texts is not None else iter_lines(files or [])
-        engine.train_from_iterator(counted(source), trainer=trainer)
+        engine.train_from_iterator(counted(texts), trainer=trainer)
         if seen == 0:
-            raise ValueError(f"the corpus {[str(f) for f in files or []] or '(texts)'} has no text to train on")
+            raise ValueError("the texts given have no text to train on")
         vocab = engine.get_vocab()
         return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary")
 

@@ -1,0 +1,766 @@
+"""Correctness checks of the GPU suite: each fast path against the plain path on the same weights, on the device.
+
+Every check is `check_x(ctx, measured)`: it fills `measured` with what it compared (worst difference, tolerance,
+which kernel ran) and raises AssertionError when a difference is out of tolerance, `Skip` when it cannot run here.
+The same code runs on CPU (the dry run) and on CUDA; where a branch exists only on CUDA (FlashAttention, NCCL) the
+check says so in its record.
+
+Tolerances:
+- float32: 1e-5 absolute, the CPU tests' tolerance (tests/models/test_fastpaths.py, test_family.py).
+- bf16 autocast: two bf16 computations differ by rounding that depends on the kernels, so a fixed tolerance is
+  either loose or flaky. The rule is scaled to bf16 itself: against the float32 plain path as the truth, the fast
+  path's error may be at most twice the plain bf16 path's error plus one bf16 unit in the last place at the
+  quantity's scale (2^-8 x max(1, max |reference|)); gradients by relative norm, 2 x plain + 2^-8.
+- exact resume: bit for bit on CPU; on CUDA, kernels that accumulate with atomics (attention backward, index
+  backward) may reorder float sums between two runs, so per-step losses within 1e-5 (float32) and 1e-3 (bf16
+  autocast) absolute, with `bitwise` recorded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from bench.gpu.context import ROOT, Context, Skip
+
+ATOL = 1e-5
+BF16_ULP = 2.0 ** -8  # bf16 keeps 8 significant bits: one unit in the last place at 1.0
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Configs and batches (as in tests/models/test_fastpaths.py and test_family.py)
+# ------------------------------------------------------------------------------------------------------------------
+def family_config(model_type: str, **overrides):
+    """The tests' tiny config of each family (hidden 32, 2 layers, vocabulary 120)."""
+    from bertkit import BertConfig
+
+    fields = dict(TINY)
+    if model_type == "roberta":
+        fields.update(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+    if model_type == "albert":
+        fields.update(embedding_size=16, num_hidden_groups=1, hidden_act="gelu_new", bos_token_id=2, eos_token_id=3)
+    if model_type == "electra":
+        fields.update(embedding_size=16)
+    fields.update(overrides)
+    return BertConfig.for_family(model_type, **fields)
+
+
+def fastpath_configs() -> dict:
+    """The configs every fast path is pinned on: plain BERT, RoBERTa's offset positions, ALBERT's sharing."""
+    from bertkit import BertConfig
+
+    return {
+        "bert": BertConfig(**TINY, **NO_DROPOUT),
+        "roberta": family_config("roberta", **NO_DROPOUT),
+        "albert": family_config("albert", num_hidden_layers=4, **NO_DROPOUT),
+    }
+
+
+def bf16_config(ctx: Context, causal: bool = False):
+    """The bf16 checks' model: on the device, BERT-like heads of width 64 (what FlashAttention is built for) and
+    length 128; tiny in the quick run."""
+    from bertkit import BertConfig
+
+    if ctx.quick:
+        return BertConfig(**TINY, **NO_DROPOUT, causal=causal)
+    return BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024, max_position_embeddings=128, causal=causal, **NO_DROPOUT)
+
+
+def padded_batch(config, device: torch.device, lengths=(12, 7, 3, 10), T: int = 12, seed: int = 0):
+    """Rows of the given real lengths right-padded to T: (ids, mask, types, labels, nsp), all on `device`.
+    MLM labels at every third real position from 1; NSP labels alternate."""
+    g = torch.Generator().manual_seed(seed)
+    B = len(lengths)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T)
+    ids[mask == 0] = config.pad_token_id
+    types = torch.zeros(B, T, dtype=torch.long)
+    if config.type_vocab_size > 1:
+        types[:, T // 2:] = 1
+        types[mask == 0] = 0
+    labels = torch.full((B, T), -100)
+    for row, n in enumerate(lengths):
+        labels[row, 1:n:3] = ids[row, 1:n:3]
+    nsp = torch.tensor([i % 2 for i in range(B)])
+    return tuple(t.to(device) for t in (ids, mask, types, labels, nsp))
+
+
+def varied_lengths(ctx: Context, rows: int, T: int, seed: int) -> tuple[int, ...]:
+    """Real lengths spread over [2, T] (the longest is T), for batches with padding."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, T + 1, (rows,), generator=g)
+    lengths[0] = T
+    return tuple(int(n) for n in lengths)
+
+
+def seeded(cls, config, device: torch.device, seed: int):
+    torch.manual_seed(seed)
+    return cls(config).to(device)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Comparison helpers
+# ------------------------------------------------------------------------------------------------------------------
+class Tally:
+    """Worst absolute difference over many tensor pairs, against one tolerance; `done` raises on any excess."""
+
+    def __init__(self, atol: float) -> None:
+        self.atol, self.worst, self.where, self.failures, self.compared = atol, 0.0, None, [], 0
+
+    def add(self, name: str, a: torch.Tensor, b: torch.Tensor) -> None:
+        a, b = a.detach().float(), b.detach().float()
+        if a.shape != b.shape:
+            self.failures.append(f"{name}: shapes {tuple(a.shape)} and {tuple(b.shape)}")
+            return
+        diff = float((a - b).abs().max()) if a.numel() else 0.0
+        self.compared += 1
+        if not math.isfinite(diff) or diff > self.worst:
+            self.worst, self.where = diff, name
+        if not diff <= self.atol:  # also catches NaN
+            self.failures.append(f"{name}: max|diff| {diff:.3g}")
+
+    def done(self, measured: dict, key: str = "") -> None:
+        prefix = f"{key}_" if key else ""
+        measured[f"{prefix}max_abs_diff"] = self.worst
+        measured[f"{prefix}worst_tensor"] = self.where
+        measured[f"{prefix}tensors_compared"] = self.compared
+        measured[f"{prefix}tolerance"] = self.atol
+        if self.failures:
+            raise AssertionError(f"{len(self.failures)} tensors beyond {self.atol:g}: " + "; ".join(self.failures[:4]))
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {n.replace("._orig_mod", ""): p.grad.detach().clone() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def summary(measured: dict, text: str) -> None:
+    measured["summary"] = text
+
+
+def pretraining_pass(model, batch, sparse: bool, ctx: Context | None = None, bf16: bool = False):
+    """zero_grad, forward with MLM (+ pair) labels and hidden states, backward; (output, gradients)."""
+    ids, mask, types, labels, nsp = batch
+    model.zero_grad(set_to_none=True)
+    extra = {"predict_at": labels != -100} if sparse else {}
+    nsp_label = nsp if model.nsp is not None else None
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+        out = model(ids, mask, types, labels=labels, next_sentence_label=nsp_label, output_hidden_states=True,
+                    **extra)
+    out.loss.backward()
+    return out, grads(model)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fast paths, float32
+# ------------------------------------------------------------------------------------------------------------------
+def check_unpad_fp32(ctx: Context, measured: dict) -> None:
+    """Unpadded vs padded attention, float32, forward and backward, dense and sparse MLM, three families and the
+    causal LM; padding positions of the unpadded path must stay exactly 0."""
+    from bertkit.models import BertForCausalLM, BertForPreTraining, set_fast_paths
+
+    tally = Tally(ATOL)
+    for name, config in fastpath_configs().items():
+        for sparse in (False, True):
+            model = seeded(BertForPreTraining, config, ctx.device, 0).train()
+            batch = padded_batch(config, ctx.device)
+            real = batch[1].bool()
+            plain, plain_grads = pretraining_pass(set_fast_paths(model, unpad=False), batch, sparse)
+            fast, fast_grads = pretraining_pass(set_fast_paths(model, unpad=True), batch, sparse)
+            tag = f"{name}/{'sparse' if sparse else 'dense'}"
+            tally.add(f"{tag}/loss", fast.loss, plain.loss)
+            for i, (x, y) in enumerate(zip(fast.hidden_states, plain.hidden_states)):
+                tally.add(f"{tag}/hidden_{i}", x[real], y[real])
+                assert float(x.detach()[~real].abs().max()) == 0.0, f"{tag}: unpadded path wrote padding positions"
+            logits_a, logits_b = ((fast.prediction_logits, plain.prediction_logits) if sparse
+                                  else (fast.prediction_logits[real], plain.prediction_logits[real]))
+            tally.add(f"{tag}/logits", logits_a, logits_b)
+            if plain.seq_relationship_logits is not None:
+                tally.add(f"{tag}/pair_logits", fast.seq_relationship_logits, plain.seq_relationship_logits)
+            assert fast_grads.keys() == plain_grads.keys()
+            for key in plain_grads:
+                tally.add(f"{tag}/grad/{key}", fast_grads[key], plain_grads[key])
+    config = family_config("bert", causal=True, **NO_DROPOUT)
+    model = seeded(BertForCausalLM, config, ctx.device, 4)
+    ids, mask, *_ = padded_batch(config, ctx.device)
+    labels = ids.masked_fill(mask == 0, -100)
+    outs = {}
+    for unpad in (True, False):
+        model.zero_grad(set_to_none=True)
+        out = set_fast_paths(model, unpad=unpad)(ids, mask, labels=labels)
+        out.loss.backward()
+        outs[unpad] = (out, grads(model))
+    tally.add("causal/loss", outs[True][0].loss, outs[False][0].loss)
+    tally.add("causal/logits", outs[True][0].logits[mask.bool()], outs[False][0].logits[mask.bool()])
+    for key, g in outs[False][1].items():
+        tally.add(f"causal/grad/{key}", outs[True][1][key], g)
+    tally.done(measured)
+    summary(measured, f"max|diff| {tally.worst:.2e} over {tally.compared} tensors (tol {ATOL:g})")
+
+
+def check_fused_qkv(ctx: Context, measured: dict) -> None:
+    """One (3H, H) QKV matmul against three (H, H) ones on the same weights, forward and backward, float32."""
+    from bertkit.models import BertForPreTraining, set_fast_paths
+
+    config = fastpath_configs()["bert"]
+    model = seeded(BertForPreTraining, config, ctx.device, 1).train()
+    batch = padded_batch(config, ctx.device)
+    plain, plain_grads = pretraining_pass(set_fast_paths(model, fused_qkv=False), batch, sparse=True)
+    fast, fast_grads = pretraining_pass(set_fast_paths(model, fused_qkv=True), batch, sparse=True)
+    tally = Tally(ATOL)
+    tally.add("loss", fast.loss, plain.loss)
+    tally.add("logits", fast.prediction_logits, plain.prediction_logits)
+    for key in plain_grads:
+        tally.add(f"grad/{key}", fast_grads[key], plain_grads[key])
+    tally.done(measured)
+    summary(measured, f"max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
+def check_sparse_mlm(ctx: Context, measured: dict) -> None:
+    """The vocabulary projection at the masked positions only (`predict_at`, and the MLM objective's sparse
+    prediction) against the dense projection at every position: same loss, logits and gradients, float32."""
+    from bertkit.models import BertForPreTraining
+    from bertkit.objectives import MaskedLMObjective
+
+    config = fastpath_configs()["bert"]
+    model = seeded(BertForPreTraining, config, ctx.device, 2).train()
+    batch = padded_batch(config, ctx.device)
+    at = batch[3] != -100
+    dense, dense_grads = pretraining_pass(model, batch, sparse=False)
+    sparse, sparse_grads = pretraining_pass(model, batch, sparse=True)
+    tally = Tally(ATOL)
+    tally.add("loss", sparse.loss, dense.loss)
+    tally.add("logits", sparse.prediction_logits, dense.prediction_logits[at])
+    for key in dense_grads:
+        tally.add(f"grad/{key}", sparse_grads[key], dense_grads[key])
+    ids, mask, types, labels, nsp = batch
+    as_dict = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels,
+               "next_sentence_label": nsp}
+    means = {}
+    for flag in (True, False):
+        out = MaskedLMObjective(pair_task="nsp", sparse_prediction=flag)(model, as_dict)
+        means[flag] = {k: v / c for k, (v, c) in out.items()}
+    for key in means[False]:
+        tally.add(f"objective/{key}", means[True][key], means[False][key])
+    tally.done(measured)
+    summary(measured, f"max|diff| {tally.worst:.2e} (tol {ATOL:g}), {int(at.sum())} of {int(batch[1].sum())} "
+                      f"real positions projected")
+
+
+def check_onednn_switch(ctx: Context, measured: dict) -> None:
+    """The oneDNN switch: on CPU oneDNN's float32 kernels against F.linear (1e-5); on CUDA it must stand aside
+    (no oneDNN call, outputs bit for bit those of the plain path)."""
+    import bertkit.models.kernels as kernels
+    from bertkit.models import BertForPreTraining, set_fast_paths
+
+    if not ctx.cuda and not kernels._ONEDNN:
+        raise Skip("this torch build has no oneDNN linear kernel")
+    config = fastpath_configs()["bert"]
+    model = seeded(BertForPreTraining, config, ctx.device, 3).train()
+    batch = padded_batch(config, ctx.device)
+    calls = []
+    real_mm, real_min = kernels._onednn_mm, kernels.ONEDNN_MIN_MACS
+
+    def counted(x, weight, bias=None):
+        calls.append(tuple(x.shape))
+        return real_mm(x, weight, bias)
+
+    kernels._onednn_mm, kernels.ONEDNN_MIN_MACS = counted, 0  # tiny products too: every matmul takes the path
+    try:
+        plain, plain_grads = pretraining_pass(set_fast_paths(model, onednn=False), batch, sparse=True)
+        fast, fast_grads = pretraining_pass(set_fast_paths(model, onednn=True), batch, sparse=True)
+    finally:
+        kernels._onednn_mm, kernels.ONEDNN_MIN_MACS = real_mm, real_min
+    measured["onednn_calls"] = len(calls)
+    # On CUDA the two runs are the same kernels: the forward must agree bit for bit; gradients within 1e-5, as
+    # attention and index backward accumulate with atomics in an order that may change between two runs.
+    forward, backward = Tally(0.0 if ctx.cuda else ATOL), Tally(ATOL)
+    forward.add("loss", fast.loss, plain.loss)
+    forward.add("logits", fast.prediction_logits, plain.prediction_logits)
+    for key in plain_grads:
+        backward.add(f"grad/{key}", fast_grads[key], plain_grads[key])
+    if ctx.cuda:
+        assert not calls, f"oneDNN ran {len(calls)} matmuls on CUDA tensors"
+    else:
+        assert calls, "the oneDNN switch is on but no matmul went through oneDNN"
+    forward.done(measured, "forward")
+    backward.done(measured, "grads")
+    summary(measured, f"{len(calls)} oneDNN matmuls, max|diff| forward {forward.worst:.2e} (tol {forward.atol:g}), "
+                      f"gradients {backward.worst:.2e} (tol {ATOL:g})")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bf16 and the attention kernel
+# ------------------------------------------------------------------------------------------------------------------
+@contextmanager
+def attention_kernel_probe(use_flash: bool):
+    """Count calls to FlashAttention's variable-length kernel; with use_flash False, hide it (SDPA fallback)."""
+    import bertkit.models.layouts as layouts
+
+    real = layouts.flash_attn_varlen
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    layouts.flash_attn_varlen = counted if (real is not None and use_flash) else None
+    try:
+        yield calls
+    finally:
+        layouts.flash_attn_varlen = real
+
+
+def flash_status(ctx: Context) -> str | None:
+    """None when FlashAttention's varlen kernel can run here, else why not."""
+    import bertkit.models.layouts as layouts
+
+    if not ctx.cuda:
+        return "FlashAttention needs CUDA: the SDPA fallback ran"
+    if layouts.flash_attn_varlen is None:
+        try:
+            importlib.import_module("flash_attn")
+        except Exception as err:  # noqa: BLE001 - any import failure means the fallback
+            return f"flash_attn does not import ({type(err).__name__}: {err}): the SDPA fallback ran"
+        return "flash_attn imports but has no flash_attn_varlen_func: the SDPA fallback ran"
+    return None
+
+
+def check_unpad_bf16(ctx: Context, measured: dict) -> None:
+    """Unpadded vs padded attention under bf16 autocast, forward and backward, bidirectional and causal, at
+    varying lengths; the scaled bf16 rule (module docstring) against the float32 plain path. Reports which
+    attention kernel the unpadded path ran; with FlashAttention available, the SDPA fallback is checked too."""
+    from bertkit.models import BertForCausalLM, BertForPreTraining, set_fast_paths
+
+    T = 16 if ctx.quick else 128
+    rows = 4 if ctx.quick else 16
+    not_flash = flash_status(ctx)
+    measured["flash_attn_available"] = not_flash is None
+    if not_flash:
+        measured["flash_attn_note"] = not_flash
+    kernels_run, failures, worst = {}, [], {}
+    for causal in (False, True):
+        config = bf16_config(ctx, causal)
+        cls = BertForCausalLM if causal else BertForPreTraining
+        model = seeded(cls, config, ctx.device, 5).train()
+        ids, mask, types, labels, nsp = padded_batch(config, ctx.device, varied_lengths(ctx, rows, T, 6), T, seed=6)
+        real = mask.bool()
+        if causal:
+            labels = ids.masked_fill(mask == 0, -100)
+
+        def run(unpad: bool, bf16: bool, use_flash: bool = True):
+            set_fast_paths(model, unpad=unpad)
+            model.zero_grad(set_to_none=True)
+            with attention_kernel_probe(use_flash) as calls, ctx.autocast(bf16):
+                if causal:  # the causal LM returns no hidden states: its logits at every real position
+                    out = model(ids, mask, types, labels=labels)
+                    result = {"logits": out.logits[real]}
+                else:
+                    out = model(ids, mask, types, labels=labels, next_sentence_label=nsp, output_hidden_states=True,
+                                predict_at=labels != -100)
+                    result = {"hidden": out.hidden_states[-1][real], "logits": out.prediction_logits}
+            out.loss.backward()
+            result["loss"] = out.loss
+            return {k: v.detach().float() for k, v in result.items()}, grads(model), len(calls)
+
+        reference, reference_grads, _ = run(unpad=False, bf16=False)
+        plain, plain_grads, _ = run(unpad=False, bf16=True)
+        variants = {"unpadded": True}
+        if not_flash is None:
+            variants["unpadded_sdpa_fallback"] = False
+        for variant, use_flash in variants.items():
+            fast, fast_grads, flash_calls = run(unpad=True, bf16=True, use_flash=use_flash)
+            tag = f"{'causal' if causal else 'bidirectional'}/{variant}"
+            kernels_run[tag] = "flash_attn_varlen" if flash_calls else "sdpa"
+            for key, ref in reference.items():
+                scale = max(1.0, float(ref.abs().max()))
+                err_plain = float((plain[key] - ref).abs().max())
+                err_fast = float((fast[key] - ref).abs().max())
+                bound = 2 * err_plain + BF16_ULP * scale
+                worst[f"{tag}/{key}"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
+                if not err_fast <= bound:
+                    failures.append(f"{tag}/{key}: error {err_fast:.3g} > bound {bound:.3g}")
+            ref_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in reference_grads.values()))
+
+            def rel(gs):
+                return float(torch.sqrt(sum(((gs[k].float() - g.float()) ** 2).sum()
+                                            for k, g in reference_grads.items())) / ref_norm)
+
+            err_plain, err_fast = rel(plain_grads), rel(fast_grads)
+            bound = 2 * err_plain + BF16_ULP
+            worst[f"{tag}/grads_rel"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
+            if not err_fast <= bound:
+                failures.append(f"{tag}/grads: relative error {err_fast:.3g} > bound {bound:.3g}")
+    measured["attention_kernel"] = kernels_run
+    measured["errors"] = worst
+    measured["tolerance"] = "bf16 rule: fast error <= 2 x plain bf16 error + 2^-8 x scale (vs float32 plain path)"
+    if ctx.cuda and not_flash is None and "flash_attn_varlen" not in kernels_run.values():
+        failures.append("flash_attn imports but the unpadded bf16 path never called it")
+    if failures:
+        raise AssertionError("; ".join(failures[:4]))
+    ran = kernels_run.get("bidirectional/unpadded", "?")
+    summary(measured, f"attention kernel {ran}; worst fast/plain-bf16 error ratio "
+                      f"{max(v['fast_err'] / max(v['bound'], 1e-30) for v in worst.values()):.2f} of the bound"
+                      + (f"; {not_flash}" if not_flash else ""))
+
+
+def check_bf16_loss_curve(ctx: Context, measured: dict) -> None:
+    """200 steps of a tiny MLM through the trainer under bf16 autocast follow the float32 run's loss curve (means
+    of 10 windows of 20 steps within 2% of the first window's loss; measured on CPU: 0.2%), and both learn."""
+    from bertkit import BertConfig, BertForMaskedLM
+    from bertkit.objectives import MaskedLMObjective
+    from bertkit.trainer import TrainConfig, train
+
+    steps = 200
+    config = BertConfig(**TINY, **NO_DROPOUT)
+    batches = counting_batches(config, ctx.device, count=8)
+    curves = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision in ("fp32", "bf16"):
+            torch.manual_seed(9)
+            model = BertForMaskedLM(config)
+            train_config = TrainConfig(max_steps=steps, warmup_steps=10, learning_rate=2e-3, progress=False,
+                                       device=str(ctx.device), precision=precision, log_every=1, save_every=10_000,
+                                       max_grad_norm=1.0)
+            train(model, MaskedLMObjective(pair_task=None), Cycle(batches), train_config, Path(tmp) / precision)
+            curves[precision] = torch.tensor(read_metric(Path(tmp) / precision, "mlm_loss"))
+    fp32, bf16 = curves["fp32"], curves["bf16"]
+    assert len(fp32) == len(bf16) == steps, (len(fp32), len(bf16))
+    smooth = lambda c: c.unfold(0, 20, 20).mean(1)  # noqa: E731 - the means of 10 windows of 20 steps
+    a, b = smooth(fp32), smooth(bf16)
+    gap = float((a - b).abs().max())
+    measured.update(fp32_windows=[round(float(x), 4) for x in a], bf16_windows=[round(float(x), 4) for x in b],
+                    max_window_gap=gap, tolerance=0.02 * float(a[0]))
+    assert float(a[-1]) < 0.7 * float(a[0]), f"float32 run did not learn: {float(a[0]):.3f} -> {float(a[-1]):.3f}"
+    assert float(b[-1]) < 0.7 * float(b[0]), f"bf16 run did not learn: {float(b[0]):.3f} -> {float(b[-1]):.3f}"
+    assert gap < 0.02 * float(a[0]), f"bf16 curve {gap:.4f} away from float32 (tol {0.02 * float(a[0]):.4f})"
+    summary(measured, f"loss {float(a[0]):.3f} -> {float(a[-1]):.3f} (fp32) / {float(b[-1]):.3f} (bf16), "
+                      f"window gap {gap:.4f} (tol {0.02 * float(a[0]):.4f})")
+
+
+def counting_batches(config, device: torch.device, count: int, seed: int = 8) -> list[dict]:
+    """Padded, variable-length MLM batches of counting sequences (each token predicts its neighbours), as in the
+    bf16 test of tests/models/test_fastpaths.py: a task a tiny model learns in 200 steps."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        lengths = tuple(int(n) for n in torch.randint(6, 17, (8,), generator=g))
+        ids, mask, types, _, _ = padded_batch(config, torch.device("cpu"), lengths, T=16,
+                                              seed=int(torch.randint(0, 10**6, (1,), generator=g)))
+        start = torch.randint(5, 60, (8, 1), generator=g)
+        ids = torch.where(mask.bool(), 5 + (start + torch.arange(16)) % (config.vocab_size - 5), ids)
+        picked = (torch.rand(8, 16, generator=g) < 0.15) & mask.bool()
+        picked[:, 2] = True
+        out.append({"input_ids": ids.masked_fill(picked, 4), "attention_mask": mask, "token_type_ids": types,
+                    "labels": torch.where(picked, ids, torch.full_like(ids, -100)),
+                    "next_sentence_label": torch.tensor([i % 2 for i in range(8)])})
+    return out  # on the CPU: the trainer moves each batch to the device, as with real data
+
+
+class Cycle:
+    """The trainer's batch source over a fixed list: batch i carries `_state` i + 1 (the position after it), and
+    `load_state_dict` seeks, so a resumed run continues where the checkpoint was taken. `stop_after`: raise
+    `Interrupted` when batch number `stop_after` is asked for, as a crash at that point would."""
+
+    def __init__(self, batches: list[dict], stop_after: int | None = None) -> None:
+        self.batches, self.stop_after, self.start = batches, stop_after, 0
+
+    def __iter__(self):
+        i = self.start
+        while True:
+            if self.stop_after is not None and i >= self.stop_after:
+                raise Interrupted(f"interrupted before batch {i}")
+            yield {**self.batches[i % len(self.batches)], "_state": i + 1}
+            i += 1
+
+    def load_state_dict(self, state) -> None:
+        self.start = int(state)
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def read_metric(run_dir: Path, key: str) -> list[float]:
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)[key] for line in lines if f'"{key}"' in line]
+
+
+def step_losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Optimizer, checkpoints, resume
+# ------------------------------------------------------------------------------------------------------------------
+def check_fused_adamw(ctx: Context, measured: dict) -> None:
+    """The trainer's fused AdamW (one kernel over every parameter) against the plain per-parameter loop: 5 steps
+    on identical models, batches and parameter groups (weight decay off biases and LayerNorm) give the same
+    losses and parameters within 1e-5."""
+    from bertkit.models import BertForPreTraining
+    from bertkit.trainer import param_groups
+
+    config = fastpath_configs()["bert"]
+    models = {name: seeded(BertForPreTraining, config, ctx.device, 10).train() for name in ("fused", "plain")}
+    settings = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6)
+    try:
+        fused = torch.optim.AdamW(param_groups(models["fused"], 0.01), fused=True, **settings)
+    except (RuntimeError, TypeError, ValueError) as err:
+        if ctx.cuda:
+            raise
+        raise Skip(f"this torch build has no fused AdamW on {ctx.device.type}: {err}") from None
+    optimizers = {"fused": fused,
+                  "plain": torch.optim.AdamW(param_groups(models["plain"], 0.01), foreach=False, fused=False,
+                                             **settings)}
+    tally = Tally(ATOL)
+    for step in range(5):
+        batch = padded_batch(config, ctx.device, seed=step)
+        losses = {}
+        for name, model in models.items():
+            losses[name] = pretraining_pass(model, batch, sparse=True)[0].loss
+            optimizers[name].step()
+        tally.add(f"step{step}/loss", losses["fused"], losses["plain"])
+    plain_params = dict(models["plain"].named_parameters())
+    for key, p in models["fused"].named_parameters():
+        tally.add(f"param/{key}", p, plain_params[key])
+    tally.done(measured)
+    summary(measured, f"5 steps, max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
+def check_model_directory(ctx: Context, measured: dict) -> None:
+    """save_pretrained from the device and from_pretrained back onto it: every tensor and the outputs identical."""
+    from bertkit.models import BertForPreTraining
+
+    config = fastpath_configs()["bert"]
+    model = seeded(BertForPreTraining, config, ctx.device, 11).eval()
+    ids, mask, types, *_ = padded_batch(config, ctx.device)
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        model.save_pretrained(tmp)
+        again = BertForPreTraining.from_pretrained(tmp).to(ctx.device).eval()
+        for (k, a), (k2, b) in zip(model.state_dict().items(), again.state_dict().items()):
+            assert k == k2 and torch.equal(a, b), f"{k}: not the saved tensor"
+        a, b = model(ids, mask, types), again(ids, mask, types)
+    # The same weights through the same kernels: bit for bit expected (a difference within 1e-6 is recorded as
+    # not bitwise, and passes: cuBLAS may pick another algorithm for a tensor at another address).
+    tally = Tally(1e-6)
+    tally.add("prediction_logits", a.prediction_logits, b.prediction_logits)
+    tally.add("seq_relationship_logits", a.seq_relationship_logits, b.seq_relationship_logits)
+    measured["tensors"] = len(model.state_dict())
+    measured["outputs_bitwise"] = bool(torch.equal(a.prediction_logits, b.prediction_logits)
+                                       and torch.equal(a.seq_relationship_logits, b.seq_relationship_logits))
+    tally.done(measured)
+    summary(measured, f"{len(model.state_dict())} tensors bit for bit; outputs bitwise {measured['outputs_bitwise']}")
+
+
+def check_exact_resume(ctx: Context, measured: dict) -> None:
+    """bertkit.trainer.train with a run directory, dropout on: a run interrupted after 8 steps (checkpoints every
+    3) and resumed with `resume=True` logs the per-step losses of an uninterrupted 12-step run; float32 and bf16
+    autocast. Tolerance: bit for bit on CPU; on CUDA 1e-5 (float32) and 1e-3 (bf16) absolute (module docstring)."""
+    from bertkit import BertConfig, BertForPreTraining
+    from bertkit.objectives import MaskedLMObjective
+    from bertkit.trainer import TrainConfig, train
+
+    config = BertConfig(**TINY, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    batches = counting_batches(config, ctx.device, count=5, seed=12)
+    objective = MaskedLMObjective(pair_task="nsp")
+    failures = []
+    for precision, cuda_tol in (("fp32", 1e-5), ("bf16", 1e-3)):
+        tol = cuda_tol if ctx.cuda else 0.0
+        train_config = TrainConfig(max_steps=12, warmup_steps=2, learning_rate=1e-3, progress=False,
+                                   device=str(ctx.device), precision=precision, log_every=1, save_every=3,
+                                   keep_last=2)
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = {}
+            for name in ("full", "interrupted"):
+                torch.manual_seed(13)
+                model = BertForPreTraining(config)
+                source = Cycle(batches, stop_after=8 if name == "interrupted" else None)
+                try:
+                    train(model, objective, source, train_config, Path(tmp) / name)
+                except Interrupted:
+                    pass
+                runs[name] = Path(tmp) / name
+            cut = step_losses(runs["interrupted"])
+            assert max(cut) == 8, f"the interrupted run logged steps up to {max(cut)}, expected 8"
+            torch.manual_seed(99)  # a different initialisation: everything must come from the checkpoint
+            train(BertForPreTraining(config), objective, Cycle(batches), train_config, runs["interrupted"],
+                  resume=True)
+            full, resumed = step_losses(runs["full"]), step_losses(runs["interrupted"])
+        assert sorted(full) == sorted(resumed) == list(range(1, 13)), (sorted(full), sorted(resumed))
+        worst = max(abs(full[s] - resumed[s]) for s in full)
+        measured[f"{precision}_max_abs_diff"] = worst
+        measured[f"{precision}_bitwise"] = all(full[s] == resumed[s] for s in full)
+        measured[f"{precision}_tolerance"] = tol
+        if not worst <= tol:
+            failures.append(f"{precision}: per-step losses differ by up to {worst:.3g} (tol {tol:g})")
+    if failures:
+        raise AssertionError("; ".join(failures))
+    summary(measured, f"resumed at step 6 of 12; fp32 bitwise {measured['fp32_bitwise']}, bf16 bitwise "
+                      f"{measured['bf16_bitwise']} (max|diff| {measured['fp32_max_abs_diff']:.1e} / "
+                      f"{measured['bf16_max_abs_diff']:.1e})")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The families against transformers
+# ------------------------------------------------------------------------------------------------------------------
+def _transformers():
+    try:
+        import transformers
+    except ImportError as err:
+        raise Skip(f"transformers does not import: {err}") from None
+    return transformers
+
+
+def randomize(model, seed: int):
+    """Every parameter random (LayerNorms and biases too), so parity cannot hide behind ones and zeros."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1.0 if p.dim() == 1 and p.shape[0] <= 64 else 0.0))
+    return model.eval()
+
+
+def family_pair(kind: str):
+    """(bertkit model, transformers model, config, what to compare) for one family, identical weights: the
+    transformers model randomised, saved, and loaded by bertkit's from_pretrained."""
+    from bertkit.models import BertForCausalLM, BertForPreTraining, BertForReplacedTokenDetection
+
+    transformers = _transformers()
+    table = {
+        "bert": ("bert", {}, transformers.BertConfig, transformers.BertForPreTraining, BertForPreTraining),
+        "roberta": ("roberta", {}, transformers.RobertaConfig, transformers.RobertaForMaskedLM, BertForPreTraining),
+        "albert": ("albert", {}, transformers.AlbertConfig, transformers.AlbertForPreTraining, BertForPreTraining),
+        "electra": ("electra", {}, transformers.ElectraConfig, transformers.ElectraForPreTraining,
+                    BertForReplacedTokenDetection),
+        "causal": ("bert", {"causal": True}, transformers.BertConfig, transformers.BertLMHeadModel,
+                   BertForCausalLM),
+    }
+    model_type, extra, hf_config_cls, hf_cls, ours_cls = table[kind]
+    config = family_config(model_type, **extra)
+    theirs = randomize(hf_cls(hf_config_cls(**config.to_dict())), 20)
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = ours_cls.from_pretrained(tmp).eval()
+    return ours, theirs, config
+
+
+def check_family(kind: str):
+    def check(ctx: Context, measured: dict) -> None:
+        """bertkit's model of this family against transformers' on identical weights, float32, on the device:
+        encoder output and head logits at the real positions, and the loss, within 1e-5."""
+        ours, theirs, config = family_pair(kind)
+        ours, theirs = ours.to(ctx.device), theirs.to(ctx.device)
+        ids, mask, types, labels, nsp = padded_batch(config, ctx.device, lengths=(12, 8, 6), T=12, seed=21)
+        real = mask.bool()
+        tally = Tally(ATOL)
+        with torch.no_grad():
+            if kind == "causal":
+                lm_labels = ids.masked_fill(mask == 0, -100)
+                a = ours(ids, mask, types, labels=lm_labels)
+                b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=lm_labels,
+                           use_cache=False)
+                tally.add("logits", a.logits[real], b.logits[real])
+                tally.add("loss", a.loss, b.loss)
+            elif kind == "electra":
+                replaced = (torch.rand(ids.shape, generator=torch.Generator().manual_seed(9)) < 0.3).long()
+                replaced = replaced.to(ctx.device)
+                a = ours(ids, mask, types, labels=replaced, output_hidden_states=True)
+                b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=replaced,
+                           output_hidden_states=True)
+                tally.add("sequence_output", a.hidden_states[-1][real], b.hidden_states[-1][real])
+                tally.add("logits", a.logits[real], b.logits[real])
+                tally.add("loss", a.loss, b.loss)
+            else:
+                kwargs = {} if kind == "roberta" else {"token_type_ids": types}
+                pair = {"bert": "next_sentence_label", "albert": "sentence_order_label"}.get(kind)
+                if pair:
+                    kwargs[pair] = nsp
+                a = ours(ids, mask, types if kind != "roberta" else None, labels=labels,
+                         next_sentence_label=nsp if pair else None, output_hidden_states=True)
+                b = theirs(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True, **kwargs)
+                tally.add("sequence_output", a.hidden_states[-1][real], b.hidden_states[-1][real])
+                theirs_logits = b.logits if kind == "roberta" else b.prediction_logits
+                tally.add("mlm_logits", a.prediction_logits[real], theirs_logits[real])
+                if pair:
+                    tally.add("pair_logits", a.seq_relationship_logits,
+                              b.seq_relationship_logits if kind == "bert" else b.sop_logits)
+                tally.add("loss", a.loss, b.loss)
+        tally.done(measured)
+        summary(measured, f"{type(theirs).__name__}: max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+    check.__doc__ = check.__doc__.replace("this family", kind)
+    return check
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Several GPUs
+# ------------------------------------------------------------------------------------------------------------------
+def check_ddp(ctx: Context, measured: dict) -> None:
+    """Several processes train like one: `bench/gpu/ddp_step.py` under torchrun, one process per GPU over NCCL,
+    against one process with the same global batch; per-step losses of 3 steps within 1e-4 (reduction order of
+    float32 sums differs between the two). Skipped on one GPU and on CPU (where tests/test_pretrain.py checks
+    2 gloo processes); `BERTKIT_SUITE_DDP_CPU=2` runs it with 2 gloo processes on CPU."""
+    cpu_processes = int(os.environ.get("BERTKIT_SUITE_DDP_CPU", "0"))
+    if ctx.cuda:
+        n = torch.cuda.device_count()
+        if n < 2:
+            raise Skip(f"{n} GPU visible: the multi-GPU step needs 2 or more")
+        tol, backend = 1e-4, "nccl"
+    elif cpu_processes >= 2:
+        n, tol, backend = cpu_processes, 1e-5, "gloo"
+    else:
+        raise Skip("CPU run: NCCL needs 2+ GPUs (2 gloo processes: tests/test_pretrain.py, or "
+                   "BERTKIT_SUITE_DDP_CPU=2)")
+    rows_per_rank = 4
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
+                                                         os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    timeout = max(60.0, min(240.0, ctx.remaining() - 60))
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {}
+        for procs in (1, n):
+            out = Path(tmp) / f"procs{procs}"
+            args = ["--out", str(out), "--device", ctx.device.type, "--global-batch", str(rows_per_rank * n),
+                    "--steps", "3"]
+            command = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                        str(procs), str(ROOT / "bench" / "gpu" / "ddp_step.py"), *args])
+            proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+            assert proc.returncode == 0, f"{procs} process(es) failed: {proc.stderr[-1500:]}"
+            runs[procs] = step_losses(out)
+    one, many = runs[1], runs[n]
+    assert sorted(one) == sorted(many) == [1, 2, 3], (one, many)
+    worst = max(abs(one[s] - many[s]) for s in one)
+    measured.update(processes=n, backend=backend, global_batch=rows_per_rank * n, losses_one=one, losses_many=many,
+                    max_abs_diff=worst, tolerance=tol)
+    assert worst <= tol, f"{n} processes differ from 1 by {worst:.3g} (tol {tol:g})"
+    summary(measured, f"{n} processes over {backend} = 1 process, max|diff| {worst:.1e} (tol {tol:g})")
+
+
+CHECKS = [
+    ("unpad_fp32", check_unpad_fp32),
+    ("unpad_bf16", check_unpad_bf16),
+    ("fused_qkv", check_fused_qkv),
+    ("sparse_mlm", check_sparse_mlm),
+    ("onednn_switch", check_onednn_switch),
+    ("fused_adamw", check_fused_adamw),
+    ("bf16_loss_curve", check_bf16_loss_curve),
+    ("model_directory", check_model_directory),
+    ("exact_resume", check_exact_resume),
+    *[(f"family_{kind}", check_family(kind)) for kind in ("bert", "roberta", "albert", "electra", "causal")],
+    ("ddp_step", check_ddp),
+]

@@ -1,0 +1,525 @@
+"""ModernBERT: token embeddings -> pre-norm layers (rotary attention, global or sliding-window; GeGLU) -> final norm,
+and its masked-LM, sequence-classification and token-classification heads.
+
+Read it top to bottom: rotary helpers, the embedding block, attention (with the sliding window), the feed-forward
+block, one layer, the heads, then the models. Shapes use B = batch, T = sequence length, N = real tokens (the
+unpadded layout), H = hidden size, A = attention heads, D = H / A (head size), I = intermediate size,
+V = vocabulary size.
+
+Where ModernBERT departs from BERT (`models/bert.py`), each where it acts:
+
+    positions     no position table: rotary embeddings turn each query and key by position x frequency, with the
+                  base `global_rope_theta` in global layers and `local_rope_theta` in sliding-window layers
+    attention     layer i is global when i % global_attn_every_n_layers == 0; the others let a token see only the
+                  tokens at distance <= local_attention // 2 on either side (the sliding window)
+    pre-norm      x + attn(norm(x)), then x + mlp(norm(x)); layer 0 has no attention norm (its input is the normed
+                  embedding), and a final norm follows the last layer; LayerNorms have no bias unless `norm_bias`
+    GeGLU         Wi: H -> 2I, split into input and gate, act(input) * gate, Wo: I -> H
+    heads         dense -> act -> norm (the prediction head), then the decoder tied to the token embeddings (MLM)
+                  or dropout -> classifier; sequence classification pools the first token or the mean of the real
+                  tokens (`classifier_pooling`)
+    no segments   there are no token types; `token_type_ids` is accepted (the verbs pass it) and ignored
+
+The fast path, as in BERT: a batch with padding runs on its real tokens only (`Unpadded`, a flat (N, H) tensor,
+attention per sequence; `ModernBertModel.unpad`), the sliding window then applied within each sequence by
+`SlidingWindow`. tests/models/test_modernbert.py pins it to the padded path and both to transformers.
+
+Inside, modules carry short names of our own; on disk a model directory has transformers' ModernBERT names and
+config.json, through the "modernbert" table of `bertkit.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import IGNORE_INDEX, ModernBertConfig
+from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput
+from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, extended_attention_mask,
+                                    flash_attn_varlen, use_flash_attn)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Rotary position embeddings
+# ------------------------------------------------------------------------------------------------------------------
+def rotary_angles(positions: torch.Tensor, theta: float, head_dim: int,
+                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions (...) -> the cosine and sine of every angle, (..., D) each, in `dtype`.
+
+    Dimension pair k turns at frequency theta^(-2k/D); the two halves of the head repeat the same D/2 angles
+    (transformers' `rotate_half` convention, not interleaved pairs). Angles are computed in float32 whatever
+    `dtype`, as in transformers; the frequencies on the CPU, so every device turns by the same angles.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))  # (D/2,)
+    freqs = positions[..., None].float() * inv_freq.to(positions.device)  # (..., D/2)
+    angles = torch.cat((freqs, freqs), dim=-1)  # (..., D)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate_queries_and_keys(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """qkv (..., 3H) queries, keys and values side by side; cos, sin (..., D) per position -> the same layout
+    with queries and keys turned by their position's angles (values untouched). Computed in float32."""
+    *lead, H3 = qkv.shape
+    parts = qkv.view(*lead, 3, num_heads, H3 // (3 * num_heads))  # (..., 3, A, D)
+    qk = parts[..., :2, :, :].float()  # (..., 2, A, D)
+    cos, sin = cos[..., None, None, :], sin[..., None, None, :]  # (..., 1, 1, D): one angle for q and k, all heads
+    half = qk.shape[-1] // 2
+    rotated_half = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # (x1, x2) -> (-x2, x1)
+    turned = (qk * cos + rotated_half * sin).to(qkv.dtype)
+    return torch.cat((turned, parts[..., 2:, :, :]), dim=-3).reshape(*lead, H3)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Attention layouts with the sliding window
+# ------------------------------------------------------------------------------------------------------------------
+def window_bias(attention_mask: torch.Tensor | None, window: int, T: int, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor | None:
+    """The padded path's additive mask for a sliding-window layer: (B or 1, 1, T, T), 0 where key j is at distance
+    <= window of query i and is a real token, the dtype's minimum elsewhere; None when nothing is hidden."""
+    t = torch.arange(T, device=device)
+    near = (t[:, None] - t[None, :]).abs() <= window  # (T, T)
+    if attention_mask is None:
+        if bool(near.all()):
+            return None
+        allowed = near[None, None]  # (1, 1, T, T)
+    else:
+        allowed = near[None, None] & attention_mask.bool()[:, None, None, :]  # (B, 1, T, T)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+class SlidingWindow:
+    """A sliding-window layer's view of an `Unpadded` layout: the same flat (N, H) tokens and attention groups,
+    each query seeing only the keys of its own sequence at position distance <= `window`.
+
+    Positions are the tokens' places in their padded row, so the window is the padded path's exactly, whatever the
+    padding. FlashAttention's kernel (GPU, when installed) takes the window as a distance within the sequence,
+    the same thing when every sequence's tokens are contiguous in their row; it is used only then.
+    """
+
+    def __init__(self, tokens: Unpadded, positions: torch.Tensor, window: int) -> None:
+        """tokens: the layout; positions: (N,) each token's position; window: how far a token sees either side."""
+        self.tokens, self.window = tokens, window
+        slot_position = positions.new_zeros(tokens.total).index_copy(0, tokens.slot, positions)  # (total,)
+        real = torch.zeros(tokens.total, dtype=torch.bool, device=positions.device)
+        real[tokens.slot] = True
+        self.masks: list[torch.Tensor] = []  # per group (S_g, 1, L_g, L_g) bool, True = attended
+        offset = 0
+        for S_g, L_g, key_mask in tokens.layout:
+            p = slot_position[offset:offset + S_g * L_g].view(S_g, L_g)
+            r = real[offset:offset + S_g * L_g].view(S_g, L_g)
+            near = (p[:, :, None] - p[:, None, :]).abs() <= window  # (S_g, L_g, L_g)
+            # An empty slot's query row sees every real key instead: a fully hidden row would be NaN in the kernel
+            # (and in its gradient), though nothing reads that row.
+            self.masks.append(key_mask & (near | ~r[:, :, None])[:, None])
+            offset += S_g * L_g
+        self.contiguous = flash_attn_varlen is not None and positions.is_cuda and _contiguous(tokens, positions)
+        self._biases: list[torch.Tensor] | None = None
+
+    def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """qkv: (N, 3H) queries, keys and values side by side -> context (N, H); as `Unpadded.attend`, windowed."""
+        tokens = self.tokens
+        N, H = qkv.shape[0], qkv.shape[1] // 3
+        if flash_attn_varlen is not None and use_flash_attn(qkv) and self.contiguous:
+            q, k, v = qkv.view(N, 3, num_heads, H // num_heads).unbind(1)  # (N, A, D) each
+            context = flash_attn_varlen(q, k, v, tokens.cu_seqlens, tokens.cu_seqlens, tokens.max_len,
+                                        tokens.max_len, dropout_p=dropout, window_size=(self.window, self.window))
+            return context.reshape(N, H)
+        laid_out = FillSlots.apply(qkv, tokens.slot, tokens.total, tokens.empty)  # (total, 3H)
+        masks = self.masks if dropout > 0 else self.biases(qkv.dtype)  # the math kernel is fastest with bool masks
+        contexts = []
+        parts = laid_out.split([S_g * L_g for S_g, L_g, _ in tokens.layout])
+        for (S_g, L_g, _), part, mask in zip(tokens.layout, parts, masks):
+            heads = part.view(S_g, L_g, 3, num_heads, H // num_heads).permute(2, 0, 3, 1, 4)  # (3, S_g, A, L_g, D)
+            q, k, v = heads.unbind(0)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            contexts.append(context.transpose(1, 2).reshape(S_g * L_g, H))
+        context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+        return ReadSlots.apply(context, tokens.slot)
+
+    def biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The masks as additive masks (0 or the dtype's minimum), built once per dtype."""
+        if self._biases is None or self._biases[0].dtype != dtype:
+            low = torch.finfo(dtype).min
+            self._biases = [torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, low)
+                            for m in self.masks]
+        return self._biases
+
+
+def _contiguous(tokens: Unpadded, positions: torch.Tensor) -> bool:
+    """Whether every sequence's tokens hold consecutive positions (no hole in its attention mask)."""
+    steps = positions[1:] - positions[:-1]  # (N - 1,) between token i and i + 1 of the flat order
+    inner = torch.ones_like(steps, dtype=torch.bool)
+    inner[tokens.cu_seqlens[1:-1].long() - 1] = False  # pairs that straddle two sequences
+    return bool((steps[inner] == 1).all())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Blocks
+# ------------------------------------------------------------------------------------------------------------------
+def layer_norm(config: ModernBertConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+
+class Embeddings(nn.Module):
+    """Token embeddings, then LayerNorm and dropout: no positions (rotary, in attention) and no token types."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        # padding_idx: the padding row gets no gradient, as in transformers (its value is whatever was loaded).
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.norm = layer_norm(config)
+        self.dropout = nn.Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) or flat (N,) ids -> (..., H)."""
+        return self.dropout(self.norm(self.word(input_ids)))
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with rotary queries and keys, global or sliding-window by the layout it is given.
+
+    No residual and no norm here: the layer adds the output to its input (pre-norm). transformers applies the
+    attention dropout probability twice: to the attention probabilities and to the output projection.
+    """
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.qkv = Linear(H, 3 * H, bias=config.attention_bias)  # rows: query, key, value (transformers' Wqkv)
+        self.out = Linear(H, H, bias=config.attention_bias)
+        self.attn_dropout = config.attention_dropout
+        self.dropout = nn.Dropout(config.attention_dropout)
+
+    def forward(self, x: torch.Tensor, layout: Padded | Unpadded | SlidingWindow,
+                rotary: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: (B, T, H) padded or (N, H) unpadded; rotary: cos, sin of x's positions, (T or N, D)."""
+        qkv = rotate_queries_and_keys(self.qkv(x), *rotary, self.num_heads)  # (..., 3H)
+        context = layout.attend(qkv, self.num_heads, self.attn_dropout if self.training else 0.0)  # (..., H)
+        return self.dropout(self.out(context))
+
+
+class FeedForward(nn.Module):
+    """GeGLU: Wi (H -> 2I) split into input and gate, act(input) * gate, dropout, Wo (I -> H)."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.up = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = activation(config.hidden_activation)
+        self.dropout = nn.Dropout(config.mlp_dropout)
+        self.down = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each: the first half is activated, the second gates
+        return self.down(self.dropout(self.act(value) * gate))
+
+
+class Layer(nn.Module):
+    """One pre-norm layer: x + attn(norm(x)), then x + ffn(norm(x)). Layer 0's input is already normed (the
+    embedding norm), so it has no attention norm."""
+
+    def __init__(self, config: ModernBertConfig, index: int) -> None:
+        super().__init__()
+        self.attn_norm = layer_norm(config) if index else nn.Identity()
+        self.attn = Attention(config)
+        self.ffn_norm = layer_norm(config)
+        self.ffn = FeedForward(config)
+        self.kind = "global" if config.is_global(index) else "local"
+
+    def forward(self, x: torch.Tensor, layouts: dict, rotary: dict) -> torch.Tensor:
+        """layouts, rotary: the attention layout and the (cos, sin) pair of each kind, "global" and "local"."""
+        x = x + self.attn(self.attn_norm(x), layouts[self.kind], rotary[self.kind])
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class PredictionHead(nn.Module):
+    """dense -> activation -> LayerNorm: the transform before the MLM decoder and before the classifiers."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = activation(config.classifier_activation)
+        self.norm = layer_norm(config)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(hidden)))
+
+
+class MaskedLMHead(PredictionHead):
+    """The prediction head, then scores over the vocabulary with the token embeddings (tied) and the decoder bias."""
+
+    onednn = True  # the decoder's matmul on oneDNN where it applies (`linear`)
+
+    def __init__(self, config: ModernBertConfig, word_embeddings: nn.Embedding) -> None:
+        super().__init__(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.decoder_bias else None
+        self.word_embeddings = word_embeddings  # shared module, not a copy: the decoder is tied to it
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return linear(super().forward(hidden), self.word_embeddings.weight, self.bias, self.onednn)  # (..., V)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Models
+# ------------------------------------------------------------------------------------------------------------------
+class ModernBertPreTrainedModel(PreTrainedModel):
+    """ModernBERT's initialisation; model-directory io (`from_pretrained`, `save_pretrained`) is bertkit's."""
+
+    config: ModernBertConfig
+    config_class = ModernBertConfig  # what `from_pretrained` reads config.json as (a BERT directory is refused)
+    encoder_prefix = "encoder."  # where the encoder sits in the task models' parameter names
+
+    def init_weights(self) -> None:
+        """ModernBERT's scheme: truncated normals cut at +- initializer_cutoff_factor std; std initializer_range
+        for the embeddings and the layers' input projections, initializer_range / sqrt(2L) for the projections
+        back into the residual stream and the prediction head, H^-0.5 for classifiers; zero biases, unit norms."""
+        config = self.config
+        std = config.initializer_range
+        out_std = std / math.sqrt(2.0 * config.num_hidden_layers)
+
+        def normal(weight: torch.Tensor, sd: float) -> None:
+            cut = config.initializer_cutoff_factor * sd
+            nn.init.trunc_normal_(weight, mean=0.0, std=sd, a=-cut, b=cut)
+
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, Embeddings):
+                normal(module.word.weight, std)
+            elif isinstance(module, (Attention, FeedForward)):
+                normal((module.qkv if isinstance(module, Attention) else module.up).weight, std)
+                normal((module.out if isinstance(module, Attention) else module.down).weight, out_std)
+            elif isinstance(module, PredictionHead):
+                normal(module.dense.weight, out_std)
+                if isinstance(module, MaskedLMHead) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        classifier = getattr(self, "classifier", None)
+        if isinstance(classifier, nn.Linear):
+            normal(classifier.weight, config.hidden_size ** -0.5)
+
+
+class ModernBertModel(ModernBertPreTrainedModel):
+    """The encoder: token ids -> contextual vectors (B, T, H). No pooler: classifiers pool in their head."""
+
+    architecture = "ModernBertModel"
+    encoder_prefix = ""
+    unpad = True  # run on the real tokens only when a batch has padding (False: the plain padded path)
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Layer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = layer_norm(config)  # the final norm
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False) -> BertOutput:
+        """input_ids: (B, T) integer tensor; attention_mask (B, T): 1 = real token, 0 = padding; token_type_ids:
+        ignored (ModernBERT has no segments).
+
+        Returns `last_hidden_state` (B, T, H), after the final norm, and with `output_hidden_states` L + 1 tensors:
+        the embeddings, the output of layers 1 .. L-1, and the last one after the final norm (transformers'
+        convention). With the unpadded layout (the default) padding positions hold 0; real positions are what
+        transformers computes.
+        """
+        out = self.encode(input_ids, attention_mask, output_hidden_states)
+        return BertOutput(out.padded(), None, out.hidden_states)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               output_hidden_states: bool = False) -> Encoded:
+        """The encoder's output in the layout it ran in (see `Encoded`); `forward` pads it back to (B, T, H).
+
+        Without padding, (B, T, H) with only the sliding window as a mask; with padding, the real tokens only
+        (`Unpadded`) when `self.unpad`, else (B, T, H) with additive masks (the plain path).
+        """
+        config = self.config
+        check_inputs(config, input_ids, attention_mask)
+        B, T = input_ids.shape
+        device = input_ids.device
+        full = attention_mask is None or bool(attention_mask.all())  # one device sync per forward
+        positions = torch.arange(T, device=device)  # (T,): padding keeps its place, as in transformers
+        tokens = None
+        if full or not self.unpad:
+            mask = None if full else attention_mask
+            layouts = {"global": Padded(None if full else extended_attention_mask(mask, self.dtype)),
+                       "local": Padded(window_bias(mask, config.sliding_window, T, self.dtype, device))}
+            x = self.embeddings(input_ids)  # (B, T, H)
+        else:
+            tokens = Unpadded(attention_mask, packed=False, causal=False)
+            positions = tokens.gather(positions)  # (N,)
+            layouts = {"global": tokens, "local": SlidingWindow(tokens, positions, config.sliding_window)}
+            x = self.embeddings(tokens.gather(input_ids))  # (N, H)
+        rotary = {"global": rotary_angles(positions, config.global_rope_theta, config.head_dim, x.dtype),
+                  "local": rotary_angles(positions, config.local_rope_theta, config.head_dim, x.dtype)}
+        hidden_states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            x = layer(x, layouts, rotary)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        x = self.norm(x)
+        if hidden_states is not None:
+            hidden_states[-1] = x  # transformers reports the last layer after the final norm
+            if tokens is not None:
+                hidden_states = [tokens.pad(h) for h in hidden_states]
+        return Encoded(x, tokens, tuple(hidden_states) if hidden_states is not None else None)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype masks are built in: that of the parameters (autocast keeps them float32)."""
+        return self.embeddings.word.weight.dtype
+
+
+class ModernBertForMaskedLM(ModernBertPreTrainedModel):
+    """The encoder and the masked-LM head (transformers' ModernBertForMaskedLM); the BertForMaskedLM contract, so
+    the MLM objective and fill-mask take it as they take a BERT."""
+
+    architecture = "ModernBertForMaskedLM"
+    head_family = "mlm"
+    requires_pretrained_heads = True
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = ModernBertModel(config)
+        self.mlm = MaskedLMHead(config, self.encoder.embeddings.word)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                output_hidden_states: bool = False, predict_at: torch.Tensor | None = None) -> PreTrainingOutput:
+        """labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere.
+
+        predict_at: optional (B, T) bool; the vocabulary projection then runs only there and `prediction_logits`
+        is (n, V) for the n selected positions in row-major order (else (B, T, V)).
+        """
+        out = self.encoder.encode(input_ids, attention_mask, output_hidden_states)
+        if predict_at is not None:
+            hidden = out.select(predict_at)  # (n, H)
+            if labels is not None:
+                labels = labels[predict_at]
+        else:
+            hidden = out.padded()  # (B, T, H)
+        logits = self.mlm(hidden)  # (B, T, V) or (n, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return PreTrainingOutput(loss, logits, None, loss, None, out.hidden_states)
+
+
+class _Labelled(ModernBertPreTrainedModel):
+    """Shared by the classifiers: the prediction head, dropout and a linear layer to `num_labels` named labels."""
+
+    head_family = "classifier"
+
+    def __init__(self, config: ModernBertConfig, num_labels: int, labels: list[str] | None, regression: bool) -> None:
+        super().__init__()
+        if labels is not None and len(labels) != num_labels:
+            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
+        if regression and num_labels != 1:
+            raise ValueError("a regression head has num_labels=1")
+        self.config, self.num_labels, self.regression = config, num_labels, regression
+        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.encoder = ModernBertModel(config)
+        self.head = PredictionHead(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = Linear(config.hidden_size, num_labels)
+        self.init_weights()
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        id2label = raw.get("id2label")
+        if not id2label:
+            return {}
+        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
+        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
+
+    def config_extras(self) -> dict:
+        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
+                  "label2id": {name: i for i, name in enumerate(self.labels)}}
+        if self.regression:
+            extras["problem_type"] = "regression"
+        return extras
+
+
+class ModernBertForSequenceClassification(_Labelled):
+    """Pool (first token, or mean of the real tokens) -> prediction head -> dropout -> linear: classification
+    (cross-entropy) or, with one output, regression (mean squared error)."""
+
+    architecture = "ModernBertForSequenceClassification"
+
+    def __init__(self, config: ModernBertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, regression or num_labels == 1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B,) class ids, or (B,) floats for regression."""
+        out = self.encoder.encode(input_ids, attention_mask)
+        if self.config.classifier_pooling == "cls":
+            pooled = out.first()  # (B, H)
+        else:  # mean over the real tokens, transformers' formula
+            hidden = out.padded()  # (B, T, H), zeros at padding when unpadded
+            mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device) if attention_mask is None \
+                else attention_mask.to(hidden.dtype)
+            pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
+        logits = self.classifier(self.dropout(self.head(pooled)))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.regression:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class ModernBertForTokenClassification(_Labelled):
+    """Every token -> prediction head -> dropout -> linear (NER, tagging); labels IGNORE_INDEX where none applies."""
+
+    architecture = "ModernBertForTokenClassification"
+
+    def __init__(self, config: ModernBertConfig, num_labels: int = 2, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, num_labels, labels, False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """labels: (B, T) label ids, IGNORE_INDEX where no label applies. logits (B, T, num_labels)."""
+        out = self.encoder.encode(input_ids, attention_mask)
+        logits = self.classifier(self.dropout(self.head(out.padded())))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+    """Refuse inputs the model cannot take, with a message that says which tensor and why."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+    if input_ids.shape[1] > config.max_position_embeddings:
+        raise ValueError(f"sequence length {input_ids.shape[1]} is longer than max_position_embeddings "
+                         f"({config.max_position_embeddings}); truncate the input")
+    if attention_mask is not None and attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
+                         f"{tuple(input_ids.shape)}")
+    if input_ids.numel() and not input_ids.is_cuda:  # a device sync on GPU; out-of-range ids fail loudly there anyway
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= config.vocab_size:
+            raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
+                             f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
+        if attention_mask is not None and attention_mask.numel() and int(attention_mask.max()) > 1:
+            raise ValueError("attention_mask must hold 1 (real token) and 0 (padding); ModernBERT does not take "
+                             "packed rows (document numbers)")

@@ -1,0 +1,561 @@
+"""What fine-tuning and distillation share: the run's config, its batches, forward passes, and the epoch loop that
+evaluates on dev, keeps the best model and reports.
+
+A task run, as `bertkit.finetune.finetune` and `bertkit.distill.distill_task` drive it:
+
+    load_task_data      the family (`bertkit.tasks.family_for(kind)`), the model directory's tokenizer (any kind,
+                        `bertkit.tokenizers.load_tokenizer`), the training and dev files read and turned into features
+    load_task_model     the task model with a fresh (or kept) head, optionally with other dropout
+    run_task            `EpochBatches` over the training features -> THE trainer (`bertkit.trainer.train`) for
+                        config.epochs epochs; at every epoch's end `forward_all` on dev, the family's official metric,
+                        RUN/eval.jsonl, and on a new best RUN/model (weights, the tokenizer it was trained with,
+                        finetune.json) plus the dev predictions; RUN/results.json and config.yaml throughout
+
+`EpochBatches` is the resumable, per-epoch-shuffled, length-bucketed batch stream the trainer consumes, `collate`
+its dynamic padding; the families (`bertkit.tasks`) never see torch: they get logits as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.config import IGNORE_INDEX, field_with_help
+from bertkit.tasks.base import KINDS, TaskFamily, family_for
+
+TASK_FILE = "finetune.json"  # written into a fine-tuned model directory: what `predict` needs besides the weights
+
+_f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """How to fine-tune (and distil on a task); the defaults are the BERT paper's (section 4 and appendix A.3)."""
+
+    kind: str | None = _f(None, "task family: glue, classify, ner, squad or swag (set by `finetune`)")
+    task: str | None = _f(None, "GLUE task name (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); glue only")
+    max_seq_length: int | None = _f(None, "tokens per input, special tokens included (default 128; SQuAD 384)")
+    doc_stride: int = _f(128, "SQuAD: passage tokens between the starts of consecutive windows")
+    max_query_length: int = _f(64, "SQuAD: question tokens kept")
+    max_answer_length: int = _f(30, "SQuAD: longest answer span, in tokens")
+    n_best_size: int = _f(20, "SQuAD: start and end candidates considered per window")
+    epochs: float = _f(3.0, "passes over the training set (the paper: 2-4; SQuAD 2-3)")
+    learning_rate: float = _f(5e-5, "peak learning rate (the paper's grid: 2e-5, 3e-5, 5e-5)")
+    batch_size: int = _f(32, "examples per optimizer step (split into grad_accumulation micro-batches)")
+    bucket_window: int = _f(50, "length bucketing: sort each window of this many batches of the shuffled training "
+                                "set by length, cut the batches, then shuffle their order (less padding); 0 = off")
+    eval_batch_size: int = _f(64, "examples per forward pass when evaluating and predicting")
+    warmup_ratio: float = _f(0.1, "linear warm-up over this fraction of the steps, then linear decay to 0")
+    weight_decay: float = _f(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    max_grad_norm: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
+    adam_epsilon: float = _f(1e-6, "AdamW epsilon (BERT's 1e-6; torch's and transformers' default is 1e-8)")
+    dropout: float | None = _f(None, "hidden and attention dropout (default: the model's config, 0.1 for BERT)")
+    grad_accumulation: int = _f(1, "micro-batches per optimizer step")
+    precision: str = _f("auto", "fp32, bf16 or auto (bf16 on GPUs that support it)")
+    seed: int = _f(0, "seed of the head's initialisation, data order and dropout")
+    metric: str | None = _f(None, "dev metric that picks the best epoch (default: the task's main metric)")
+    text_column: str = _f("text", "classify: column (key) of the text")
+    pair_column: str | None = _f(None, "classify: column (key) of the second text of a pair")
+    label_column: str = _f("label", "classify: column (key) of the label")
+    regression: bool = _f(False, "classify: the label is a number (mean squared error, Pearson/Spearman)")
+    save_every: int = _f(0, "write a resume checkpoint every N steps (0 = every epoch)")
+    log_every: int = _f(10, "write a training metrics line every N steps")
+    device: str = _f("auto", "cpu, cuda, cuda:N or auto")
+    progress: bool = _f(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"unknown fine-tuning kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if self.kind == "glue" and self.task is None:
+            raise ValueError("glue fine-tuning needs the task name (--task cola, sst2, mrpc, ...)")
+        if self.task is not None and self.kind == "glue":
+            from bertkit.tasks.metrics import canonical_task
+
+            canonical_task(self.task)  # raises with the list of tasks
+        positive = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "batch_size",
+                    "eval_batch_size", "grad_accumulation", "log_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_seq_length is not None and self.max_seq_length < 8:
+            raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        if self.epochs <= 0:
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not self.adam_epsilon > 0.0:
+            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.batch_size % self.grad_accumulation:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accumulation "
+                             f"{self.grad_accumulation}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
+        if self.save_every < 0:
+            raise ValueError(f"save_every must be 0 (every epoch) or positive, got {self.save_every}")
+        if self.bucket_window < 0:
+            raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
+
+    @property
+    def seq_length(self) -> int:
+        """max_seq_length, or the kind's default (384 for SQuAD, else 128)."""
+        return self.max_seq_length or (384 if self.kind == "squad" else 128)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def config_fields() -> list[tuple[str, Any, Any, str]]:
+    """(name, type, default, help) of every FinetuneConfig field, for the command line."""
+    hints = typing.get_type_hints(FinetuneConfig)
+    return [(f.name, hints[f.name], f.default, f.metadata.get("help", "")) for f in dataclasses.fields(FinetuneConfig)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Batches: dynamic padding, length bucketing and a resumable per-epoch shuffle
+# ------------------------------------------------------------------------------------------------------------------
+def _choices(feature: dict[str, Any]) -> int:
+    """Number of choices of a multiple-choice feature (0 for any other)."""
+    ids = feature["input_ids"]
+    return len(ids) if ids and isinstance(ids[0], list) else 0
+
+
+def feature_length(feature: dict[str, Any]) -> int:
+    """Padded length a feature needs: its tokens, or the longest of its choices (multiple choice)."""
+    ids = feature["input_ids"]
+    return max(len(r) for r in ids) if _choices(feature) else len(ids)
+
+
+def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad a list of features to the longest in it (dynamic padding).
+
+    A feature has "input_ids" and "token_type_ids" (lists of T ints, or, for multiple choice, C such lists) and
+    optionally "label" (int or float), "labels" (T ints, token classification), "start_position"/"end_position".
+    Returns input_ids, token_type_ids, attention_mask as (B, T) or (B, C, T) int64, plus "labels" (B,) or (B, T)
+    (padding IGNORE_INDEX), "start_positions"/"end_positions" (B,).
+    """
+    choice = _choices(features[0]) > 0
+    rows = [row for f in features for row in (f["input_ids"] if choice else [f["input_ids"]])]
+    types = [row for f in features for row in (f["token_type_ids"] if choice else [f["token_type_ids"]])]
+    T = max(len(r) for r in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    token_types = torch.zeros(len(rows), T, dtype=torch.long)
+    mask = torch.zeros(len(rows), T, dtype=torch.long)
+    for i, (r, t) in enumerate(zip(rows, types)):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        token_types[i, :len(t)] = torch.tensor(t, dtype=torch.long)
+        mask[i, :len(r)] = 1
+    if choice:  # (B*C, T) -> (B, C, T)
+        shape = (len(features), len(features[0]["input_ids"]), T)
+        ids, token_types, mask = ids.view(shape), token_types.view(shape), mask.view(shape)
+    batch = {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
+    first = features[0]
+    if first.get("labels") is not None:
+        labels = torch.full((len(features), T), IGNORE_INDEX, dtype=torch.long)
+        for i, f in enumerate(features):
+            labels[i, :len(f["labels"])] = torch.tensor(f["labels"], dtype=torch.long)
+        batch["labels"] = labels
+    elif first.get("label") is not None:
+        dtype = torch.float32 if isinstance(first["label"], float) else torch.long
+        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+    if first.get("start_position") is not None:
+        batch["start_positions"] = torch.tensor([f["start_position"] for f in features], dtype=torch.long)
+        batch["end_positions"] = torch.tensor([f["end_position"] for f in features], dtype=torch.long)
+    return batch
+
+
+class EpochBatches:
+    """Training micro-batches over a fixed list of features, reshuffled every epoch, resumable at any step.
+
+    Epoch e visits the examples in the order `numpy.random.default_rng([seed, e]).permutation(N)`, cut into
+    optimizer batches of `batch_size`. With `bucket_window` W > 0 (length bucketing), each run of W x batch_size
+    consecutive examples of that order is first sorted by length (stably: equal lengths keep their random order),
+    and the batches cut from it are then visited in an order drawn from the same generator. Each batch then holds
+    examples of similar length, so dynamic padding adds little, while which lengths come when stays random; W
+    bounds how far the sort reaches (W >= steps_per_epoch sorts the whole epoch).
+
+    Each optimizer batch is split into `grad_accumulation x world_size` near-equal micro-batches (contiguous
+    slices, so with bucketing each is as homogeneous as its batch), of which this rank yields its
+    `grad_accumulation`: the global batch is the same however it is split. A last batch too small to split is
+    dropped (the permutation's last examples, before any sorting: bucketing never changes an epoch's examples).
+    The stream is endless (the trainer stops it) unless `stop_after_steps` is given. Every micro-batch carries
+    under "_state" the position just after it; `load_state_dict` seeks there (an epoch's batches are a pure
+    function of the seed, the epoch and the settings, so any position can be resumed).
+    """
+
+    def __init__(self, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int, seed: int,
+                 grad_accumulation: int = 1, rank: int = 0, world_size: int = 1,
+                 stop_after_steps: int | None = None, bucket_window: int = 0) -> None:
+        self.features, self.pad_id, self.seed = features, pad_id, seed
+        self.batch_size, self.accumulation = batch_size, grad_accumulation
+        self.rank, self.world_size = rank, world_size
+        self.parts = grad_accumulation * world_size
+        if batch_size < self.parts:
+            raise ValueError(f"batch_size {batch_size} is smaller than grad_accumulation x processes ({self.parts})")
+        if bucket_window < 0:
+            raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {bucket_window}")
+        full, rest = divmod(len(features), batch_size)
+        self.steps_per_epoch = full + (1 if rest >= self.parts else 0)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{len(features)} training examples make no batch of {batch_size}")
+        self.bucket_window = bucket_window
+        self.lengths = np.array([feature_length(f) for f in features], dtype=np.int64) if bucket_window else None
+        self.stop_after_steps = stop_after_steps
+        self.position = {"epoch": 0, "step": 0, "micro": 0}
+        self.examples_yielded = 0  # by this rank, since construction (for throughput)
+        self._cached: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches): one sort per epoch
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps whose micro-batches have all been handed out."""
+        return self.position["epoch"] * self.steps_per_epoch + self.position["step"]
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(self.position)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = {"epoch": int(state["epoch"]), "step": int(state["step"]), "micro": int(state["micro"])}
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The optimizer batches of `epoch` in visiting order: steps_per_epoch arrays of example indices."""
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        # The examples of an epoch do not depend on bucketing: a dropped last batch is the permutation's tail.
+        order = rng.permutation(len(self.features))[:self.steps_per_epoch * self.batch_size]
+        if self.bucket_window:
+            window = np.arange(len(order)) // (self.bucket_window * self.batch_size)
+            order = order[np.lexsort((self.lengths[order], window))]  # by window, then length; lexsort is stable
+        batches = [order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(self.steps_per_epoch)]
+        if self.bucket_window:  # sorted batches run short to long within each window: shuffle which comes when
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._cached = (epoch, batches)
+        return batches
+
+    def _micro_batches(self, epoch: int, step: int) -> list[np.ndarray]:
+        parts = np.array_split(self.epoch_batches(epoch)[step], self.parts)
+        return parts[self.rank * self.accumulation:(self.rank + 1) * self.accumulation]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while self.stop_after_steps is None or self.steps_done < self.stop_after_steps:
+            epoch, step, micro = self.position["epoch"], self.position["step"], self.position["micro"]
+            indices = self._micro_batches(epoch, step)[micro]
+            micro += 1
+            if micro == self.accumulation:
+                micro, step = 0, step + 1
+                if step == self.steps_per_epoch:
+                    epoch, step = epoch + 1, 0
+            self.position = {"epoch": epoch, "step": step, "micro": micro}
+            batch = collate([self.features[i] for i in indices], self.pad_id)
+            batch["_state"] = dict(self.position)
+            self.examples_yielded += len(indices)
+            yield batch
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Forward passes over many features (evaluation and prediction)
+# ------------------------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def forward_all(model, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int) -> list[np.ndarray]:
+    """Logits of every feature, as float32 numpy arrays in input order: (C,) per sequence or choice set, (T_i, C)
+    per token (T_i = the feature's own length, padding cut off).
+
+    Batches are formed by length to pad little; multiple-choice features are batched only with features of the
+    same number of choices, so inputs may have any number each.
+    """
+    device = next(model.parameters()).device
+    order = sorted(range(len(features)), key=lambda i: (_choices(features[i]), feature_length(features[i])))
+    batches: list[list[int]] = []
+    for i in order:
+        if not batches or len(batches[-1]) == batch_size or _choices(features[batches[-1][0]]) != _choices(features[i]):
+            batches.append([])
+        batches[-1].append(i)
+    out: list[np.ndarray | None] = [None] * len(features)
+    for chosen in batches:
+        batch = collate([{k: features[i][k] for k in ("input_ids", "token_type_ids")} for i in chosen], pad_id)
+        logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                       batch["token_type_ids"].to(device)).logits.float().cpu().numpy()
+        for row, i in enumerate(chosen):
+            per_token = logits.ndim == 3 and not _choices(features[i])
+            out[i] = logits[row, :len(features[i]["input_ids"])] if per_token else logits[row]
+    return out  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Model directories: tokenizer, positions, task model, task file
+# ------------------------------------------------------------------------------------------------------------------
+def load_model_tokenizer(model_dir: str | os.PathLike, who: str = "model"):
+    """The tokenizer a model directory holds, of whatever kind (`bertkit.tokenizers.load_tokenizer`).
+
+    FileNotFoundError saying the `who` (model, teacher) must be a model directory with its tokenizer files.
+    """
+    from bertkit.tokenizers import load_tokenizer
+
+    try:
+        return load_tokenizer(model_dir)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
+
+
+def max_positions(model_dir: str | os.PathLike) -> int:
+    """The longest input the model directory's config.json allows (its usable position embeddings)."""
+    from bertkit.checkpoint import CONFIG_NAME, read_config
+    from bertkit.config import BertConfig
+
+    model_dir = Path(model_dir)
+    if not (model_dir / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
+    return BertConfig.from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME)).max_length
+
+
+def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout: float | None = None, **kwargs):
+    """`cls.from_pretrained(model_dir)` with a fresh head, optionally rebuilt with other dropout probabilities.
+
+    The checkpoint code explains a head that does not fit (another number of labels, say); the message is kept
+    and told how to replace the head from the command line too.
+    """
+    from bertkit.checkpoint import HeadMismatchError
+
+    try:
+        model = cls.from_pretrained(model_dir, new_heads=new_heads, **kwargs)
+    except HeadMismatchError as err:
+        raise HeadMismatchError(f"{err} (bertkit finetune: --new-head)") from None
+    if dropout is not None:
+        config = dataclasses.replace(model.config, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+        own = {k: getattr(model, k) for k in ("num_labels", "labels", "regression") if k in kwargs}
+        rebuilt = cls(config, **own)
+        rebuilt.load_state_dict(model.state_dict())
+        model = rebuilt
+    return model
+
+
+def model_class(family: TaskFamily):
+    """The bertkit.models class of a family's task model."""
+    import bertkit.models as modeling
+
+    return getattr(modeling, family.model_class_name)
+
+
+def read_task_info(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """A fine-tuned model directory's finetune.json ({} when it has none)."""
+    path = Path(model_dir) / TASK_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def save_best(family: TaskFamily, run_dir: Path, dev_examples, output, model, tokenizer) -> None:
+    """The best epoch so far: dev predictions and run_dir/model (weights, the tokenizer, task file)."""
+    family.write_predictions(run_dir, dev_examples, output)
+    model.save_pretrained(run_dir / "model", tokenizer=tokenizer)
+    (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n", encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The run: data, epochs, evaluation records
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass
+class TaskData:
+    """A task run's data, as `load_task_data` prepares it."""
+
+    kind: str
+    config: FinetuneConfig  # with kind set and max_seq_length cut to the model's positions when it was the default
+    family: TaskFamily
+    tokenizer: Any  # the model directory's, of any kind
+    metric: str  # the dev metric that picks the best epoch
+    train_examples: list
+    dev_examples: list
+    train_features: list[dict[str, Any]]
+    dev_features: list[dict[str, Any]]
+
+
+def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path,
+                   config: FinetuneConfig | None = None, who: str = "model") -> TaskData:
+    """Read a task's training and dev files into features for the model directory's tokenizer.
+
+    kind: a key of `bertkit.tasks.KINDS`; config: its `kind` is set from `kind`; max_seq_length, when unset,
+    becomes the kind's default cut to what the model has; a longer one is refused (ValueError naming the `who`).
+    The training file is read first (it fixes the labels); ValueError when config.metric is not one the family
+    reports.
+    """
+    config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
+    model_dir = Path(model_dir)
+    tokenizer = load_model_tokenizer(model_dir, who)
+    positions = max_positions(model_dir)
+    if config.max_seq_length is None and config.seq_length > positions:
+        config = dataclasses.replace(config, max_seq_length=positions)  # the default, cut to what the model has
+    if config.seq_length > positions:
+        raise ValueError(f"max_seq_length {config.seq_length} is longer than the {who}'s max_position_embeddings "
+                         f"({positions}, {model_dir})")
+    family = family_for(kind)(config)
+    train_examples = family.read(train_path, training=True)
+    dev_examples = family.read(dev_path, training=False)
+    metric = config.metric or family.main_metric
+    if metric not in family.metric_names:
+        raise ValueError(f"--metric {metric!r} is not reported for {kind}; choose one of {list(family.metric_names)}")
+    train_features = family.features(train_examples, tokenizer, training=True)
+    dev_features = family.features(dev_examples, tokenizer, training=False)
+    return TaskData(kind, config, family, tokenizer, metric, train_examples, dev_examples, train_features,
+                    dev_features)
+
+
+def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
+    """The trainer's settings for a task run: `config.epochs` epochs of `steps_per_epoch` steps, evaluated (and
+    checkpointed, unless `save_every` says otherwise) at every epoch's end. Shared by fine-tuning and distillation."""
+    from bertkit.trainer import TrainConfig
+
+    return TrainConfig(
+        max_steps=max(1, round(config.epochs * steps_per_epoch)), learning_rate=config.learning_rate,
+        warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm, adam_epsilon=config.adam_epsilon,
+        grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
+        eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
+        device=config.device, progress=config.progress)
+
+
+def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(evaluations so far, the best of them) for a resumed run: eval.jsonl up to the newest checkpoint's step;
+    nothing for a fresh run."""
+    from bertkit.checkpoint import latest_checkpoint, resume_state_step
+
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    path = run_dir / "eval.jsonl"
+    if checkpoint is None or not path.is_file():
+        return [], None
+    up_to_step = resume_state_step(checkpoint)
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    history = [r for r in records if r["step"] <= up_to_step]
+    return history, (max(history, key=lambda r: r[metric]) if history else None)
+
+
+def record_evaluation(run_dir: Path, history: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """`history` with `record` in place of any earlier one of its step, rewritten to run_dir/eval.jsonl."""
+    history = [r for r in history if r["step"] != record["step"]] + [record]
+    with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+    return history
+
+
+def train_and_report(model, objective, stream, train_config, run_dir: Path, evaluate, resume: bool, dist_info,
+                     device, timing: dict[str, float], write_results) -> None:
+    """The shared training loop for a task run, then the run's throughput (evaluation time excluded) into
+    results.json through `write_results`; ends the process group of a distributed run."""
+    from bertkit.trainer import train
+
+    started = time.perf_counter()
+    result = train(model, objective, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
+                   dist_info=dist_info, device=device)
+    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
+    if dist_info.is_main:
+        write_results({"steps": result.step, "stopped_by": result.stopped_by,
+                       "train_seconds": round(train_seconds, 3),
+                       "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
+                       "final_train_metrics": result.last_metrics})
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, dist_info, device,
+             resume: bool = False, stop_after_steps: int | None = None,
+             extra_features: Sequence[dict[str, Any]] = (),
+             evaluated: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+             extra_metrics: Callable[[Any], dict[str, float]] | None = None,
+             summary: dict[str, Any] | None = None, resolved: dict[str, Any] | None = None,
+             banner: Callable[[int, int], str] | None = None) -> dict[str, Any]:
+    """Train for config.epochs epochs with a dev evaluation at every epoch's end, keeping the best epoch.
+
+    Args:
+        data: from `load_task_data`.
+        model: what the trainer optimises; `evaluated(model)` is the task model evaluated and saved (default: the
+            model itself).
+        objective: the trainer task (the family's loss, or a distillation task).
+        run_dir: metrics.jsonl, eval.jsonl, checkpoints/, model/ (the best epoch's), results.json, config.yaml,
+            the dev predictions.
+        extra_features: more training features after the task's own (a distillation transfer set).
+        extra_metrics: output of the family's evaluate -> more dev metrics (recorded and shown, never the metric).
+        summary: the fields results.json starts with (what was run on what); resolved: config.yaml's, to which
+            the trainer's settings and the world size are added; banner(max_steps, steps_per_epoch): the line
+            printed before training.
+        resume, stop_after_steps: continue from run_dir's newest checkpoint; stop early as if interrupted.
+    Returns:
+        The content of results.json: summary, then "labels", "metric", example counts, "steps_per_epoch",
+        "max_steps", "epochs" (every evaluation), "best", "data" (the readers' counts), "config", and at the end
+        the run's steps and throughput.
+    """
+    from bertkit.checkpoint import unwrap
+
+    run_dir = Path(run_dir)
+    config, family, tokenizer, metric = data.config, data.family, data.tokenizer, data.metric
+    evaluated = evaluated or (lambda m: m)
+    stream = EpochBatches([*data.train_features, *extra_features], tokenizer.pad_id, config.batch_size, config.seed,
+                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
+                          bucket_window=config.bucket_window)
+    steps_per_epoch = stream.steps_per_epoch
+    train_config = epoch_train_config(config, steps_per_epoch)
+    max_steps = train_config.max_steps
+    history, best = resume_history(run_dir, resume, metric)
+    timing = {"eval_s": 0.0}
+    results: dict[str, Any] = {}
+    shown = list(family.metric_names)
+
+    def write_results(extra: dict[str, Any] | None = None) -> None:
+        results.clear()
+        results.update({
+            **(summary or {}), "labels": family.labels, "metric": metric,
+            "train_examples": len(data.train_examples), "train_features": len(data.train_features),
+            "dev_examples": len(data.dev_examples), "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
+            "epochs": history, "best": best, **({"data": family.stats} if family.stats else {}),
+            "config": config.to_dict(), **(extra or {})})
+        text = json.dumps(results, indent=2, default=float) + "\n"
+        (run_dir / "results.json").write_text(text, encoding="utf-8")
+
+    def evaluate(m) -> dict[str, float]:
+        nonlocal best, history
+        step = stream.steps_done
+        if step % steps_per_epoch and step != max_steps:
+            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
+        started = time.perf_counter()
+        plain = evaluated(unwrap(m))
+        logits = forward_all(plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
+        metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
+        if extra_metrics is not None:
+            more = extra_metrics(output)
+            shown.extend(k for k in more if k not in shown)
+            metrics.update(more)
+        record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
+        history = record_evaluation(run_dir, history, record)
+        if best is None or record[metric] > best[metric] or best["step"] == step:
+            best = record
+            save_best(family, run_dir, data.dev_examples, output, plain, tokenizer)
+        write_results()
+        timing["eval_s"] += time.perf_counter() - started
+        if dist_info.is_main:
+            line = ", ".join(f"{k} {record[k]:.4f}" for k in shown if k in record)
+            print(f"epoch {record['epoch']:g} (step {step}): {line}", flush=True)
+        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+    if dist_info.is_main:
+        import yaml
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        written = {**(resolved or {}), "train_config": dataclasses.asdict(train_config),
+                   "world_size": dist_info.world_size}
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(written, sort_keys=False), encoding="utf-8")
+        if banner is not None:
+            print(banner(max_steps, steps_per_epoch), flush=True)
+
+    train_and_report(model, objective, stream, train_config, run_dir, evaluate, resume, dist_info, device, timing,
+                     write_results)
+    return dict(results)

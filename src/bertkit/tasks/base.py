@@ -1,0 +1,193 @@
+"""The task-family protocol and the registry that maps a fine-tuning kind to the file that implements it.
+
+A task family is everything one kind of task needs between its files on disk and a trained model: reading the
+task's files, turning examples into model inputs (the tokenizer's framing, label alignment), which task model to
+build (the `BertFor...` class name) and with what labels, the loss, the official evaluation, predictions for new
+inputs, and the predictions file. Each family lives in one file of `bertkit.tasks` and registers itself:
+
+    @register("ner")
+    class TaggingFamily(TaskFamily): ...
+
+and `family_for("ner")` imports that file and returns the class. Adding a task is one file plus one line in
+`TASK_MODULES` below. The drivers (`bertkit.finetune`, `bertkit.distill`, through `bertkit.taskrun`) only speak
+this protocol; running the model is theirs, so families see logits as numpy arrays and import no torch at import
+time (the loss imports it when it runs).
+
+The protocol, in the order a fine-tuning run calls it (the `config` is a `bertkit.taskrun.FinetuneConfig`):
+
+    read(path, training)                      examples (the training file first: it fixes the labels)
+    features(examples, tokenizer, training)   model inputs: dicts of token-id lists (see `bertkit.taskrun.collate`)
+    model_kwargs()                            the task model's constructor arguments (labels, regression)
+    objective()                               the trainer task: summed loss of a micro-batch
+    evaluate(examples, features, logits)      (dev metrics, output for write_predictions); logits as
+                                              `bertkit.taskrun.forward_all` returns them, one per feature
+    write_predictions(out_dir, examples, output)   the best epoch's dev predictions in the task's format
+    task_info()                               what `predict` needs later, saved as MODEL/finetune.json
+and for a fine-tuned model directory:
+    restore(info, model)                      labels and settings back from finetune.json and the model
+    prediction_features(inputs, tokenizer)    model inputs for `predict`'s inputs
+    predictions(inputs, features, logits, top_k)   one dict per input
+    evaluate_file(data_path, predictions_path, null_odds_path)   metrics of a predictions file
+
+Tokenizers are used through their common interface only (`bertkit.tokenizers.base`): `encode_batch` for texts
+and pairs, `encode_raw` / `encode_words` with the special ids (`cls_id`, `sep_id`, `pad_id`), `pair_separators`
+and `pair_type_id` where a family frames its own inputs, so every tokenizer kind works in every family.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import DataError
+
+# kind -> the module whose family registers it: the one line a new task adds here.
+TASK_MODULES = {
+    "glue": "bertkit.tasks.glue",
+    "classify": "bertkit.tasks.classify",
+    "ner": "bertkit.tasks.ner",
+    "squad": "bertkit.tasks.squad",
+    "swag": "bertkit.tasks.swag",
+}
+KINDS = tuple(TASK_MODULES)
+
+_REGISTRY: dict[str, type["TaskFamily"]] = {}
+
+
+def register(*kinds: str):
+    """Class decorator: the family handles these kinds (each must be a key of TASK_MODULES)."""
+
+    def decorate(cls: type["TaskFamily"]) -> type["TaskFamily"]:
+        for kind in kinds:
+            if kind not in TASK_MODULES:
+                raise ValueError(f"task kind {kind!r} is not in TASK_MODULES (bertkit/tasks/base.py); add the line "
+                                 f"{kind!r}: {cls.__module__!r} there")
+            _REGISTRY[kind] = cls
+        cls.kinds = tuple(kinds)
+        return cls
+
+    return decorate
+
+
+def family_for(kind: str) -> type["TaskFamily"]:
+    """The family class of a fine-tuning kind (glue, classify, ner, squad, swag), its module imported on demand.
+
+    Raises ValueError naming the known kinds for an unknown one.
+    """
+    if kind not in TASK_MODULES:
+        raise ValueError(f"unknown task kind {kind!r}; choose one of {', '.join(KINDS)}")
+    importlib.import_module(TASK_MODULES[kind])
+    if kind not in _REGISTRY:
+        raise RuntimeError(f"{TASK_MODULES[kind]} registers no family for {kind!r} (@register({kind!r}))")
+    return _REGISTRY[kind]
+
+
+def prediction_kind(kind: str) -> str:
+    """The kind whose family predicts for a model fine-tuned as `kind` (a GLUE model predicts as classify)."""
+    return family_for(kind).predicts_as or kind
+
+
+def kind_of_architectures(architectures: Sequence[str]) -> str | None:
+    """The prediction kind of a model directory from its config.json architectures, in any family's spelling
+    (BertForTokenClassification, RobertaForTokenClassification, ... -> "ner"); None when no family's head is there."""
+    for kind in KINDS:
+        family = family_for(kind)
+        if family.predicts_as is None and any(family.matches_architecture(a) for a in architectures):
+            return kind
+    return None
+
+
+class TaskFamily:
+    """What differs between task families; see the module docstring for the protocol and its order."""
+
+    kinds: tuple[str, ...] = ()  # set by `register`
+    model_class_name = ""  # the bertkit.models class of the task model
+    metric_names: tuple[str, ...] = ()  # what evaluate reports (scalars), any of which may pick the best epoch
+    main_metric = ""  # the default of FinetuneConfig.metric
+    predicts_as: str | None = None  # another kind whose family predicts for this kind's models
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.labels: list[str] | None = None  # class or tag names in id order (None: regression, QA, choice)
+        self.stats: dict[str, Any] = {}  # what the readers counted, reported in results.json
+
+    @classmethod
+    def matches_architecture(cls, name: str) -> bool:
+        """Whether a config.json architecture is this family's task model in any family's spelling."""
+        return name.endswith(cls.model_class_name[len("Bert"):])
+
+    # ---- fine-tuning -----------------------------------------------------------------------------------------
+    def read(self, path, training: bool) -> list:
+        raise NotImplementedError
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def model_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def objective(self):
+        raise NotImplementedError
+
+    def evaluate(self, examples, features, logits: list[np.ndarray]) -> tuple[dict[str, Any], Any]:
+        raise NotImplementedError
+
+    def write_predictions(self, out_dir: Path, examples, output) -> None:
+        raise NotImplementedError
+
+    def task_info(self) -> dict[str, Any]:
+        """What goes into the model directory's finetune.json."""
+        return {"kind": self.config.kind, "task": self.config.task, "max_seq_length": self.config.seq_length}
+
+    # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    def restore(self, info: dict[str, Any], model) -> None:
+        """Take back what prediction needs from finetune.json (`info`) and the loaded task model."""
+
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def predictions(self, inputs: Sequence, features, logits: list[np.ndarray],
+                    top_k: int | None = None) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Small helpers the families share
+# ------------------------------------------------------------------------------------------------------------------
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, computed stably."""
+    x = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def read_prediction_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
+    """(line, prediction) from a file of one prediction per line, or a GLUE submission TSV (`index<TAB>prediction`
+    with a header): then the rows are put in index order and the last column is the prediction."""
+    lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    rows = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    if rows and "\t" in rows[0][1] and rows[0][1].split("\t")[0].strip().lower() in ("index", "id"):
+        indexed = []
+        for number, line in rows[1:]:
+            fields = line.split("\t")
+            try:
+                indexed.append((int(fields[0]), number, fields[-1].strip()))
+            except ValueError:
+                raise DataError.at(path, number, f"index {fields[0]!r} is not an integer") from None
+        return [(number, value) for _, number, value in sorted(indexed)]
+    return [(number, line.strip()) for number, line in rows]
+
+
+def check_count(predictions: Sequence, gold: Sequence, predictions_path, data_path) -> None:
+    """Refuse a predictions file with another number of entries than the data file has examples."""
+    if len(predictions) != len(gold):
+        raise ValueError(f"{predictions_path}: {len(predictions)} predictions for {len(gold)} examples in "
+                         f"{data_path}")

@@ -1,0 +1,394 @@
+"""Sentence (pair) classification and regression on the user's tables: reading, features, loss, metrics, predictions.
+
+`read_table` reads CSV (header row, standard double-quote quoting), TSV (header row, no quoting, as GLUE) and JSONL
+(one object per line) files into `Example(text, pair, label, line)`: one sentence or sentence pair, its label as
+written (a string for classification, a float for regression, None without a label column), and the 1-based line
+it came from so that later errors point back into the file. Columns are looked up by header name (or JSON key).
+Malformed rows (a field count different from the header's, a missing text or label) raise
+`bertkit.errors.DataError` with a message starting `"{path}:{line}: "`; `skip_malformed=True` drops them with one
+warning instead.
+
+`ClassificationFamily` (kind "classify") fine-tunes BertForSequenceClassification on such files, as the BERT paper
+does on GLUE (section 4.1): the pooled first token -> a linear layer, cross-entropy over the training file's labels
+(sorted), or mean squared error with `regression`; accuracy and macro-F1 (Pearson, Spearman, MSE) on dev. GLUE's
+tasks are the same family with fixed labels and GLUE's metrics (`bertkit.tasks.glue`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from bertkit.errors import DataError
+from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax
+
+
+@dataclass(frozen=True)
+class Example:
+    """One sentence (or sentence pair) with its label, as read from a task file."""
+
+    text: str  # sentence A
+    pair: str | None  # sentence B, None for single-sentence tasks
+    label: str | float | None  # class name as written in the file, a float for regression, None if unlabelled
+    line: int  # 1-based line of the row in its file, for error messages
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Row sources: each yields (line, fields) with `line` the 1-based line where the record starts.
+
+
+def delimited_rows(path: str | os.PathLike[str], delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
+    """(line where the row starts, fields) of every non-blank row of a CSV/TSV file (GLUE's readers use it too)."""
+    # newline="" hands line endings to the csv module (required for quoted newlines in CSV, harmless in TSV);
+    # utf-8-sig strips a byte-order mark that would otherwise stick to the first column name.
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        previous_end = 0
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise DataError.at(path, reader.line_num, f"unreadable row: {e}") from e
+            start, previous_end = previous_end + 1, reader.line_num
+            if fields:  # csv gives [] for a blank line
+                yield start, fields
+
+
+def _jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError.at(path, line_no, f"invalid JSON: {e.msg}") from e
+            if not isinstance(record, dict):
+                raise DataError.at(path, line_no, f"expected a JSON object, got {type(record).__name__}")
+            yield line_no, record
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Turning rows into examples.
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where the fields of an example are; indices into a row (TSV/CSV) or keys of a record (JSONL)."""
+
+    text: int | str
+    pair: int | str | None
+    label: int | str | None
+
+
+def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression: bool) -> str | float:
+    if regression:
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise DataError.at(path, line, f"label {raw!r} is not a number")
+        try:
+            return float(raw)
+        except ValueError:
+            raise DataError.at(path, line, f"label {raw!r} is not a number") from None
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        raise DataError.at(path, line, f"label {raw!r} must be a string or an integer")
+    label = str(raw)
+    if label == "":
+        raise DataError.at(path, line, "missing label")
+    if labels is not None and label not in labels:
+        raise DataError.at(path, line, f"unknown label {label!r}; expected one of {list(labels)}")
+    return label
+
+
+def _text_field(path, line: int, record, key, what: str) -> str:
+    value = record.get(key) if isinstance(record, dict) else record[key]
+    if value is None:
+        raise DataError.at(path, line, f"missing {what} field {key!r}")
+    if not isinstance(value, str):
+        raise DataError.at(path, line, f"{what} field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def rows_to_examples(path, rows: Iterator[tuple[int, object]], columns: Columns, width: int | None,
+                     labels: Sequence[str] | None, regression: bool, skip_malformed: bool) -> list[Example]:
+    """Convert rows to examples; `width` is the required field count of a delimited row (None for JSONL)."""
+    examples: list[Example] = []
+    skipped: list[DataError] = []
+    for line, row in rows:
+        try:
+            if width is not None and len(row) != width:
+                raise DataError.at(path, line, f"expected {width} fields, found {len(row)}")
+            text = _text_field(path, line, row, columns.text, "text")
+            pair = None if columns.pair is None else _text_field(path, line, row, columns.pair, "pair")
+            label = None
+            if columns.label is not None:
+                raw = row.get(columns.label) if isinstance(row, dict) else row[columns.label]
+                if raw is None:
+                    raise DataError.at(path, line, f"missing label field {columns.label!r}")
+                label = _parse_label(path, line, raw, labels, regression)
+        except DataError as e:
+            if not skip_malformed:
+                raise
+            skipped.append(e)
+            continue
+        examples.append(Example(text=text, pair=pair, label=label, line=line))
+    if skipped:
+        # Skipping is opt-in and never silent: say how many rows went and where the first one was.
+        warnings.warn(f"skipped {len(skipped)} malformed row(s) of {os.fspath(path)}; first: {skipped[0]}",
+                      stacklevel=3)
+    return examples
+
+
+def header_columns(path, header_line: int, header: list[str], text_column: str, pair_column: str | None,
+                   label_column: str | None, label_optional: bool) -> Columns:
+    """Where the named columns are in `header`; DataError at the header's line for a missing one."""
+    def index(name: str | None, optional: bool = False) -> int | None:
+        if name is None:
+            return None
+        if name in header:
+            return header.index(name)
+        if optional:
+            return None
+        raise DataError.at(path, header_line, f"no column {name!r} in header {header}")
+
+    return Columns(text=index(text_column), pair=index(pair_column),
+                   label=index(label_column, optional=label_optional))
+
+
+def _guess_format(path: str | os.PathLike[str]) -> str:
+    suffix = Path(path).suffix.lower()
+    formats = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
+    if suffix not in formats:
+        raise ValueError(f"cannot tell the format of {os.fspath(path)!r} from its suffix; pass format=")
+    return formats[suffix]
+
+
+def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str | None = None,
+               label_column: str | None = None, format: str | None = None, *,
+               labels: Sequence[str] | None = None, regression: bool = False,
+               skip_malformed: bool = False) -> list[Example]:
+    """Read a user's classification or regression file into examples.
+
+    Args:
+        path: a CSV (header row, standard double-quote quoting), TSV (header row, no quoting, like GLUE) or
+            JSONL (one JSON object per line) file.
+        text_column, pair_column, label_column: header names (CSV/TSV) or keys (JSONL) of sentence A, the
+            optional sentence B, and the optional label. With `label_column=None` every label is None.
+        format: "csv", "tsv" or "jsonl"; by default from the suffix (.csv; .tsv/.txt; .jsonl/.json/.ndjson).
+        labels: the allowed class names; a label outside them raises DataError. None accepts any label.
+        regression: parse labels as floats instead of class names.
+        skip_malformed: drop bad rows with one warning instead of raising on the first.
+    Returns:
+        Examples in file order; classification labels are strings (JSON integers become their decimal string),
+        regression labels floats.
+    Raises:
+        DataError "{path}:{line}: ..." for a missing column, a row of the wrong width, a missing or non-string
+        text, a missing label, an unknown label or a non-numeric regression label.
+    """
+    format = format or _guess_format(path)
+    if format == "jsonl":
+        columns = Columns(text=text_column, pair=pair_column, label=label_column)
+        return rows_to_examples(path, _jsonl_rows(path), columns, None, labels, regression, skip_malformed)
+    if format not in ("csv", "tsv"):
+        raise ValueError(f"unknown format {format!r}; expected 'csv', 'tsv' or 'jsonl'")
+    delimiter, quoting = (",", csv.QUOTE_MINIMAL) if format == "csv" else ("\t", csv.QUOTE_NONE)
+    rows = delimited_rows(path, delimiter, quoting)
+    first = next(rows, None)
+    if first is None:
+        return []
+    header_line, header = first
+    columns = header_columns(path, header_line, header, text_column, pair_column, label_column,
+                             label_optional=False)
+    return rows_to_examples(path, rows, columns, len(header), labels, regression, skip_malformed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loss and the metrics
+
+
+class SequenceClassificationTask:
+    """Trainer task: cross-entropy over labels (or squared error for regression) on the first token's pooled
+    vector; also multiple choice, whose logits are (B, C) scores of the C choices. See `bertkit.trainer`."""
+
+    def __init__(self, name: str = "cls", regression: bool = False) -> None:
+        self.name, self.regression = name, regression
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {f"{self.name}_loss": float(batch["labels"].shape[0])}
+
+    def __call__(self, model, batch):
+        import torch.nn.functional as F  # torch only when a model trains: reading needs none
+
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        labels = batch["labels"]
+        n = logits.new_tensor(float(labels.shape[0]))
+        if self.regression:
+            return {f"{self.name}_loss": (F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum"), n)}
+        return {f"{self.name}_loss": (F.cross_entropy(logits, labels, reduction="sum"), n),
+                f"{self.name}_accuracy": ((logits.argmax(-1) == labels).sum().float(), n)}
+
+
+def classification_metrics(predictions: Sequence, gold: Sequence, regression: bool) -> dict[str, float]:
+    """accuracy and macro-F1 of class ids (or names), or pearson, spearmanr and mse of numbers."""
+    from bertkit.tasks.metrics import accuracy, pearson, spearman
+
+    if regression:
+        p, y = np.asarray(predictions, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+        return {"pearson": pearson(p, y), "spearmanr": spearman(p, y), "mse": float(np.mean((p - y) ** 2))}
+    import sklearn.metrics
+
+    p, y = np.asarray(predictions), np.asarray(gold)
+    classes = sorted(set(y.tolist()) | set(p.tolist()))
+    return {"accuracy": accuracy(p, y),
+            "macro_f1": float(sklearn.metrics.f1_score(y, p, labels=classes, average="macro", zero_division=0.0))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family
+
+
+@register("classify")
+class ClassificationFamily(TaskFamily):
+    """The user's CSV/TSV/JSONL classification or regression files (config: text_column, pair_column,
+    label_column, regression). The labels are the training file's, sorted; the dev file may use no others."""
+
+    model_class_name = "BertForSequenceClassification"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.regression = bool(getattr(config, "regression", False))
+        self.metric_names = ("pearson", "spearmanr", "mse") if self.regression else ("accuracy", "macro_f1")
+        self.main_metric = self.metric_names[0]
+
+    @property
+    def paired(self) -> bool:
+        """Whether an input is a pair of texts."""
+        return self.config.pair_column is not None
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    def _read_labelled(self, path, training: bool) -> list[Example]:
+        c = self.config
+        examples = read_table(path, c.text_column, c.pair_column, c.label_column, regression=self.regression,
+                              labels=None if training else self.labels)
+        if training and not self.regression:
+            self.labels = sorted({e.label for e in examples})
+            if len(self.labels) < 2:
+                raise DataError.at(path, None, f"the training file has {len(self.labels)} distinct label(s) "
+                                               f"{self.labels}; classification needs at least 2")
+        return examples
+
+    def read(self, path, training: bool) -> list[Example]:
+        examples = self._read_labelled(path, training)
+        if examples and examples[0].label is None:
+            raise DataError.at(path, None, "the file has no labels (a test file?); training and dev files need them")
+        if not examples:
+            raise DataError.at(path, None, "no examples")
+        return examples
+
+    def read_texts(self, path) -> list[Example]:
+        """The examples of a file in the task's format with any labels ignored (an unlabelled transfer set)."""
+        c = self.config
+        return read_table(path, c.text_column, c.pair_column, None)
+
+    # ---- features, model, loss -------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None, tokenizer) -> list[dict[str, Any]]:
+        """Model inputs of texts (and pairs), framed by the tokenizer (`[CLS] A [SEP] B [SEP]`, RoBERTa's
+        `<s> A </s></s> B </s>`) and cut longest-first to the sequence length."""
+        encoded = tokenizer.encode_batch(list(texts), None if pairs is None else list(pairs),
+                                         max_length=self.config.seq_length)
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids} for e in encoded]
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        pairs = [e.pair for e in examples] if examples[0].pair is not None else None
+        features = self.encode([e.text for e in examples], pairs, tokenizer)
+        to_id = {name: i for i, name in enumerate(self.labels or [])}
+        for feature, e in zip(features, examples):
+            feature["label"] = float(e.label) if self.regression else to_id[e.label]
+        return features
+
+    def model_kwargs(self) -> dict[str, Any]:
+        if self.regression:
+            return {"num_labels": 1, "regression": True}
+        return {"num_labels": len(self.labels), "labels": list(self.labels)}
+
+    def objective(self):
+        return SequenceClassificationTask("cls", self.regression)
+
+    # ---- evaluation ------------------------------------------------------------------------------------------
+    def metrics(self, logits: np.ndarray, gold: Sequence) -> dict[str, float]:
+        """Dev metrics of (N, num_labels) logits against gold label ids (or numbers)."""
+        return classification_metrics(logits[:, 0] if self.regression else logits.argmax(-1), gold,
+                                      self.regression)
+
+    def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
+        logits = np.stack(logits)
+        return self.metrics(logits, [f["label"] for f in features]), logits
+
+    def write_predictions(self, out_dir: Path, examples, logits) -> None:
+        lines = ([f"{v:.6g}" for v in logits[:, 0]] if self.regression
+                 else [self.labels[i] for i in logits.argmax(-1)])
+        (Path(out_dir) / "dev_predictions.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+    def task_info(self) -> dict[str, Any]:
+        return {**super().task_info(), "regression": self.regression}
+
+    # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    def restore(self, info: dict[str, Any], model) -> None:
+        self.labels, self.regression = list(model.labels), bool(model.regression)
+
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        """inputs: texts, or (text, pair) tuples (all of one kind)."""
+        texts = [x if isinstance(x, str) else x[0] for x in inputs]
+        pairs = [None if isinstance(x, str) else x[1] for x in inputs]
+        if any(p is not None for p in pairs) and any(p is None for p in pairs):
+            raise ValueError("give either every input a pair or none")
+        return self.encode(texts, pairs if pairs[0] is not None else None, tokenizer)
+
+    def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
+        """{"label", "probability", "probabilities": {label: p}} per input (top_k labels), or {"score"}."""
+        logits = np.stack(logits)
+        if self.regression:
+            return [{"score": float(x[0])} for x in logits]
+        out = []
+        for p in softmax(logits):
+            order = np.argsort(-p, kind="stable")[:top_k]
+            out.append({"label": self.labels[order[0]], "probability": float(p[order[0]]),
+                        "probabilities": {self.labels[i]: float(p[i]) for i in order}})
+        return out
+
+    def gold_labels(self, data_path) -> list:
+        """The labels of a data file, for scoring a predictions file against it."""
+        c = self.config
+        return [e.label for e in read_table(data_path, c.text_column, c.pair_column, c.label_column,
+                                            regression=self.regression)]
+
+    def score(self, rows: list[tuple[int, str]], predicted: list, gold: list, predictions_path) -> dict[str, float]:
+        """Metrics of the predictions (labels as written, or numbers) against the gold labels."""
+        return classification_metrics(predicted, gold, self.regression)
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        """Metrics of a file of one prediction per line (or a GLUE submission TSV) against a labelled file."""
+        gold = self.gold_labels(data_path)
+        if gold and gold[0] is None:
+            raise DataError.at(data_path, None, "the data file has no labels")
+        rows = read_prediction_lines(predictions_path)
+        check_count(rows, gold, predictions_path, data_path)
+        if self.regression:
+            predicted = []
+            for number, value in rows:
+                try:
+                    predicted.append(float(value))
+                except ValueError:
+                    raise DataError.at(predictions_path, number, f"prediction {value!r} is not a number") from None
+        else:
+            predicted = [value for _, value in rows]
+        return self.score(rows, predicted, gold, predictions_path)

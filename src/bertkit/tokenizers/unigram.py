@@ -1,0 +1,161 @@
+"""Unigram (SentencePiece-style) tokenisation, T5's vocabulary scheme, on the `tokenizers` engine.
+
+Training runs the engine's UnigramTrainer on text prepared the way T5's tokenizer.json prepares it:
+
+    NFKC (SentencePiece's nmt_nfkc, less its table) -> every run of whitespace -> one space -> strip
+    -> Metaspace: each space becomes "▁" and starts a new word, and "▁" is put before the text (prepend "always")
+    -> Unigram: the most likely split into pieces under the learned piece log-probabilities
+
+The vocabulary is T5's: `<pad>`=0, `</s>`=1, `<unk>`=2, the learned pieces, and `extra_ids` sentinel tokens at
+the end counted down (`<extra_id_0>` is the last id, `<extra_id_1>` the one before, as T5 numbers them). The
+framing is T5's, `A </s>` and `A </s> B </s>`, one token type, no leading token (so `cls_id` is None) and no mask
+token (`mask_id` is None: T5 corrupts spans with the sentinels).
+
+It is saved as a transformers `tokenizer.json` + `tokenizer_config.json` (+ `special_tokens_map.json`) that
+`transformers.AutoTokenizer` reads with the same ids. Reading back, and reading any other Unigram tokenizer.json
+(ALBERT's, T5's, XLNet's, with their own post-processors), is `JsonTokenizer`'s: the file decides everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertkit.tokenizers.base import checked_texts
+from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, load_backend, read_configs
+
+SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in T5
+DEFAULT_EXTRA_IDS = 100
+SPACE = "▁"  # U+2581, SentencePiece's visible space
+_SENTINEL = re.compile(r"<extra_id_(\d+)>")
+
+
+def sentinel_token(n: int) -> str:
+    """The n-th sentinel's string, `<extra_id_n>`."""
+    return f"<extra_id_{n}>"
+
+
+def t5_normalizer() -> normalizers.Normalizer:
+    """NFKC, then any run of whitespace (tabs, newlines, exotic spaces) as one space, stripped at both ends."""
+    return normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
+
+
+class UnigramTokenizer(JsonTokenizer):
+    """A Unigram tokenizer: trained here with T5's scheme (`train`), or read from any Unigram tokenizer.json.
+
+    `sentinel_ids[n]` is the id of `<extra_id_n>` (empty when the vocabulary has none).
+    """
+
+    kind = "unigram"  # as `load_tokenizer` and shard manifests name it
+
+    def __init__(self, backend: Tokenizer, config: dict | None = None, source: str = TOKENIZER_FILE):
+        model = json.loads(backend.to_str()).get("model") or {}
+        if model.get("type", "Unigram") != "Unigram":
+            raise ValueError(f"{source}: a unigram tokenizer needs a Unigram model, this one is {model.get('type')}")
+        super().__init__(backend, config, source)
+        numbered = {int(m.group(1)): i for t, i in self._vocab.items() if (m := _SENTINEL.fullmatch(t))}
+        # Only an unbroken run <extra_id_0> .. <extra_id_{n-1}> counts as sentinels.
+        count = 0
+        while count in numbered:
+            count += 1
+        self.sentinel_ids = [numbered[n] for n in range(count)]
+
+    @property
+    def extra_ids(self) -> int:
+        """How many sentinel tokens (`<extra_id_N>`) the vocabulary has."""
+        return len(self.sentinel_ids)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
+        """Read a Unigram `tokenizer.json` (a directory holding it, or the file) with the configs beside it."""
+        path = Path(directory)
+        file = path if path.is_file() else path / TOKENIZER_FILE
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no {TOKENIZER_FILE}")
+        config = read_configs(file.parent) if file.name == TOKENIZER_FILE else {}
+        return cls(load_backend(file), config, source=str(file))
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 32100, *, extra_ids: int = DEFAULT_EXTRA_IDS,
+              max_piece_length: int = 16, shrinking_factor: float = 0.75,
+              show_progress: bool = True) -> "UnigramTokenizer":
+        """Learn a Unigram vocabulary of at most `vocab_size` ids from an iterable of strings, T5's way.
+
+        vocab_size: the whole vocabulary, the 3 special tokens and the `extra_ids` sentinels included (T5's 32,100
+            = 32,000 pieces + 100 sentinels); a small corpus may give fewer pieces.
+        extra_ids: how many sentinels `<extra_id_0>` .. `<extra_id_{n-1}>` to put at the end (0 for none).
+        texts: any iterable of strings (read lazily, once); to train from corpus files pass
+            `bertkit.data.corpus.iter_lines(paths)`. Blank strings are skipped; ValueError when nothing is left.
+        """
+        if extra_ids < 0:
+            raise ValueError(f"extra_ids must be >= 0, got {extra_ids}")
+        pieces = vocab_size - extra_ids
+        if pieces < len(SPECIAL_TOKENS) + 2:
+            raise ValueError(f"vocab_size {vocab_size} is too small: the special tokens and {extra_ids} extra ids "
+                             f"leave {max(pieces - len(SPECIAL_TOKENS), 0)} pieces")
+        engine = Tokenizer(models.Unigram())
+        engine.normalizer = t5_normalizer()
+        engine.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=pieces, special_tokens=list(SPECIAL_TOKENS), unk_token="<unk>",
+                                          max_piece_length=max_piece_length, shrinking_factor=shrinking_factor,
+                                          show_progress=show_progress)
+        seen = 0
+
+        def counted(stream: Iterable[str]) -> Iterator[str]:
+            nonlocal seen
+            for text in checked_texts(stream):
+                seen += 1
+                yield text
+
+        try:
+            engine.train_from_iterator(counted(texts), trainer=trainer)
+        except Exception as err:
+            if type(err) is not Exception:  # the texts' own errors (a corpus file's line, a wrong type) as they are
+                raise
+            raise ValueError(f"vocab_size {vocab_size} is too small for this text: {pieces} pieces (after "
+                             f"{extra_ids} extra ids) cannot hold its characters ({err})") from None
+        if seen == 0:
+            raise ValueError("the texts given have no text to train on")
+        learned = [(piece, float(score)) for piece, score in json.loads(engine.to_str())["model"]["vocab"]]
+        if [p for p, _ in learned[:len(SPECIAL_TOKENS)]] != list(SPECIAL_TOKENS):
+            raise RuntimeError(f"the trainer did not put {SPECIAL_TOKENS} first")  # an engine change, not input
+        sentinels = [sentinel_token(n) for n in reversed(range(extra_ids))]  # <extra_id_0> last
+        backend = build_t5_backend(learned + [(s, 0.0) for s in sentinels])
+        # The engine reads scores back from JSON a last digit off; going through the file's text once makes this
+        # tokenizer the one every reader of the saved file (transformers included) gets, bit for bit.
+        return cls(Tokenizer.from_str(backend.to_str()), t5_config(extra_ids), source="trained vocabulary")
+
+    def __repr__(self) -> str:
+        return f"UnigramTokenizer(vocab_size={self.vocab_size}, extra_ids={self.extra_ids})"
+
+
+def build_t5_backend(vocab: list[tuple[str, float]]) -> Tokenizer:
+    """T5's tokenizer.json pipeline around a Unigram vocabulary [(piece, log-probability)] that starts with
+    `<pad> </s> <unk>`: normaliser, Metaspace, framing `A </s>` / `A </s> B </s>`, and every special token
+    (sentinels included) matched whole in text and skipped by decoding."""
+    engine = Tokenizer(models.Unigram(vocab, unk_id=SPECIAL_TOKENS.index("<unk>"), byte_fallback=False))
+    engine.normalizer = t5_normalizer()
+    engine.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always")
+    engine.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="always")
+    specials = [*SPECIAL_TOKENS, *(p for p, _ in vocab if _SENTINEL.fullmatch(p))]
+    engine.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    eos = SPECIAL_TOKENS.index("</s>")
+    engine.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                          special_tokens=[("</s>", eos)])
+    return engine
+
+
+def t5_config(extra_ids: int) -> dict:
+    """tokenizer_config.json for a T5-style tokenizer.json.
+
+    The class is `PreTrainedTokenizerFast`, which runs the file as it stands: transformers' `T5Tokenizer` would
+    rebuild the pipeline from the vocabulary alone and drop this normaliser.
+    """
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "unk_token": "<unk>",
+            "pad_token": "<pad>", "additional_special_tokens": [sentinel_token(n) for n in range(extra_ids)],
+            "model_max_length": 512, "clean_up_tokenization_spaces": False}

@@ -1,0 +1,107 @@
+"""One writer per run or data directory: a second writer is refused at once with one line naming the directory
+and the holder's pid; a SIGKILLed holder leaves no stale lock; the ranks of one job are one writer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reliability_helpers import (bertkit_command, losses, make_prepared, one_error_line, pretrain_argv, run_bertkit,
+                                 subprocess_env)
+
+from bertkit.io import LOCK_NAME, DirectoryLockedError, lock_directory, lock_holder
+
+HOLD = "import sys, time; from bertkit.io import lock_directory\nwith lock_directory(sys.argv[1]):\n" \
+       "    print('held', flush=True); time.sleep(120)\n"
+TRY = "import sys; from bertkit.io import lock_directory\nwith lock_directory(sys.argv[1]): print('acquired')\n"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return make_prepared(tmp_path_factory.mktemp("locking"))
+
+
+def _holder(directory: Path) -> subprocess.Popen:
+    """A process that holds `directory`'s lock until killed (returns once it holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True,
+                            env=subprocess_env())
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_process_is_refused_naming_the_directory_and_the_pid(tmp_path):
+    with lock_directory(tmp_path / "run") as held:
+        assert held == tmp_path / "run" and (held / LOCK_NAME).read_text().split()[0] == str(os.getpid())
+        with lock_directory(tmp_path / "run"):  # re-entrant within the process
+            pass
+        assert lock_holder(held) == os.getpid()
+        other = subprocess.run([sys.executable, "-c", TRY, str(held)], capture_output=True, text=True,
+                               env=subprocess_env())
+        assert other.returncode != 0 and "acquired" not in other.stdout
+        last = other.stderr.strip().splitlines()[-1]
+        assert last == (f"bertkit.io.DirectoryLockedError: {held} is in use by another bertkit process "
+                        f"(pid {os.getpid()}); one writer per directory: wait for it to end, stop it, or choose "
+                        f"another output")
+    assert not (held / LOCK_NAME).exists() and lock_holder(held) is None  # released and removed on exit
+    assert not held.exists()  # the lock created the directory and nothing was written: nothing is left
+
+
+def test_a_sigkilled_holder_leaves_no_stale_lock(tmp_path):
+    directory = tmp_path / "run"
+    proc = _holder(directory)
+    with pytest.raises(DirectoryLockedError) as err:
+        with lock_directory(directory):
+            pass
+    assert err.value.pid == proc.pid and f"pid {proc.pid}" in str(err.value)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (directory / LOCK_NAME).exists()  # the file stays; the lock on it went with the process
+    assert lock_holder(directory) is None
+    with lock_directory(directory):
+        assert lock_holder(directory) == os.getpid()
+
+
+def test_two_pretrain_runs_on_one_directory(data_dir, tmp_path):
+    """The second `bertkit pretrain --out SAME` exits 2 with one line naming the directory and the first run's
+    pid, and leaves the first run's files alone; the first run, SIGKILLed, leaves no lock."""
+    run = tmp_path / "run"
+    first = subprocess.Popen(bertkit_command(*pretrain_argv(data_dir, run, max_steps=100000, save_every=2,
+                                                            log_every=1)),
+                             env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (run / "checkpoints" / "step-00000002.pt").exists():
+            assert first.poll() is None and time.time() < deadline, "the first run ended before the test"
+            time.sleep(0.05)
+        second = run_bertkit(*pretrain_argv(data_dir, run, max_steps=5, save_every=1, log_every=1))
+        assert second.returncode == 2
+        line = one_error_line(second.stderr)
+        assert line.startswith(f"bertkit: error: {run} is in use by another bertkit process (pid {first.pid})")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    steps = sorted(losses(run))
+    assert steps == list(range(1, len(steps) + 1))  # one writer: every step once, in order
+    # The SIGKILLed run's lock went with it (tests/test_pretrain.py resumes such a run through the command line).
+    assert (run / LOCK_NAME).exists() and lock_holder(run) is None
+
+
+def test_prepare_refuses_a_locked_data_directory(tmp_path, data_dir):
+    out = tmp_path / "data"
+    proc = _holder(out)
+    try:
+        result = run_bertkit("prepare", "--corpus", str(data_dir.parent / "corpus.txt"), "--tokenizer",
+                             str(data_dir.parent / "tok"), "--out", str(out), "--quiet")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert result.returncode == 2
+    assert one_error_line(result.stderr) == (f"bertkit: error: {out} is in use by another bertkit process (pid "
+                                             f"{proc.pid}); one writer per directory: wait for it to end, stop it, "
+                                             f"or choose another output")
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing of the refused run was written

@@ -1,0 +1,157 @@
+"""bertkit.trainer: the learning-rate schedule at exact steps, accumulation against one big batch, a loss that
+falls, and resuming from the resume state (model, optimizer, data position and RNG) to the same result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from bertkit.checkpoint import latest_checkpoint, load_checkpoint
+from bertkit.trainer import TrainConfig, learning_rate, param_groups, train
+
+
+def config(**overrides) -> TrainConfig:
+    fields = dict(max_steps=4, learning_rate=0.1, warmup_steps=0, warmup_ratio=0.0, weight_decay=0.0,
+                  max_grad_norm=0.0, log_every=1, save_every=1000, device="cpu", precision="fp32", progress=False)
+    fields.update(overrides)
+    return TrainConfig(**fields)
+
+
+# ---- schedule --------------------------------------------------------------------------------------------------
+def test_warmup_steps_then_linear_decay_at_exact_steps():
+    c = config(max_steps=10, warmup_steps=2, learning_rate=1.0)
+    # Warm-up counts the step being taken: 1/2, 2/2; then (1 - step/10) / (1 - 2/10).
+    expected = [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    assert [learning_rate(c, step, 0.0) for step in range(10)] == pytest.approx(expected, abs=1e-12)
+
+
+def test_warmup_ratio_and_the_time_budget():
+    c = config(max_steps=8, warmup_ratio=0.25, learning_rate=2.0)
+    # progress 0 and 1/8 are inside the first quarter: (step + 1) / 8 of it; then (1 - step/8) / (3/4).
+    expected = [1.0, 2.0, 2.0, 2.0 * 5 / 6, 2.0 * 4 / 6, 2.0 * 3 / 6, 2.0 * 2 / 6, 2.0 * 1 / 6]
+    assert [learning_rate(c, step, 0.0) for step in range(8)] == pytest.approx(expected, abs=1e-12)
+    timed = config(max_steps=1000, max_time=100.0, learning_rate=1.0)
+    # A time budget decays on whichever is further along, steps or seconds.
+    assert learning_rate(timed, 0, 50.0) == pytest.approx(0.5, abs=1e-12)
+    assert learning_rate(timed, 900, 50.0) == pytest.approx(0.1, abs=1e-12)
+    assert learning_rate(timed, 0, 100.0) == 0.0
+
+
+def test_no_weight_decay_on_biases_and_layernorm():
+    model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 1, bias=False))
+    decay, no_decay = param_groups(model, 0.01)
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == {id(model[0].weight), id(model[2].weight)}
+    assert {id(p) for p in no_decay["params"]} == {id(model[0].bias), id(model[1].weight), id(model[1].bias)}
+
+
+# ---- a tiny regression task ------------------------------------------------------------------------------------
+class Regression:
+    """Summed squared error of a linear model; optional dropout so that the RNG matters."""
+
+    def counts(self, batch):
+        return {"mse_loss": float(batch["y"].numel())}
+
+    def __call__(self, model, batch):
+        error = model(batch["x"]).squeeze(-1) - batch["y"]
+        return {"mse_loss": (error.pow(2).sum(), torch.tensor(float(error.numel())))}
+
+
+def regression_batches(rows: list[int], seed: int = 0) -> list[dict]:
+    """Micro-batches of (x, y = x . w_true + 1) with the given row counts; "_state" is the position after each."""
+    g = torch.Generator().manual_seed(seed)
+    w_true = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    out = []
+    for i, n in enumerate(rows):
+        x = torch.randn(n, 4, generator=g)
+        out.append({"x": x, "y": x @ w_true + 1.0, "attention_mask": torch.ones(n, 1), "_state": i + 1})
+    return out
+
+
+class Stream:
+    """A resumable list of micro-batches: `load_state_dict(position)` seeks to it."""
+
+    def __init__(self, batches: list[dict]) -> None:
+        self.batches, self.start = batches, 0
+
+    def load_state_dict(self, position: int) -> None:
+        self.start = position
+
+    def __iter__(self):
+        return iter(self.batches[self.start:])
+
+
+def linear(seed: int = 0, dropout: float = 0.0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Dropout(dropout), nn.Linear(4, 1))
+
+
+def test_accumulation_gives_the_update_of_one_big_batch(tmp_path):
+    # A large epsilon makes AdamW's first step lr * g / (|g| + eps), one-to-one in the gradient g (Adam's usual
+    # step is nearly sign(g), blind to a gradient off by a factor).
+    overrides = dict(max_steps=1, learning_rate=10.0, adam_epsilon=10.0)
+    big = regression_batches([8])
+    split = [{"x": big[0]["x"][:3], "y": big[0]["y"][:3], "attention_mask": torch.ones(3, 1)},
+             {"x": big[0]["x"][3:], "y": big[0]["y"][3:], "attention_mask": torch.ones(5, 1)}]
+    one = linear()
+    train(one, Regression(), big, config(**overrides), tmp_path / "one")
+    accumulated = linear()
+    train(accumulated, Regression(), split, config(grad_accumulation=2, **overrides), tmp_path / "acc")
+    for a, b in zip(one.parameters(), accumulated.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    # The same update by hand: the mean squared error's gradient over all 8 rows, through AdamW's first step.
+    reference = linear()
+    loss = (reference(big[0]["x"]).squeeze(-1) - big[0]["y"]).pow(2).mean()
+    loss.backward()
+    for p, trained in zip(reference.parameters(), one.parameters()):
+        expected = p.detach() - 10.0 * p.grad / (p.grad.abs() + 10.0)
+        torch.testing.assert_close(trained.detach(), expected, atol=1e-6, rtol=0)
+    records = [json.loads(line) for line in (tmp_path / "acc" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["mse_loss"] == pytest.approx(float(loss.detach()), rel=1e-6) and records[0]["tokens"] == 8
+
+
+def test_loss_falls_on_a_tiny_task(tmp_path):
+    model = linear()
+    result = train(model, Regression(), regression_batches([16] * 60), config(max_steps=60, learning_rate=0.3),
+                   tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 61))
+    assert records[-1]["loss"] < 0.05 * records[0]["loss"]
+    assert result.step == 60 and result.stopped_by == "max_steps" and result.tokens == 60 * 16
+
+
+def test_stops_at_the_end_of_the_data_and_on_tokens(tmp_path):
+    result = train(linear(), Regression(), regression_batches([4] * 3), config(max_steps=10), tmp_path / "a")
+    assert (result.step, result.stopped_by) == (3, "end_of_data")
+    result = train(linear(), Regression(), regression_batches([4] * 9), config(max_steps=10, max_tokens=10),
+                   tmp_path / "b")
+    assert (result.step, result.tokens, result.stopped_by) == (3, 12, "max_tokens")
+
+
+# ---- resume ----------------------------------------------------------------------------------------------------
+def test_resume_repeats_the_uninterrupted_run(tmp_path):
+    """Stopped after 3 of 6 steps and resumed: the same weights and losses as one run (dropout draws included)."""
+    batches = regression_batches([5] * 12)
+    c = config(max_steps=6, grad_accumulation=2, save_every=3, learning_rate=0.05, warmup_steps=2)
+    whole = linear(dropout=0.3)
+    torch.manual_seed(7)
+    train(whole, Regression(), Stream(batches), c, tmp_path / "whole")
+
+    first = linear(dropout=0.3)
+    torch.manual_seed(7)
+    half = train(first, Regression(), Stream(batches[:6]), c, tmp_path / "half")  # the data runs out at step 3
+    assert (half.step, half.stopped_by) == (3, "end_of_data")
+    state = load_checkpoint(latest_checkpoint(tmp_path / "half"))
+    assert (state["step"], state["data"], len(state["rng"])) == (3, 6, 1)
+    torch.manual_seed(99)  # whatever the process did since, the resumed run restores the saved RNG states
+    second = linear(seed=123, dropout=0.3)  # and the weights come from the checkpoint
+    result = train(second, Regression(), Stream(batches), c, tmp_path / "half", resume=True)
+    assert result.step == 6
+    for a, b in zip(whole.parameters(), second.parameters()):
+        assert torch.equal(a, b)
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+              for run in ("whole", "half")]
+    assert len(losses[0]) == 6 and losses[0] == losses[1]
