@@ -63,3 +63,13 @@ def minilm_dir() -> Path:
         pytest.skip(f"{path} has no model.safetensors")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and far faster than on two when the cores are busy elsewhere; a
+    module asks for it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -35,12 +35,7 @@ TINY_MODEL = ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attentio
 FINETUNE = ["--epochs", "1", "--batch-size", "8", "--max-seq-length", "40", "--learning-rate", "3e-3", "--quiet"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest
 
 
 def corpus_text(seed: int) -> str:

@@ -16,13 +16,7 @@ from bertkit.features import combine_layers, extract_features, read_features, wr
 TEXTS = ["the quick brown fox jumps over the lazy dog .", "a dog", "", "pack my box with five dozen jugs !"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (and far faster than on two when the cores are busy elsewhere)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest
 
 
 @pytest.fixture(scope="module")

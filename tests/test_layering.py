@@ -26,7 +26,7 @@ FLOORS: dict[str, int] = {
     "trainer": 3, "objectives": 3, "tasks": 3,
     "taskrun": 4, "features": 4,
     "pretrain": 5, "finetune": 5, "distill": 5, "inference": 5, "serve": 5, "export": 5,
-    "pipeline": 6, "plots": 6,
+    "pipeline": 6, "plots": 6, "report": 6,
     "cli": 7,
 }
 DRIVERS = ("trainer", "pretrain", "finetune", "distill", "pipeline", "cli")

@@ -206,13 +206,15 @@ MODERNBERT_ENCODER_KEYS: dict[str, str] = {
     **_linear("layers.{}.mlp.Wo", "layers.{}.ffn.down"),
     **_linear("final_norm", "norm"),
 }
+# Question answering is transformers' ModernBertForQuestionAnswering: the classifiers' names, two outputs.
+_MODERNBERT_CLASSIFIER = {**_linear("head.dense", "head.dense"), **_linear("head.norm", "head.norm"),
+                          **_linear("classifier", "classifier")}
 FORMATS["modernbert"] = Format(
     "model.", MODERNBERT_ENCODER_KEYS,
     {"mlm": {**_linear("head.dense", "mlm.dense"), **_linear("head.norm", "mlm.norm"), "decoder.bias": "mlm.bias"},
-     "classifier": {**_linear("head.dense", "head.dense"), **_linear("head.norm", "head.norm"),
-                    **_linear("classifier", "classifier")}},
+     "classifier": _MODERNBERT_CLASSIFIER, "qa": _MODERNBERT_CLASSIFIER},
     ("decoder.weight",), "ModernBert", label="ModernBERT", config_class=ModernBertConfig, pooler=False,
-    fresh={"classifier": ("classifier.",)})
+    fresh={"classifier": ("classifier.",), "qa": ("classifier.",)})
 
 
 # T5 (transformers' T5ForConditionalGeneration, T5EncoderModel): an encoder-decoder with its own config class and

@@ -96,7 +96,8 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
 def cmd_generate(args: argparse.Namespace) -> None:
     from bertkit.inference import generate
 
-    for item in generate(args.model, args.text, args.max_new_tokens, args.temperature, args.top_k, args.seed):
+    for item in generate(args.model, args.text, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                         num_beams=args.num_beams, length_penalty=args.length_penalty):
         print(json.dumps(item, ensure_ascii=False) if args.json else f"{item['prompt']} -> {item['continuation']}")
 
 
@@ -168,8 +169,16 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
 def cmd_init(args: argparse.Namespace) -> None:
     from bertkit.pretrain import init_model_dir
 
-    path = init_model_dir(args.out, args.tokenizer, preset=args.preset, seed=args.seed)
-    print(f"wrote a randomly initialised {args.preset} BERT to {path}")
+    path = init_model_dir(args.out, args.tokenizer, preset=args.preset, seed=args.seed, model_type=args.model_type)
+    name = {"bert": "BERT", "modernbert": "ModernBERT", "t5": "T5"}[args.model_type]
+    print(f"wrote a randomly initialised {args.preset} {name} to {path}")
+
+
+def cmd_extend_context(args: argparse.Namespace) -> None:
+    from bertkit.pretrain import extend_context
+
+    print(json.dumps(extend_context(args.model, args.max_position_embeddings, args.out, method=args.method,
+                                    global_rope_theta=args.global_rope_theta)))
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
@@ -183,7 +192,9 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     from bertkit.pipeline import run_pipeline
 
     run_pipeline(args.out, corpus=args.corpus, minutes=args.minutes, preset=args.preset,
-                 vocab_size=args.vocab_size, probes=args.probe, seed=args.seed)
+                 vocab_size=args.vocab_size, probes=args.probe, seed=args.seed, task_train=args.task_train,
+                 task_dev=args.task_dev, text_column=args.text_column, pair_column=args.pair_column,
+                 label_column=args.label_column, precision=args.precision)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -279,29 +290,110 @@ def cmd_predict(args: argparse.Namespace) -> None:
             print(json.dumps(result, ensure_ascii=False, default=float))
         elif args.kind == "classify":
             shown = result.get("label", result.get("score"))
+            if shown is None:  # a text-to-text model wrote no label (or no number): show what it wrote
+                shown = f"(unrecognised: {result.get('text')!r})"
             extra = f" ({result['probability']:.3f})" if "probability" in result else ""
             print(f"{shown}{extra}")
         elif args.kind == "ner":
             print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
         elif args.kind == "squad":
-            print(f"{result['answer'] or '(no answer)'} ({result['score']:.3f})")
+            score = f" ({result['score']:.3f})" if result.get("score") is not None else ""  # T5: generated
+            print(f"{result['answer'] or '(no answer)'}{score}")
         else:
             print(f"{result['choice']}: {result['text']} ({max(result['probabilities']):.3f})")
 
 
 def cmd_features(args: argparse.Namespace) -> None:
     from bertkit.features import extract_features, write_features
+    from bertkit.io import lock_directory
 
     try:
         layers = [int(x) for x in args.layers.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
     texts = Path(args.input).read_text(encoding="utf-8").splitlines()
-    features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
-                                        batch_size=args.batch_size, max_seq_length=args.max_seq_length)
-    written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
+    out = Path(args.out)
+    # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
+    with lock_directory(out.parent, name=f".{out.name}.lock"):
+        features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
+                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+        written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
     print(json.dumps({"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# serve / export
+# ------------------------------------------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> None:
+    from bertkit.serve import ServeConfig, serve
+    from bertkit.serve.app import config_fields
+
+    config = ServeConfig(**{name: getattr(args, name) for name, *_ in config_fields()
+                            if getattr(args, name, None) is not None})
+    serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
+          config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
+          device=args.device, threads=args.threads, log_level=args.log_level)
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from bertkit.export import export_onnx
+
+    print(json.dumps(export_onnx(args.model, args.out, kind=args.task, opset=args.opset, check=not args.no_check)))
+
+
+def add_serve_parsers(verbs) -> None:
+    """`bertkit serve` and `bertkit export onnx`."""
+    from bertkit.export import OPSET
+    from bertkit.serve.app import config_fields
+    from bertkit.serve.engine import POOLINGS, SERVED_KINDS
+
+    srv = verbs.add_parser("serve", help="serve a model directory over HTTP, batching concurrent requests",
+                           description="Serve a model directory's task (its head's: classify, ner, squad, swag; "
+                                       "fill-mask for a pretraining checkpoint; else embeddings) on an ASGI server "
+                                       "(Starlette + uvicorn): POST /v1/predict takes {\"inputs\": [...]} whose "
+                                       "items are the JSON Lines objects `bertkit predict --input` reads and answers "
+                                       "what `bertkit predict --json` prints for each; concurrent requests share "
+                                       "forward passes of at most --max-batch-tokens real tokens. A web page at /, "
+                                       "the OpenAPI schema at /docs, /healthz, /metrics (Prometheus). SIGTERM "
+                                       "finishes the requests in flight, then stops.")
+    srv.add_argument("--model", required=True, help="model directory")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    srv.add_argument("--task", choices=SERVED_KINDS, help="what to serve (default: from the directory's head)")
+    srv.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                     help="torch (bertkit's unpadded path, default) or onnx (a graph from `bertkit export onnx`)")
+    srv.add_argument("--onnx", help="the ONNX file for --backend onnx (default MODEL/model.onnx)")
+    srv.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned; longer inputs "
+                                                        "are truncated and flagged \"truncated\": true)")
+    srv.add_argument("--top-k", type=int, help="labels (classify), n-best answers (squad) or candidates (fill-mask) "
+                                               "per input, unless a request says (default: all labels, 5, 5)")
+    srv.add_argument("--pooling", choices=POOLINGS, default="mean",
+                     help="embeddings: mean of the token vectors (default), cls, or none (every token's vector)")
+    srv.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    srv.add_argument("--threads", type=int, help="threads of a forward pass (default: torch's / onnxruntime's)")
+    srv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                     help="uvicorn's log level (default info)")
+    group = srv.add_argument_group("batching and limits (ServeConfig)")
+    for name, kind, default, text in config_fields():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                           metavar="X" if kind is float else "N", help=f"{text} (default {default})")
+    srv.set_defaults(func=cmd_serve)
+
+    export = verbs.add_parser("export", help="export a model directory (ONNX)",
+                              description="Write a model directory's served head in another format.")
+    formats = export.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    onnx = formats.add_parser("onnx", help="ONNX graph with dynamic batch and sequence axes",
+                              description="Write the ONNX graph (opset 18 by default) of the model directory's head "
+                                          "(as `bertkit serve` would serve it, or --task) with dynamic batch and "
+                                          "sequence axes, then check onnxruntime against bertkit (within 1e-4) on "
+                                          "rows of different lengths. `bertkit serve --backend onnx` runs it.")
+    onnx.add_argument("--model", required=True, help="model directory")
+    onnx.add_argument("--out", required=True, help="the .onnx file to write")
+    onnx.add_argument("--task", choices=SERVED_KINDS, help="which head (default: the directory's)")
+    onnx.add_argument("--opset", type=int, default=OPSET, help=f"ONNX opset (default {OPSET})")
+    onnx.add_argument("--no-check", action="store_true", help="skip the onnxruntime check")
+    onnx.set_defaults(func=cmd_export_onnx)
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -538,14 +630,20 @@ def build_parser() -> argparse.ArgumentParser:
     fill.add_argument("text", nargs="+", help='text containing [MASK], e.g. "paris is the [MASK] of france"')
     fill.set_defaults(func=cmd_fill_mask)
 
-    gen = verbs.add_parser("generate", help="continue texts with a causal (GPT-style) model",
-                           description="Continue each TEXT with a model pretrained with --objective causal: greedy "
-                                       "by default, sampled with --temperature > 0.")
-    gen.add_argument("--model", required=True, help="causal model directory")
+    gen = verbs.add_parser("generate", help="continue texts with a causal model, or answer them with T5",
+                           description="Continue each TEXT with a model pretrained with --objective causal, or "
+                                       "write the output of an encoder-decoder (T5) for it (e.g. \"translate "
+                                       "English to German: ...\", or a text with <extra_id_0> sentinels): greedy "
+                                       "by default, sampled with --temperature > 0, beam search (T5) with "
+                                       "--num-beams > 1.")
+    gen.add_argument("--model", required=True, help="causal or T5 model directory")
     gen.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add at most (default 20)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     gen.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     gen.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    gen.add_argument("--num-beams", type=int, default=1, help="T5: beam search with this many beams (default 1)")
+    gen.add_argument("--length-penalty", type=float, default=1.0,
+                     help="T5 beam search: hypotheses ranked by log-probability / length ** this (default 1.0)")
     gen.add_argument("--json", action="store_true", help="one JSON object per text")
     gen.add_argument("text", nargs="+", help="prompt text")
     gen.set_defaults(func=cmd_generate)
@@ -586,7 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
     pre.add_argument("--config", help="recipe: a YAML file or a built-in name (default: mini)")
     pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
-    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra or causal")
+    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra, causal or t5 (span "
+                                         "corruption; a T5 encoder-decoder, Unigram shards with sentinels)")
     pre.add_argument("--max-steps", type=int, help="optimizer steps")
     pre.add_argument("--max-time", type=float, help="stop after this many seconds")
     pre.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
@@ -601,11 +700,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "checked at open and each shard's token files just before its first use)")
     pre.set_defaults(func=cmd_pretrain, takes_extra=True)
 
-    pipe = verbs.add_parser("pipeline", help="everything: corpus -> vocabulary -> shards -> pretraining -> report",
-                            description="Train a vocabulary, prepare shards, pretrain a small BERT for a bounded "
-                                        "time and report masked-token accuracy, fill-mask examples and plots. "
-                                        "Without --corpus, a corpus is assembled from the docstrings of the "
-                                        "Python sources installed on this machine.")
+    pipe = verbs.add_parser("pipeline", help="everything: corpus -> vocabulary -> shards -> pretraining -> "
+                                             "fine-tuning -> evaluation -> report",
+                            description="Train a vocabulary, prepare shards, pretrain a small BERT, fine-tune it and "
+                                        "the same model from random initialisation on a labelled task, measure "
+                                        "fill-mask accuracy on held-out text, and write OUT/report.html, all within "
+                                        "--minutes. Without --corpus, a corpus is assembled from the docstrings of "
+                                        "the Python sources installed on this machine; without --task-train/"
+                                        "--task-dev, the task is built in (which standard-library package a "
+                                        "documentation sentence comes from).")
     pipe.add_argument("--corpus", nargs="+", help="your corpus: files, directories or globs (text, JSON Lines, .gz)")
     pipe.add_argument("--out", default="runs/pipeline", help="output directory (default runs/pipeline)")
     pipe.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
@@ -613,19 +716,53 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.add_argument("--vocab-size", type=int, default=8192, help="WordPiece vocabulary size (default 8192)")
     pipe.add_argument("--probe", action="append", help="a fill-mask sentence with [MASK] (repeatable)")
     pipe.add_argument("--seed", type=int, default=0, help="seed")
+    pipe.add_argument("--task-train", help="your labelled training file for the fine-tuning stage (CSV, TSV or "
+                                           "JSONL with named columns, as `bertkit finetune classify` reads)")
+    pipe.add_argument("--task-dev", help="your labelled dev file (same format)")
+    pipe.add_argument("--text-column", default="text", help="task files: column (key) of the text (default text)")
+    pipe.add_argument("--pair-column", help="task files: column (key) of a second text, for sentence pairs")
+    pipe.add_argument("--label-column", default="label", help="task files: column (key) of the label (default label)")
+    pipe.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"],
+                      help="auto (default): bf16 autocast where the CPU has native bf16 instructions (AVX512-BF16 "
+                           "or AMX), fp32 on other CPUs; bf16 on GPUs that support it")
     pipe.set_defaults(func=cmd_pipeline)
 
     init = verbs.add_parser("init", help="write a randomly initialised model directory",
-                            description="Write a BertForPreTraining with BERT's initialisation and the given "
-                                        "tokenizer (a from-scratch baseline, or a start for pretraining).")
+                            description="Write a BertForPreTraining with BERT's initialisation (--model-type "
+                                        "modernbert: a ModernBertForMaskedLM with ModernBERT's) and the given "
+                                        "tokenizer (a from-scratch baseline, a start for pretraining, a student).")
     init.add_argument("--tokenizer", required=True,
                       help="tokenizer or model directory (any kind: vocab.txt, vocab.json + merges.txt, "
                            "tokenizer.json), or a vocab file")
-    init.add_argument("--preset", default="mini", choices=list(__import__("bertkit.config").config.PRESETS),
-                      help="model size (default mini)")
+    init.add_argument("--model-type", choices=["bert", "modernbert", "t5"], default="bert",
+                      help="architecture (default bert; t5: a T5ForConditionalGeneration, T5's initialisation)")
+    config_module = __import__("bertkit.config").config
+    init.add_argument("--preset", default="mini",
+                      choices=list(dict.fromkeys([*config_module.PRESETS, *config_module.MODERNBERT_PRESETS])),
+                      help="model size (default mini; modernbert and t5: tiny, mini, small, base, large)")
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
     init.add_argument("--out", required=True, help="model directory to write")
     init.set_defaults(func=cmd_init)
+
+    ext = verbs.add_parser("extend-context", help="make a model directory take longer inputs",
+                           description="Write MODEL as a directory that takes inputs of N tokens, for continued "
+                                       "pretraining at that length (bertkit pretrain --init-from OUT "
+                                       "--max-seq-length N). BERT family: the learned position table grows to N "
+                                       "rows, by copying the learned rows one after another (the first rows stay "
+                                       "as they are; Longformer's way) or by linear interpolation (the learned "
+                                       "table stretched over N positions); every other tensor, head and tokenizer "
+                                       "file is kept. ModernBERT (rotary positions): config.json only, and "
+                                       "--global-rope-theta.")
+    ext.add_argument("--model", required=True, help="model directory to extend")
+    ext.add_argument("--max-position-embeddings", type=int, required=True, metavar="N",
+                     help="the longest input the new directory takes, in tokens")
+    ext.add_argument("--method", choices=["copy", "interpolate"], default="copy",
+                     help="how the position table grows: copy (default) or interpolate")
+    ext.add_argument("--global-rope-theta", type=float,
+                     help="ModernBERT: the global layers' rotary base in the new directory (the paper: 160000 for "
+                          "8192 tokens)")
+    ext.add_argument("--out", required=True, help="new model directory (must not exist or be empty)")
+    ext.set_defaults(func=cmd_extend_context)
 
     plot = verbs.add_parser("plot", help="draw a run's training curves as PNG",
                             description="Write PNG curves (loss, accuracy, learning rate, throughput, eval) of a run.")
@@ -706,6 +843,7 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
     feat.set_defaults(func=cmd_features)
     add_distill_parser(verbs)
+    add_serve_parsers(verbs)
     return parser
 
 
@@ -722,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bertkit: interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError, TypeError, KeyError, ArithmeticError) as err:  # a diverged loss included
+    except (OSError, ValueError, TypeError, KeyError, ArithmeticError, ImportError) as err:  # a diverged loss too
         if os.environ.get("BERTKIT_DEBUG"):
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err

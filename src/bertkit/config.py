@@ -127,8 +127,42 @@ def field_with_help(default: Any, help: str) -> Any:
 _f = field_with_help
 
 
+class ConfigFile:
+    """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`."""
+
+    def json_dict(self) -> dict[str, Any]:
+        """The keys config.json gets (a config whose `to_dict` leaves some out adds them here)."""
+        return self.to_dict()
+
+    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
+                     extra: dict[str, Any] | None = None) -> None:
+        """Write `config.json` in transformers' form (its extra keys included so its loaders are at home).
+
+        extra: further transformers keys a task model needs (id2label, label2id, problem_type).
+        """
+        data = self.json_dict()
+        if architectures:
+            data["architectures"] = architectures
+        data.update(extra or {})
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike):
+        """Read a config.json (ValueError naming the file when it is not a JSON object)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such config file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config must be a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ConfigFile):
     """Hyper-parameters of a BERT-family encoder; names and defaults are those of BERT-base in transformers."""
 
     vocab_size: int = _f(30522, 'rows of the word-embedding matrix (and of the MLM output layer)')
@@ -338,31 +372,9 @@ class BertConfig:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from None
 
-    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
-                     extra: dict[str, Any] | None = None) -> None:
-        """Write `config.json` in transformers' form (its extra keys included so its loaders are at home).
-
-        extra: further transformers keys a task model needs (id2label, label2id, problem_type).
-        """
-        data = self.to_dict()
-        data.update(model_type=self.model_type, **self.family.written)
-        if architectures:
-            data["architectures"] = architectures
-        data.update(extra or {})
-        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such config file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config must be a JSON object")
-        return cls.from_dict(data, source=str(path))
+    def json_dict(self) -> dict[str, Any]:
+        """config.json's keys: the fields under transformers' names, the family's model_type and constant keys."""
+        return {**self.to_dict(), "model_type": self.model_type, **self.family.written}
 
 
 # name -> (layers L, hidden H); heads A = H/64 and intermediate 4H follow the BERT papers.
@@ -392,7 +404,7 @@ _ROPE_KINDS = {"full_attention": "global_rope_theta", "sliding_attention": "loca
 
 
 @dataclass(frozen=True)
-class ModernBertConfig:
+class ModernBertConfig(ConfigFile):
     """Hyper-parameters of a ModernBERT encoder; names and defaults are those of ModernBERT-base in transformers.
 
     Layer i attends globally when i % global_attn_every_n_layers == 0 and otherwise within a sliding window of
@@ -437,6 +449,9 @@ class ModernBertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"ModernBertConfig.{name} must be a positive integer, got {value!r}")
+        check_finite(self, ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                            "local_rope_theta", "attention_dropout", "embedding_dropout", "mlp_dropout",
+                            "classifier_dropout"))  # NaN and infinities pass the range checks below
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"ModernBertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
                              f"hidden_size ({self.hidden_size})")
@@ -556,28 +571,6 @@ class ModernBertConfig:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from None
 
-    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
-                     extra: dict[str, Any] | None = None) -> None:
-        """Write `config.json` in transformers' form; extra: further keys a task model needs (id2label, ...)."""
-        data = self.to_dict()
-        if architectures:
-            data["architectures"] = architectures
-        data.update(extra or {})
-        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "ModernBertConfig":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such config file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config must be a JSON object")
-        return cls.from_dict(data, source=str(path))
-
 
 def _every_n(layer_types: Any, stated: Any, num_layers: Any, source: str) -> Any:
     """transformers' `layer_types` list -> global_attn_every_n_layers (the stated value when it agrees); a pattern
@@ -611,7 +604,7 @@ _T5_IGNORED_KEYS = (_IGNORED_KEYS - {"eos_token_id", "tie_word_embeddings", "dec
 
 
 @dataclass(frozen=True)
-class T5Config:
+class T5Config(ConfigFile):
     """Hyper-parameters of a T5 encoder-decoder; names and defaults are those of transformers' T5Config (t5-small).
 
     T5 1.0 is feed_forward_proj "relu" with the output projection tied to the shared embeddings (and the decoder
@@ -643,6 +636,7 @@ class T5Config:
     decoder_start_token_id: int = _f(0, 'the decoder\'s first input token (T5: the padding id)')
 
     def __post_init__(self) -> None:
+        check_finite(self, ("dropout_rate", "layer_norm_epsilon", "initializer_factor"))  # NaN passes range checks
         for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
                      "relative_attention_num_buckets", "relative_attention_max_distance"):
             value = getattr(self, name)
@@ -710,6 +704,18 @@ class T5Config:
         """Whether the decoder output is scaled by d_model**-0.5 before the output projection."""
         return self.tie_word_embeddings if self.scale_decoder_outputs is None else self.scale_decoder_outputs
 
+    # ---- construction --------------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "T5Config":
+        """A size preset of T5_PRESETS (tiny, mini, small, base, large) with fields over it; `model_type="t5"` may
+        be among them (a recipe's model section names its architecture so)."""
+        if overrides.pop("model_type", "t5") != "t5":
+            raise ValueError("T5Config.preset builds model_type 't5' only")
+        if name not in T5_PRESETS:
+            raise ValueError(f"unknown T5 size preset {name!r}; choose one of {', '.join(T5_PRESETS)}")
+        layers, d_model, heads, d_ff = T5_PRESETS[name]
+        return cls(**{"num_layers": layers, "d_model": d_model, "num_heads": heads, "d_ff": d_ff, **overrides})
+
     # ---- JSON io -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The config as transformers' T5Config takes it (and writes it: dense_act_fn and is_gated_act too).
@@ -761,28 +767,6 @@ class T5Config:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from None
 
-    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
-                     extra: dict[str, Any] | None = None) -> None:
-        """Write `config.json` in transformers' form; extra: further keys a model needs."""
-        data = self.to_dict()
-        if architectures:
-            data["architectures"] = architectures
-        data.update(extra or {})
-        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "T5Config":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such config file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config must be a JSON object")
-        return cls.from_dict(data, source=str(path))
-
 
 # name -> (layers L, hidden H, heads A, intermediate I). base and large are the released ModernBERT shapes (deep and
 # narrow: 64-wide heads, a GeGLU of 1.5H for base); the small ones keep base's proportions for CPU runs.
@@ -797,11 +781,24 @@ MODERNBERT_PRESETS: dict[str, tuple[int, int, int, int]] = {
 
 # Architectures other than the BERT family: model_type -> (config class, its size presets). Every other model_type
 # (None included) is BertConfig's, with PRESETS.
-ARCHITECTURES: dict[str, tuple[type, dict[str, tuple]]] = {"modernbert": (ModernBertConfig, MODERNBERT_PRESETS)}
+# name -> (layers per stack, d_model, heads, d_ff), heads of d_kv 64. small, base and large are the T5 paper's sizes
+# (t5-small, t5-base, t5-large); tiny and mini keep their proportions for CPU runs.
+T5_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (6, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
+ARCHITECTURES: dict[str, tuple[type, dict[str, tuple]]] = {
+    "modernbert": (ModernBertConfig, MODERNBERT_PRESETS), "t5": (T5Config, T5_PRESETS)}
 
 
 def config_class_for(model_type: str | None) -> type:
-    """The config dataclass of a `model_type`: ModernBertConfig for "modernbert", BertConfig for the BERT family."""
+    """The config dataclass of a `model_type`: ModernBertConfig for "modernbert", T5Config for "t5", BertConfig for
+    the BERT family."""
     return ARCHITECTURES[model_type][0] if model_type in ARCHITECTURES else BertConfig
 
 

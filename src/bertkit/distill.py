@@ -53,10 +53,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import PRESETS, BertConfig, field_with_help
+from bertkit.config import PRESETS, BertConfig, field_with_help, presets_for
 from bertkit.errors import DataError
-from bertkit.models import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
-                              BertForTokenClassification)
+from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
+                            model_class)
 
 TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
@@ -183,18 +183,22 @@ def layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple
 def model_outputs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   token_type_ids: torch.Tensor, predict_at: torch.Tensor | None = None,
                   hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-    """(logits, hidden states or None) of a bertkit model.
+    """(logits, hidden states or None) of a bertkit model, of any architecture with these heads.
 
-    MLM models (BertForPreTraining, BertForMaskedLM): the sparse path, logits (N, V) at the `predict_at` positions
-    only. Task models: their forward's logits, (B, C) or (B, T, C). hidden=True adds the L + 1 hidden states
-    (B, T, H) (embeddings, then every layer); task models' forward has no switch for them, so the encoder runs
-    on its own and the head is applied as the model's forward applies it (a test checks they agree).
+    MLM models (BertForPreTraining, BertForMaskedLM, ModernBertForMaskedLM): the sparse path, logits (N, V) at the
+    `predict_at` positions only. Task models: their forward's logits, (B, C) or (B, T, C). hidden=True adds the
+    L + 1 hidden states (B, T, H) (embeddings, then every layer); task models' forward has no switch for them, so
+    the encoder runs on its own and the head is applied as the model's forward applies it (ModernBERT's task
+    models: their `scores`; a test checks they agree).
     """
-    if isinstance(model, BertForPreTraining):
+    if getattr(model, "head_family", None) in ("mlm", "pretraining"):
         out = model(input_ids, attention_mask, token_type_ids, output_hidden_states=hidden, predict_at=predict_at)
         return out.prediction_logits, out.hidden_states
     if not hidden:
         return model(input_ids, attention_mask, token_type_ids).logits, None
+    if hasattr(model, "scores"):  # ModernBERT: the encoder's output in its own layout, then the head
+        encoded = model.encoder.encode(input_ids, attention_mask, output_hidden_states=True)
+        return model.scores(encoded, attention_mask), encoded.hidden_states
     out = model.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
     if isinstance(model, BertForSequenceClassification):
         logits = model.classifier(model.dropout(out.pooler_output))  # (B, C)
@@ -410,10 +414,12 @@ def copy_teacher_layers(student: nn.Module, teacher: nn.Module, layers: list[int
 
     Raises ValueError naming the tensor and both shapes when a shape differs, or a layer the teacher lacks.
     """
-    available = teacher.config.num_layer_weights
-    if len(layers) != student.config.num_layer_weights:
+    # ALBERT shares weights between layers: its sets of layer weights are what can be copied.
+    available = getattr(teacher.config, "num_layer_weights", teacher.config.num_hidden_layers)
+    wanted = getattr(student.config, "num_layer_weights", student.config.num_hidden_layers)
+    if len(layers) != wanted:
         raise ValueError(f"{len(layers)} teacher layers ({','.join(map(str, layers))}) for a student with "
-                         f"{student.config.num_layer_weights} layers")
+                         f"{wanted} layers")
     bad = [i for i in layers if not 0 <= i < available]
     if bad:
         raise ValueError(f"the teacher has layers 0..{available - 1}; cannot initialise the student from layer "
@@ -437,10 +443,36 @@ def copy_teacher_layers(student: nn.Module, teacher: nn.Module, layers: list[int
     student.load_state_dict(state, strict=False)
 
 
-def student_config(teacher_config: BertConfig, preset: str | None = None, layers: list[int] | None = None,
-                   dropout: float | None = None, **overrides: Any) -> BertConfig:
+def student_config(teacher_config, preset: str | None = None, layers: list[int] | None = None,
+                   dropout: float | None = None, **overrides: Any):
     """The teacher's config (vocabulary, positions, family, activation) at the size of `preset` and/or with
-    len(layers) layers; A = H/64 heads and 4H intermediate for a preset, as `BertConfig.preset`."""
+    len(layers) layers; A = H/64 heads and 4H intermediate for a BERT preset, as `BertConfig.preset`; a ModernBERT
+    teacher's student takes MODERNBERT_PRESETS' shapes (its rotary, window and attention pattern stay the
+    teacher's). overrides: config fields of the student (a `model_type` among them must be the teacher's)."""
+    from bertkit.taskrun import with_dropout
+
+    model_type = overrides.pop("model_type", teacher_config.model_type)
+    if model_type != teacher_config.model_type:
+        raise ValueError(f"the recipe's model section is a {model_type!r} model but the teacher is a "
+                         f"{teacher_config.model_type!r} one; a student of another architecture is a model directory "
+                         f"of its own: write one (bertkit init --model-type {model_type} --tokenizer TEACHER_DIR) and "
+                         f"give it as --student")
+    if not isinstance(teacher_config, BertConfig):
+        presets = presets_for(teacher_config.model_type)
+        if not hasattr(teacher_config, "num_hidden_layers"):
+            raise ValueError(f"distillation builds students of the BERT family and ModernBERT, not of model_type "
+                             f"{teacher_config.model_type!r}")
+        fields = {}
+        if preset is not None:
+            if preset not in presets:
+                raise ValueError(f"unknown student preset {preset!r} for a {teacher_config.model_type} teacher; "
+                                 f"choose one of {', '.join(presets)}")
+            L, H, A, intermediate = presets[preset]
+            fields.update(num_hidden_layers=L, hidden_size=H, num_attention_heads=A, intermediate_size=intermediate)
+        if layers is not None:
+            fields["num_hidden_layers"] = len(layers)
+        config = dataclasses.replace(teacher_config, **fields, **overrides)
+        return with_dropout(config, dropout) if dropout is not None else config
     fields: dict[str, Any] = {}
     if preset is not None:
         L, H = PRESETS[preset]
@@ -460,6 +492,12 @@ def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: d
     from bertkit.checkpoint import read_config
     from bertkit.taskrun import load_task_model
 
+    # The student directory may hold another architecture than the teacher (a ModernBERT student of a BERT teacher,
+    # say): the class for the same use, of the student's architecture.
+    # (ModernBertForMaskedLM is ModernBERT's "pretraining" and "mlm" model alike: MLM distillation means "mlm".)
+    roles = [r for row in ROLE_CLASSES.values() for r, c in row.items() if c is cls]
+    if roles:
+        cls = model_class(student_dir, "mlm" if "mlm" in roles else roles[0])
     # An MLM student may start from an encoder-only directory: its MLM head then starts fresh.
     architectures = read_config(student_dir).get("architectures") or []
     new_heads = cls.requires_pretrained_heads and not any(a.endswith(("ForMaskedLM", "ForPreTraining"))
@@ -473,7 +511,8 @@ def build_student(cls, teacher: nn.Module, config: DistillConfig, student_dir: s
     """The student, a `cls` (the teacher's class): from `student_dir`, or from the teacher's config resized by
     config.student_preset / student_layers_from_teacher (fresh BERT initialisation from the current torch seed,
     then the chosen teacher layers copied in). With a directory the vocabularies are checked against
-    `teacher_dir`'s. overrides: BertConfig fields of a student built from the teacher's config.
+    `teacher_dir`'s, and the student is that directory's architecture (the teacher's or another, its class for the
+    same use). overrides: config fields of a student built from the teacher's config.
     """
     layers = config.teacher_layers
     if student_dir is not None:
@@ -501,17 +540,16 @@ def build_student(cls, teacher: nn.Module, config: DistillConfig, student_dir: s
 
 
 def _model_class_of(model_dir: Path):
-    """The bertkit class that matches a model directory's architecture (the bare encoder when none does)."""
-    import bertkit.models as modeling
+    """The bertkit class that matches a model directory's architecture (the bare encoder when none does), of its
+    family: BertForSequenceClassification, ModernBertForSequenceClassification, ..."""
     from bertkit.checkpoint import read_config
 
     for arch in read_config(model_dir).get("architectures") or []:
-        for suffix, name in (("ForSequenceClassification", "BertForSequenceClassification"),
-                             ("ForTokenClassification", "BertForTokenClassification"),
-                             ("ForMaskedLM", "BertForMaskedLM"), ("ForPreTraining", "BertForPreTraining")):
+        for suffix, role in (("ForSequenceClassification", "sequence"), ("ForTokenClassification", "token"),
+                             ("ForMaskedLM", "mlm"), ("ForPreTraining", "pretraining")):
             if arch.endswith(suffix):
-                return getattr(modeling, name)
-    return modeling.BertModel
+                return model_class(model_dir, role)
+    return model_class(model_dir, "encoder")
 
 
 def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, layers: str | None = None,
@@ -542,8 +580,8 @@ def _load_teacher(cls, teacher_dir: Path, what: str):
     if not (teacher_dir / "config.json").is_file():
         raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
     architectures = read_config(teacher_dir).get("architectures") or []
-    needs = {"BertForSequenceClassification": "ForSequenceClassification",
-             "BertForTokenClassification": "ForTokenClassification"}.get(cls.__name__)
+    needs = next((s for s in ("ForSequenceClassification", "ForTokenClassification") if cls.__name__.endswith(s)),
+                 None)
     if needs and not any(a.endswith(needs) for a in architectures):
         raise ValueError(f"{teacher_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
                          f"fine-tuned {cls.__name__}; fine-tune the teacher for {what} first (bertkit finetune)")
@@ -568,6 +606,16 @@ def _check_positions(model: nn.Module, length: int, who: str, directory) -> None
 def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run_dir: str | os.PathLike,
                 config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
                 resume: bool = False, eval_at_start: bool = True):
+    """`_distill_mlm` with run_dir locked by rank 0 (`bertkit.io.lock_directory`: a second writer fails at once)."""
+    from bertkit.io import writer_lock
+
+    with writer_lock(run_dir, int(os.environ.get("RANK", "0")) == 0):
+        return _distill_mlm(teacher_dir, data_dir, run_dir, config, distill, student_dir, resume, eval_at_start)
+
+
+def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run_dir: str | os.PathLike,
+                 config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
+                 resume: bool = False, eval_at_start: bool = True):
     """Distil the MLM teacher in `teacher_dir` into a student on `bertkit prepare` shards.
 
     config: a `bertkit.pretrain.PretrainConfig` (data: objective for the instances, batch, length, masking;
@@ -601,10 +649,11 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
     if load_tokenizer(teacher_dir).vocab_hash() != corpus.manifest.vocab_hash:
         raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
                          f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
-    teacher = BertForMaskedLM.from_pretrained(teacher_dir).eval().to(device)
+    mlm_class = model_class(teacher_dir, "mlm")  # BertForMaskedLM, ModernBertForMaskedLM, ...
+    teacher = mlm_class.from_pretrained(teacher_dir).eval().to(device)
     _check_positions(teacher, d.max_seq_length, "teacher", teacher_dir)
     seed_everything(config.train.seed)
-    student = build_student(BertForMaskedLM, teacher, distill, student_dir, teacher_dir, overrides=dict(config.model))
+    student = build_student(mlm_class, teacher, distill, student_dir, teacher_dir, overrides=dict(config.model))
     _check_positions(student, d.max_seq_length, "student", student_dir or "its config")
     pairs = _pairs_for(distill, student, teacher)
     model = DistillationStudent(student, pairs, teacher.config.hidden_size)
@@ -726,7 +775,9 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     Returns:
         The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
     """
-    from bertkit.taskrun import forward_all, load_task_data, model_class, run_task
+    from bertkit.io import writer_lock
+    from bertkit.taskrun import forward_all, load_task_data, run_task
+    from bertkit.taskrun import model_class as task_model_class
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in TASK_KINDS:
@@ -737,7 +788,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
-    cls = model_class(family)
+    cls = task_model_class(family, teacher_dir)
     teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
     _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
     regression = getattr(family, "regression", False)
@@ -788,7 +839,8 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
                 f"layers) on {len(data.train_features):,} labelled + {len(transfer):,} transfer inputs: "
                 f"{max_steps} steps of {config.batch_size}, on {device}")
 
-    return run_task(data, model, task, run_dir, dist_info=dist_info, device=device, resume=resume,
-                    stop_after_steps=stop_after_steps, extra_features=transfer, evaluated=lambda m: m.student,
-                    extra_metrics=agreement if teacher_top is not None else None,
-                    summary=summary, resolved=resolved, banner=banner)
+    with writer_lock(run_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
+        return run_task(data, model, task, run_dir, dist_info=dist_info, device=device, resume=resume,
+                        stop_after_steps=stop_after_steps, extra_features=transfer, evaluated=lambda m: m.student,
+                        extra_metrics=agreement if teacher_top is not None else None,
+                        summary=summary, resolved=resolved, banner=banner)

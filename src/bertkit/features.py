@@ -68,8 +68,9 @@ def combine_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int],
 def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-1, -2, -3, -4),
                      combine: str = "concat", batch_size: int = 32, max_seq_length: int = 512,
                      tokenizer=None, device: str = "cpu") -> tuple[list[np.ndarray], list[list[str]]]:
-    """Per-token features of every text, framed by its tokenizer (`[CLS] text [SEP]`, RoBERTa's `<s> text </s>`),
-    truncated to max_seq_length.
+    """Per-token features of every text, framed by its tokenizer (`[CLS] text [SEP]`, RoBERTa's `<s> text </s>`,
+    T5's `text </s>`), truncated to max_seq_length. A T5 directory gives its encoder's hidden states (embeddings,
+    then every layer, the last after the final norm, as transformers' T5EncoderModel gives them).
 
     Args:
         model_dir: a model directory (with its tokenizer, of any kind `bertkit.tokenizers.load_tokenizer` reads), or
@@ -95,7 +96,8 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model.to(device).eval()
-    T = min(max_seq_length, model.config.max_length)
+    T = min(max_seq_length, getattr(model.config, "max_length", max_seq_length))  # T5: relative positions, no limit
+    seq2seq = getattr(model.config, "model_type", None) == "t5"  # T5's encoder takes no token types
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     features: list[np.ndarray | None] = [None] * len(encoded)
@@ -107,7 +109,10 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         for row, i in enumerate(chosen):
             ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
             mask[row, :len(encoded[i])] = 1
-        out = model(ids.to(device), mask.to(device), torch.zeros_like(ids).to(device), output_hidden_states=True)
+        if seq2seq:
+            out = model(ids.to(device), mask.to(device), output_hidden_states=True)
+        else:
+            out = model(ids.to(device), mask.to(device), torch.zeros_like(ids).to(device), output_hidden_states=True)
         combined = combine_layers(out.hidden_states, layers, combine).float().cpu().numpy()
         for row, i in enumerate(chosen):
             features[i] = combined[row, :len(encoded[i])]

@@ -14,6 +14,14 @@ its loss, and evaluates with the official metric:
     squad     SquadFamily (tasks/squad.py)    BertForQuestionAnswering           F1 (v1.1), best_f1 (v2.0)
     swag      SwagFamily (tasks/swag.py)      BertForMultipleChoice              accuracy
 
+The model column is the BERT family's class (RoBERTa, ALBERT, ... directories included); another architecture's
+directory gets its own class for the family's role (`TaskFamily.model_role`: ModernBertForSequenceClassification,
+...), and a kind the architecture has no model for is refused naming both.
+
+A T5 model directory (an encoder-decoder) is fine-tuned for glue, classify and squad as text to text instead
+(`bertkit.tasks.text2text.Text2TextFamily`: the answer written as words, scored from greedy generations with the
+same official metrics); `predict` on it generates too.
+
 The run itself is `bertkit.taskrun.run_task`, which distillation shares: every epoch the model is evaluated on
 the dev file; the best epoch's model is written to OUT/model (a model directory with the tokenizer it was trained
 with, loadable by transformers), its dev predictions beside it (OUT/predictions.json and null_odds.json for SQuAD,
@@ -28,20 +36,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bertkit.taskrun import (TASK_FILE, EpochBatches, FinetuneConfig, collate, config_fields, forward_all,
-                             load_model_tokenizer, load_task_data, load_task_model, model_class, read_task_info,
-                             run_task)
+                             load_model_tokenizer, load_task_data, load_task_model, model_class, model_outputs,
+                             read_task_info, run_task)
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
 from bertkit.tasks.ner import split_words, tags_to_spans
 
 # Names that lived here before the task run moved to bertkit.taskrun and the families to bertkit.tasks.
 __all__ = ["KINDS", "TASK_FILE", "EpochBatches", "FinetuneConfig", "collate", "config_fields", "evaluate_predictions",
-           "finetune", "forward_all", "load_task_model", "predict", "read_task_info", "split_words", "tags_to_spans"]
+           "finetune", "forward_all", "load_predictor", "load_task_model", "predict", "read_task_info", "split_words",
+           "tags_to_spans"]
 
 
 def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike, dev_path: str | os.PathLike,
@@ -65,6 +75,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         The content of results.json: {"epochs": [{"epoch", "step", metrics...}], "best": {...},
         "train_examples_per_s", "config", ...}.
     """
+    from bertkit.io import writer_lock
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in KINDS:
@@ -75,8 +86,8 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
 
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
-    model = load_task_model(model_class(family), model_dir, new_heads=new_heads, dropout=config.dropout,
-                            **family.model_kwargs())
+    cls = model_class(family, model_dir)  # the architecture's task model: BertFor..., ModernBertFor...
+    model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
@@ -91,8 +102,10 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                "dev": str(dev_path)}
     resolved = {"kind": kind, "model_dir": str(model_dir), "train": str(train_path), "dev": str(dev_path),
                 "finetune": config.to_dict(), "model_config": model.config.to_dict()}
-    return run_task(data, model, family.objective(), out_dir, dist_info=dist_info, device=device, resume=resume,
-                    stop_after_steps=stop_after_steps, summary=summary, resolved=resolved, banner=banner)
+    with writer_lock(out_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
+        return run_task(data, model, family.objective(), out_dir, dist_info=dist_info, device=device,
+                        resume=resume, stop_after_steps=stop_after_steps, summary=summary, resolved=resolved,
+                        banner=banner)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -133,9 +146,49 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
             "end_logit", "nbest"}; "" is the no-answer of a SQuAD 2.0 model (its dev-chosen null threshold).
         swag: (context, [choices]) tuples -> {"choice", "text", "probabilities"}.
     """
+    predictor = load_predictor(model_dir, kind, max_seq_length=max_seq_length, batch_size=batch_size, device=device)
+    inputs = list(inputs)
+    if not inputs:
+        return []
+    family = predictor.family()
+    features = family.prediction_features(inputs, predictor.tokenizer)
+    logits = model_outputs(family, predictor.model, features, predictor.tokenizer.pad_id, batch_size)
+    return family.predictions(inputs, features, logits, top_k=top_k)
+
+
+@dataclass
+class Predictor:
+    """A fine-tuned model directory loaded for prediction: what `predict` and the server (`bertkit.serve`) share.
+
+    `family()` is a fresh family object restored from the directory; families keep per-call state between
+    `prediction_features` and `predictions`, so every independent call takes its own.
+    """
+
+    kind: str  # the prediction kind (classify, ner, squad, swag)
+    model: Any  # the task model, in eval mode, on its device
+    tokenizer: Any  # the directory's tokenizer, of whatever kind
+    config: FinetuneConfig  # kind, max_seq_length and the SQuAD settings the model was fine-tuned with
+    info: dict[str, Any]  # the directory's finetune.json
+    family_class: type
+
+    def family(self):
+        family = self.family_class(self.config)
+        family.restore(self.info, self.model)
+        return family
+
+
+def load_predictor(model_dir: str | os.PathLike, kind: str | None = None, *, max_seq_length: int | None = None,
+                   batch_size: int = 32, device: str = "cpu") -> Predictor:
+    """Load a fine-tuned model directory for prediction (see `predict` for the kinds; None: from config.json).
+
+    max_seq_length: tokens per input, default as fine-tuned (finetune.json), never more than the model's positions.
+    Raises ValueError when the directory holds no head of the kind (a pretraining checkpoint, another task's).
+    """
     from bertkit.checkpoint import read_config
 
     model_dir = Path(model_dir)
+    if (model_dir / "config.json").is_file() and read_config(model_dir).get("model_type") == "t5":
+        return _text_to_text_predictor(model_dir, kind, max_seq_length, batch_size, device)
     kind = _kind_of(model_dir, kind)
     family_class = family_for(kind)
     info = read_task_info(model_dir)
@@ -144,22 +197,42 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
     if not any(family_class.matches_architecture(a) for a in architectures):  # a missing head would start fresh
         raise ValueError(f"{model_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
                          f"{family_class.model_class_name}; fine-tune it for {kind} first (bertkit finetune {kind})")
-    import bertkit.models as modeling
-
-    model = getattr(modeling, family_class.model_class_name).from_pretrained(model_dir).to(device).eval()
+    model = model_class(family_class, model_dir).from_pretrained(model_dir).to(device).eval()
     length = min(max_seq_length or info.get("max_seq_length") or FinetuneConfig(kind=kind).seq_length,
                  model.config.max_length)
     config = FinetuneConfig(kind=kind, max_seq_length=length, eval_batch_size=batch_size,
                             **{k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length",
                                                     "n_best_size") if k in info})
-    family = family_class(config)
-    family.restore(info, model)
-    inputs = list(inputs)
-    if not inputs:
-        return []
-    features = family.prediction_features(inputs, tokenizer)
-    logits = forward_all(model, features, tokenizer.pad_id, batch_size)
-    return family.predictions(inputs, features, logits, top_k=top_k)
+    return Predictor(kind, model, tokenizer, config, info, family_class)
+
+
+def _text_to_text_predictor(model_dir: Path, kind: str | None, max_seq_length: int | None, batch_size: int,
+                            device: str) -> Predictor:
+    """`load_predictor` for a T5 directory fine-tuned as text to text: the kind, the GLUE task, the columns and
+    lengths it was fine-tuned with come from its finetune.json; it predicts as that kind (a GLUE model as
+    classify), greedily."""
+    from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
+
+    if kind is not None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
+        text_to_text_family(kind, "t5", "predict")
+    info = read_task_info(model_dir)
+    if not info.get("text_to_text"):
+        raise ValueError(f"{model_dir} holds a t5 model that was not fine-tuned for a task (no text-to-text "
+                         f"finetune.json); fine-tune it first (bertkit finetune glue|classify|squad), or write "
+                         f"free text with bertkit generate --model {model_dir}")
+    trained = info["kind"]
+    if kind is not None and prediction_kind(kind) != prediction_kind(trained):
+        raise ValueError(f"{model_dir} was fine-tuned for {trained}: it predicts as {prediction_kind(trained)}, "
+                         f"not {kind}")
+    config = FinetuneConfig(kind=trained, task=info.get("task"), eval_batch_size=batch_size,
+                            max_seq_length=max_seq_length or info.get("max_seq_length"),
+                            max_target_length=info.get("max_target_length"),
+                            regression=bool(info.get("regression", False)),
+                            **{k: info[k] for k in ("text_column", "pair_column") if info.get(k) is not None})
+    model = model_class(Text2TextFamily, model_dir).from_pretrained(model_dir).to(device).eval()
+    return Predictor(prediction_kind(trained), model, load_model_tokenizer(model_dir), config, info, Text2TextFamily)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     """
     if not isinstance(model, torch.nn.Module):
         directory = Path(model)
+        if _model_type(directory) == "t5":
+            raise ValueError(f"bertkit fill-mask: {directory} holds a t5 model (model_type t5), which has no "
+                             f"masked-LM head; T5 fills spans marked by its sentinels: bertkit generate --model "
+                             f"{directory} \"text with <extra_id_0> in it\"")
         tokenizer = tokenizer or load_tokenizer(directory)
         model = model_class(directory, "pretraining").from_pretrained(directory)  # ModernBERT: its MLM model
     if tokenizer is None:
@@ -44,22 +48,38 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
              for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]
 
 
-def generate(model: str | os.PathLike, prompts: list[str], max_new_tokens: int = 20, temperature: float = 0.0,
-             top_k: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """Continue each prompt with a causal model directory (`--objective causal`): greedy at temperature 0, else
-    sampled (top-k when given) with `seed`. Returns one {prompt, continuation, ids} per prompt.
+def _model_type(directory: Path) -> str | None:
+    """config.json's model_type (None without one, or without the file: the loaders then say what is missing)."""
+    return read_config(directory).get("model_type") if (directory / CONFIG_NAME).is_file() else None
 
-    The prompt is encoded as in training ([CLS]/<s> first) without its closing separator; generation stops at the
-    separator (the end of a document) or after max_new_tokens.
+
+def generate(model: str | os.PathLike, prompts: list[str], max_new_tokens: int = 20, temperature: float = 0.0,
+             top_k: int | None = None, seed: int = 0, num_beams: int = 1,
+             length_penalty: float = 1.0) -> list[dict[str, Any]]:
+    """Continue each prompt with a causal model directory (`--objective causal`), or answer it with an
+    encoder-decoder (T5): greedy at temperature 0, else sampled (top-k when given) with `seed`; T5 also by beam
+    search (num_beams > 1, hypotheses ranked by log-probability / length ** length_penalty). Returns one
+    {prompt, continuation, ids} per prompt.
+
+    Causal: the prompt is encoded as in training ([CLS]/<s> first) without its closing separator; generation stops
+    at the separator (the end of a document) or after max_new_tokens. T5: the prompt is the encoder's input as
+    T5 frames it (`text </s>`, e.g. "translate English to German: ..." or a text with <extra_id_0> sentinels); the
+    continuation is what the decoder writes up to EOS (ids without the decoder's start token and EOS).
     """
     directory = Path(model)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if _model_type(directory) == "t5":
+        return _generate_text_to_text(directory, prompts, max_new_tokens, temperature, top_k, seed, num_beams,
+                                      length_penalty)
+    if num_beams != 1:
+        raise ValueError("--num-beams: beam search is built for encoder-decoders (T5); a causal model generates "
+                         "greedily or by sampling")
     tokenizer = load_tokenizer(directory)
     if not BertConfig.from_dict(read_config(directory), source=str(directory / CONFIG_NAME)).causal:
         raise ValueError(f"{directory}: not a causal model (config.json has no is_decoder: true); generation needs "
                          "one pretrained with --objective causal")
     lm = BertForCausalLM.from_pretrained(directory).eval()
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     results = []
     for text in prompts:
         ids = tokenizer.encode(text, max_length=lm.config.max_length).input_ids[:-1]  # without the closing separator
@@ -67,6 +87,29 @@ def generate(model: str | os.PathLike, prompts: list[str], max_new_tokens: int =
                           eos_token_id=tokenizer.sep_id, generator=torch.Generator().manual_seed(seed))
         new = out[0, len(ids):].tolist()
         results.append({"prompt": text, "continuation": tokenizer.decode(new), "ids": new})
+    return results
+
+
+def _generate_text_to_text(directory: Path, prompts: list[str], max_new_tokens: int, temperature: float,
+                           top_k: int | None, seed: int, num_beams: int, length_penalty: float) -> list[dict[str, Any]]:
+    """`generate` for a T5 directory (T5ForConditionalGeneration.generate, one prompt at a time)."""
+    from bertkit.models import T5ForConditionalGeneration
+
+    tokenizer = load_tokenizer(directory)
+    model = T5ForConditionalGeneration.from_pretrained(directory).eval()
+    eos = model.config.eos_token_id
+    generator = torch.Generator().manual_seed(seed)
+    results = []
+    for text in prompts:
+        ids = torch.tensor([tokenizer.encode(text).input_ids])
+        out = model.generate(ids, torch.ones_like(ids), max_new_tokens=max_new_tokens, num_beams=num_beams,
+                             temperature=temperature, top_k=top_k, generator=generator,
+                             length_penalty=length_penalty)[0, 1:].tolist()  # without the decoder's start token
+        new = out[:out.index(eos)] if eos in out else out
+        # Sentinels stay visible (<extra_id_0> cat <extra_id_1> ...): they say which span a text fills.
+        shown = [i for i in new if i != model.config.pad_token_id]
+        results.append({"prompt": text, "continuation": tokenizer.decode(shown, skip_special_tokens=False),
+                        "ids": new})
     return results
 
 

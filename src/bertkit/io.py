@@ -225,7 +225,9 @@ def lock_directory(directory: str | os.PathLike, name: str = LOCK_NAME) -> Itera
         finally:
             _HELD[key][1] -= 1
         return
-    fd = _acquire(path, directory)
+    # What a refusal names: the directory, or the one output a `.NAME.lock` stands for.
+    subject = directory if name == LOCK_NAME else directory / name[1:].removesuffix(".lock")
+    fd = _acquire(path, subject)
     if fd is None:
         yield directory
         return
@@ -244,14 +246,21 @@ def lock_directory(directory: str | os.PathLike, name: str = LOCK_NAME) -> Itera
                 directory.rmdir()
 
 
-def _acquire(path: Path, directory: Path) -> int | None:
+def writer_lock(directory: str | os.PathLike, is_main: bool = True) -> contextlib.AbstractContextManager:
+    """`lock_directory(directory)` in the process that writes (`is_main`: rank 0 of a torchrun job, whose ranks
+    are one writer), a no-op context in the others."""
+    return lock_directory(directory) if is_main else contextlib.nullcontext(Path(directory))
+
+
+def _acquire(path: Path, subject: Path) -> int | None:
+    """The locked file descriptor of `path`, or None where flock is unsupported; a refusal names `subject`."""
     import fcntl
 
     for _ in range(100):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:  # the directory was just removed by a holder that had created it
-            directory.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -264,11 +273,11 @@ def _acquire(path: Path, directory: Path) -> int | None:
                 if holder[1] and holder[1] != socket.gethostname():
                     who += f" on {holder[1]}"
                 raise DirectoryLockedError(
-                    f"{directory} is in use by another bertkit process ({who}); one writer per directory: wait "
-                    f"for it to end, stop it, or choose another output", directory, pid) from None
+                    f"{subject} is in use by another bertkit process ({who}); one writer per directory: wait "
+                    f"for it to end, stop it, or choose another output", subject, pid) from None
             import sys
 
-            print(f"bertkit: warning: cannot lock {directory} ({err.strerror}); running without a lock",
+            print(f"bertkit: warning: cannot lock {subject} ({err.strerror}); running without a lock",
                   file=sys.stderr)
             return None
         try:

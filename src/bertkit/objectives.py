@@ -1,9 +1,10 @@
 """Pretraining objectives as trainer tasks: they turn a masked batch into summed losses and metrics.
 
 BERT = MLM + NSP, ALBERT = MLM + SOP (the same two-way head on the pooled output, other instances),
-RoBERTa = MLM only, ELECTRA = generator MLM + 50 x replaced-token detection on every token, and a causal LM =
-next-token prediction. Each returns, per term, (sum over the micro-batch, count), so the trainer can average over
-the global batch exactly (see `bertkit.trainer`). `build_pretraining` pairs each objective with its model.
+RoBERTa = MLM only, ELECTRA = generator MLM + 50 x replaced-token detection on every token, a causal LM =
+next-token prediction, and T5 = span corruption (the decoder writes the dropped spans after their sentinels).
+Each returns, per term, (sum over the micro-batch, count), so the trainer can average over the global batch exactly
+(see `bertkit.trainer`). `build_pretraining` pairs each objective with its model.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def evaluate_pretraining(model: torch.nn.Module, objective: MaskedLMObjective, b
         metrics["perplexity"] = float(torch.tensor(metrics["mlm_loss"]).exp())
     elif "lm_loss" in metrics:  # the causal LM's next-token perplexity
         metrics["perplexity"] = float(torch.tensor(metrics["lm_loss"]).exp())
+    elif "span_loss" in metrics:  # T5: the perplexity of the targets (sentinels, dropped spans, EOS)
+        metrics["perplexity"] = float(torch.tensor(metrics["span_loss"]).exp())
     return metrics
 
 
@@ -152,10 +155,34 @@ def next_token_targets(attention_mask: torch.Tensor) -> torch.Tensor:
     return (nxt != 0) & (nxt == attention_mask[:, :-1])
 
 
+@dataclass
+class SpanCorruptionObjective:
+    """T5's span corruption on a `bertkit.models.T5ForConditionalGeneration`: the encoder reads the corrupted
+    input (each dropped span replaced by a sentinel), the decoder is trained by cross-entropy to write the target
+    (each sentinel followed by its span, then EOS) token by token. The batches are the "spans" instances of
+    `bertkit.data.loader` (labels (B, T), padding IGNORE_INDEX)."""
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"span_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        labels = batch["labels"]
+        plain = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+        # Logits only (no labels): the loss here is a sum, so that the trainer averages over the global batch.
+        logits = model(batch["input_ids"], batch["attention_mask"],
+                       decoder_input_ids=plain.shift_right(labels)).logits  # (B, T, V)
+        at = labels != IGNORE_INDEX
+        scores, targets = logits[at].float(), labels[at]  # (N, V), (N,)
+        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        return {"span_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
+                "span_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
+
+
 # Objectives that train another model than BertForPreTraining: name -> (instance kind, pair task), as OBJECTIVES.
 FAMILY_OBJECTIVES = {
     "electra": ("full-sentences", None),
     "causal": ("full-sentences", None),
+    "t5": ("spans", None),
 }
 
 
@@ -165,18 +192,26 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
 
     bert / albert / roberta / roberta-doc: BertForPreTraining + MaskedLMObjective (its pair head, NSP or SOP, is
     the config family's); electra: GeneratorDiscriminator + ElectraObjective (config is the discriminator's, model
-    type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True).
+    type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True); t5:
+    T5ForConditionalGeneration + SpanCorruptionObjective (config a T5Config).
     """
-    from bertkit.models import ROLE_CLASSES, BertForCausalLM, GeneratorDiscriminator
+    from bertkit.models import ROLE_CLASSES, BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration
 
     if name == "electra":
         if config.model_type != "electra":
             raise ValueError(f"the electra objective saves an ElectraForPreTraining discriminator: set the model's "
                              f"model_type to electra (got {config.model_type!r})")
         return GeneratorDiscriminator(config, generator_fraction=generator_fraction), ElectraObjective(rtd_weight)
+    if (name == "t5") != (config.model_type == "t5"):
+        raise ValueError(f"the t5 objective (span corruption) trains a T5 encoder-decoder and a T5 model trains with "
+                         f"it only: objective {name!r} with model_type {config.model_type!r}")
+    if name == "t5":
+        return T5ForConditionalGeneration(config), SpanCorruptionObjective()
     if name == "causal":
-        if not config.causal:
-            raise ValueError("the causal objective needs a causal model: set the model's causal to true")
+        if not getattr(config, "causal", False):  # only BertConfig has the switch (ModernBERT: an encoder only)
+            raise ValueError("the causal objective needs a causal model: " + (
+                "set the model's causal to true" if hasattr(config, "causal") else
+                f"a BERT-family one with causal true; model_type {config.model_type!r} has no causal variant"))
         return BertForCausalLM(config), CausalLMObjective()
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")

@@ -1,28 +1,78 @@
-"""The whole pipeline in one call: corpus -> WordPiece vocabulary -> shards -> pretraining -> report.
+"""The main job in one call: raw text -> vocabulary -> shards -> pretraining -> fine-tuning -> evaluation -> report.
 
-`bertkit pipeline` is the README's first command. Given no corpus it assembles one at run time from text already
-on the machine: the docstrings of the Python standard library and the installed packages, read with `ast` from
-the source files (nothing is imported or executed). Nothing of that text ships with bertkit.
+`bertkit pipeline` (`make run`) is the README's first command. Its stages, all within one time budget:
+
+    1 corpus       the user's files, or text already on the machine: the docstrings of the Python standard library
+                   and the installed packages, read with `ast` from the source files (nothing is imported or
+                   executed; nothing of that text ships with bertkit)
+    2 vocabulary   an uncased WordPiece vocabulary trained on the corpus
+    3 shards       `bertkit prepare`, 3% of the documents held out
+    4 plan         the precision (bf16 autocast where the CPU has native bf16 instructions, else fp32), a few timed
+                   training steps, and from them the split of the budget and the evaluation interval
+    5 pretraining  the `mini-fast` recipe, held-out masked-LM accuracy and perplexity at about 16 regular points
+    6 fine-tuning  the pretrained model and the same architecture from random initialisation, same recipe, budget
+                   and seed, on a labelled task: the user's (`task_train` / `task_dev`, any file `bertkit finetune
+                   classify` reads) or the built-in one (`build_docstring_task`)
+    7 evaluation   fill-mask top-1 accuracy on held-out sentences whose masked word is known, and the report:
+                   OUT/report.json and OUT/report.html (one self-contained page, `bertkit.report`)
+
+The built-in task: which of eight standard-library packages (asyncio, email, logging, ...) a documentation sentence
+comes from. It is topic classification of real prose with labels nobody had to write (where the sentence lives),
+present on every machine with Python, and small enough to fine-tune twice in a minute or two. Its dev sentences
+are kept out of the pretraining corpus, so neither model has seen them; its training sentences are in it without
+their labels, as in the usual semi-supervised setting (and in the README's pretrain-vs-scratch experiment).
 """
 
 from __future__ import annotations
 
 import ast
+import collections
+import dataclasses
 import json
+import math
 import os
+import random
+import re
+import shutil
 import sysconfig
 import time
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-DEFAULT_PROBES = [
-    "return the [MASK] of the list.",
-    "raise an [MASK] if the file does not exist.",
-    "this function returns a new [MASK].",
-    "the default [MASK] is none.",
-]
+# The pretraining recipe: `mini-fast` plus the settings of the pretrain-vs-scratch experiment (README, "Measured:
+# does a short CPU pretraining help fine-tuning?"): masked LM on packed rows of isolated documents, 20% of the
+# tokens predicted. It gave the best held-out masked-token accuracy per CPU minute there: 0.282 (mini) and 0.290
+# (tiny) after 29 one-thread minutes on WikiText-2, where the `mini` recipe (MLM + NSP at length 128, fp32)
+# stands at 0.107 after 20 two-thread minutes.
+RECIPE = "mini-fast"
+RECIPE_OVERRIDES = {"isolate_documents": True, "mask_prob": 0.2, "max_predictions_per_seq": 13}
+EVAL_POINTS = 16  # held-out evaluations aimed at; at least 10 even when the machine runs a third slower than planned
+EVAL_INSTANCES = 500  # held-out rows per evaluation (about 6,500 masked tokens)
+EVAL_FRACTION = 0.03  # documents held out of pretraining
+# Fine-tuning, the same for both starting points: the learning rate that gave the best mean dev accuracy for the
+# mini model from either starting point in the pretrain-vs-scratch experiment, 3 epochs, batch 32, dropout 0.1.
+FINETUNE = {"learning_rate": 3e-4, "batch_size": 32, "dropout": 0.1}
+FINETUNE_EPOCHS = 3.0
+FINETUNE_SEEDS = 3  # seeds per starting point, each the same for both; fewer when the budget runs out
+FINETUNE_SHARE = 0.3  # at most this share of the time left after the set-up goes to the two fine-tuning runs
+FILL_MASK_PROMPTS = 1000
+FILL_MASK_EXAMPLES = 8
+FREQUENT_WORDS = 100  # fill-mask accuracy is also given on words outside the corpus's 100 most frequent
+
+# The built-in task's candidate classes: standard-library packages with distinct subjects and a few hundred prose
+# sentences each in CPython 3.10-3.13 (a package this Python lacks, or one with too few sentences, is left out).
+TASK_PACKAGES = ("asyncio", "email", "http", "importlib", "logging", "tkinter", "unittest", "xml")
+TASK_TRAIN_PER_CLASS = 400
+TASK_DEV_PER_CLASS = 100
+TASK_MIN_PER_CLASS = 150
+
+DEFAULT_PROBES: list[str] = []  # extra fill-mask sentences of the user's (--probe); the evaluation needs none
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# Stage 1: the corpus and the built-in task
+# ------------------------------------------------------------------------------------------------------------------
 def _docstrings(path: Path) -> list[str]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -37,22 +87,64 @@ def _docstrings(path: Path) -> list[str]:
     return found
 
 
-def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool = True) -> Path:
-    """Write docstrings of installed Python sources as a Google-format corpus: one paragraph per line, one
-    module per document (blank line between documents). Stops at about `max_bytes`."""
+# Marks of code, markup and field lists rather than prose: Sphinx fields, LaTeX, braces, operators, literals, rules
+# of reStructuredText headings, links.
+_NOT_PROSE = re.compile(r":(param|type|rtype|returns?|raises?|arg|ivar|vartype)\b|[$\\{}]|==|->|``|~~~|===|https?://")
+_PROSE_CHARACTERS = frozenset(" .,;:'\"()-?!/")
+
+
+def is_prose(sentence: str) -> bool:
+    """True for a sentence of prose: at least 90% letters, spaces and ordinary punctuation, and no mark of code or
+    markup (`_NOT_PROSE`)."""
+    plain = sum(c.isalpha() or c in _PROSE_CHARACTERS for c in sentence)
+    return plain >= 0.9 * len(sentence) and not _NOT_PROSE.search(sentence)
+
+
+def prose_sentences(path: Path) -> list[str]:
+    """The prose sentences of a Python file's docstrings, whitespace collapsed, in file order.
+
+    Doctest examples, parameter tables and code-like fragments are left out (`is_prose`); so are sentences of 15
+    characters or fewer."""
     from bertkit.data.corpus import split_sentences
 
-    roots = []
+    lines = []
+    for doc in _docstrings(path):
+        for paragraph in doc.split("\n\n"):
+            text = " ".join(paragraph.split())
+            if len(text) < 30 or ">>>" in text or text.count("_") > 4 or text.count("`") > 6:
+                continue
+            lines.extend(s for s in split_sentences(text) if len(s) > 15 and is_prose(s))
+    return lines
+
+
+def source_roots() -> list[Path]:
+    """The standard library's folder, then the installed packages' (purelib, platlib), without repeats."""
+    roots: list[Path] = []
     for key in ("stdlib", "purelib", "platlib"):
         root = sysconfig.get_paths().get(key)
-        if root and Path(root).is_dir() and root not in roots:
-            roots.append(root)
+        if root and Path(root).is_dir() and Path(root) not in roots:
+            roots.append(Path(root))
+    return roots
+
+
+def _python_files(root: Path) -> list[Path]:
     skip = {"test", "tests", "__pycache__", "site-packages", "dist-packages"}  # packages are walked as own roots
     files = []
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
-            files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
+        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
+    return files
+
+
+def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool = True,
+                   exclude: set[str] | frozenset[str] = frozenset(), roots: list[Path] | None = None) -> Path:
+    """Write docstrings of installed Python sources as a Google-format corpus: one sentence per line, one
+    module per document (blank line between documents). Stops at about `max_bytes`.
+
+    exclude: sentences left out wherever they occur (the built-in task's dev sentences).
+    roots: folders to read (default `source_roots()`).
+    """
+    files = [f for root in (roots if roots is not None else source_roots()) for f in _python_files(root)]
     written = documents = 0
     out_file.parent.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
@@ -60,14 +152,7 @@ def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool =
     with open(out_file, "w", encoding="utf-8") as handle, tqdm(total=max_bytes, unit="B", unit_scale=True,
                                                                desc="assembling corpus", disable=not progress) as bar:
         for path in files:
-            lines = []
-            for doc in _docstrings(path):
-                for paragraph in doc.split("\n\n"):
-                    text = " ".join(paragraph.split())
-                    # Prose only: skip doctest examples, parameter tables and code-like fragments.
-                    if len(text) < 30 or ">>>" in text or text.count("_") > 4 or text.count("`") > 6:
-                        continue
-                    lines.extend(s for s in split_sentences(text) if len(s) > 15)
+            lines = [s for s in prose_sentences(path) if s not in exclude]
             if len(lines) < 2:
                 continue
             block = "\n".join(lines) + "\n\n"
@@ -83,97 +168,727 @@ def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool =
     return out_file
 
 
+def build_docstring_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
+                         packages: tuple[str, ...] = TASK_PACKAGES, train_per_class: int = TASK_TRAIN_PER_CLASS,
+                         dev_per_class: int = TASK_DEV_PER_CLASS,
+                         min_per_class: int = TASK_MIN_PER_CLASS) -> dict[str, Any]:
+    """The built-in labelled task: which standard-library package a documentation sentence comes from.
+
+    Reads the prose sentences (`prose_sentences`) of every file of each package in `packages` under `stdlib`
+    (default: this Python's standard library; a top-level module `name.py` counts as package `name`). A sentence
+    found in more than one package, or twice, is used once at most and only when its package is unambiguous.
+    Packages with fewer than `min_per_class` such sentences are left out. Per package, a seeded shuffle gives
+    `dev_per_class` dev sentences (a fifth when there are fewer than five times that) and up to `train_per_class`
+    training sentences, so the classes are about balanced.
+
+    Writes OUT/train.jsonl and OUT/dev.jsonl ({"text", "label"} per line, read by `bertkit finetune classify`) and
+    OUT/task.json; returns task.json's content: {"name", "description", "labels", "train", "dev" (paths),
+    "train_examples", "dev_examples", "per_class": {label: [train, dev]}, "dev_sentences" (list, to keep out of
+    pretraining)}. RuntimeError when fewer than two packages qualify.
+    """
+    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
+    by_package: dict[str, list[str]] = {}
+    for name in packages:
+        files = sorted(_python_files(root / name)) if (root / name).is_dir() else (
+            [root / f"{name}.py"] if (root / f"{name}.py").is_file() else [])
+        by_package[name] = [s for f in files for s in prose_sentences(f)]
+    homes: dict[str, set[str]] = collections.defaultdict(set)
+    for name, sentences in by_package.items():
+        for s in sentences:
+            homes[s].add(name)
+    rng = random.Random(seed)
+    train, dev, per_class = [], [], {}
+    for name in packages:
+        unique = sorted({s for s in by_package[name] if len(homes[s]) == 1})
+        if len(unique) < min_per_class:
+            continue
+        rng.shuffle(unique)
+        n_dev = min(dev_per_class, len(unique) // 5)
+        dev_part, train_part = unique[:n_dev], unique[n_dev:n_dev + train_per_class]
+        dev.extend({"text": s, "label": name} for s in dev_part)
+        train.extend({"text": s, "label": name} for s in train_part)
+        per_class[name] = [len(train_part), len(dev_part)]
+    if len(per_class) < 2:
+        raise RuntimeError(f"{root}: fewer than two of the standard-library packages {', '.join(packages)} have "
+                           f"{min_per_class} documentation sentences here; give your own task with --task-train "
+                           f"and --task-dev")
+    rng.shuffle(train)
+    rng.shuffle(dev)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, rows in (("train", train), ("dev", dev)):
+        with open(out / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    info = {"name": "docstring-package",
+            "description": "which standard-library package a documentation sentence comes from "
+                           f"({len(per_class)} classes: {', '.join(per_class)}); sentences from the docstrings "
+                           f"of {root}, split at random per package with seed {seed}",
+            "labels": list(per_class), "train": str(out / "train.jsonl"), "dev": str(out / "dev.jsonl"),
+            "train_examples": len(train), "dev_examples": len(dev), "per_class": per_class,
+            "dev_sentences": [row["text"] for row in dev]}
+    (out / "task.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return info
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Stage 4: precision, speed and the plan
+# ------------------------------------------------------------------------------------------------------------------
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bf16 instruction flags (AMX-BF16, AVX512-BF16) in /proc/cpuinfo's first `flags` line.
+
+    cpuinfo: the file's text (default: read it; [] where there is none, as on macOS or Windows)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [flag for flag in BF16_FLAGS if flag in present]
+    return []
+
+
+def choose_precision(device_type: str, cpuinfo: str | None = None) -> tuple[str, str]:
+    """(precision, why): bf16 autocast on a CPU with native bf16 instructions, fp32 on any other CPU; on a GPU
+    "auto" (the trainer's bf16 where the GPU supports it)."""
+    if device_type == "cuda":
+        return "auto", "a CUDA GPU: bf16 autocast where it supports bf16, else fp32"
+    flags = cpu_bf16_flags(cpuinfo)
+    if flags:
+        return "bf16", f"the CPU has native bf16 instructions ({', '.join(flags)}), so bf16 autocast"
+    return "fp32", ("the CPU has no native bf16 instructions (no amx_bf16 or avx512_bf16 among its flags): bf16 "
+                    "would be emulated there, slower than fp32")
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def measure_pretraining_step(data_dir: Path, config, steps: int = 5, warmup: int = 4) -> dict[str, float]:
+    """Seconds per optimizer step and per held-out evaluation of the recipe: the median of `steps` timed steps,
+    after `warmup` untimed ones, of a throw-away model on the prepared data's first batches.
+
+    The warm-up matters: the first steps pay for kernel selection at each new shape (the number of masked tokens
+    varies by batch). The median keeps a step slowed by another process out. Returns {"step_s",
+    "tokens_per_step", "tokens_per_s", "eval_row_s"}: a held-out row is evaluated forward only, taken as a third
+    of a training step's time per row.
+    """
+    import statistics
+
+    import torch
+
+    from bertkit.data.instances import SpecialIds
+    from bertkit.data.loader import PretrainingStream, fixed_batches
+    from bertkit.data.shards import ShardedCorpus
+    from bertkit.pretrain import build_pretraining_model, random_token_ids, stream_options
+    from bertkit.trainer import make_optimizer, setup_distributed, use_bf16
+
+    _, device = setup_distributed(config.train.device)
+    corpus = ShardedCorpus(data_dir, "train")
+    tokenizer = corpus.manifest.load_tokenizer()
+    d = config.data
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    stream = PretrainingStream(corpus, stream_options(d), special, tokenizer.vocab_size, d.batch_size,
+                               seed=config.train.seed, random_ids=random_token_ids(tokenizer), prefetch=0)
+    batches = fixed_batches(stream, d.batch_size * (steps + warmup), d.batch_size)
+    model, objective = build_pretraining_model(config, tokenizer.vocab_size, tokenizer=tokenizer)
+    model.to(device).train()
+    optimizer = make_optimizer(model, config.train)
+    bf16 = use_bf16(config.train.precision, device)
+    times, tokens = [], []
+    for i, batch in enumerate(batches):
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        started = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            out = objective(model, batch)
+        loss = sum(out[k][0].float() / max(float(out[k][1]), 1.0) for k in out if k.endswith("_loss"))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= min(warmup, len(batches) - 1):
+            times.append(time.perf_counter() - started)
+            tokens.append(float(batch["attention_mask"].ne(0).sum()))
+    if not times:
+        raise RuntimeError(f"{data_dir}: too little training data for one batch of {d.batch_size}")
+    step_s = statistics.median(times)
+    per_step = sum(tokens) / len(tokens)
+    return {"step_s": step_s, "tokens_per_step": per_step, "tokens_per_s": per_step / step_s,
+            "eval_row_s": step_s / 3 / d.batch_size}
+
+
+def measure_finetune_step(model_dir: Path, task_train, task_dev, config, out_dir: Path,
+                          steps: int = 10) -> dict[str, float]:
+    """Seconds per fine-tuning step and steps per epoch, from the first `steps` steps of a real run of `config` on
+    the task (into `out_dir`, removed afterwards). The first steps include kernel selection: an overestimate,
+    which errs toward finishing early."""
+    from bertkit.finetune import finetune
+
+    with open(os.devnull, "w") as quiet, redirect_stdout(quiet):
+        results = finetune("classify", model_dir, task_train, task_dev, out_dir,
+                           dataclasses.replace(config, progress=False), new_heads=True, stop_after_steps=steps)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    done = max(int(results.get("steps") or 0), 1)
+    return {"step_s": float(results.get("train_seconds") or 0.0) / done,
+            "steps_per_epoch": int(results["steps_per_epoch"]),
+            "train_examples": int(results["train_examples"]), "dev_examples": int(results["dev_examples"])}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How the pipeline spends its budget (seconds are estimates made before pretraining)."""
+
+    pretrain_s: float  # pretraining's max_time (its evaluations included)
+    eval_every: int  # steps between held-out evaluations
+    eval_rows: int  # held-out rows per evaluation
+    expected_steps: int  # pretraining steps the measured speed promises
+    finetune_epochs: float  # epochs of each fine-tuning run
+    finetune_run_s: float  # one fine-tuning run, its dev evaluations included
+    finetune_seeds: int  # seeds planned for each starting point (more are skipped when time runs out)
+    short: bool = False  # the budget is smaller than the minimum: pretraining gets its minimum anyway
+
+
+def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ft_epoch_s: float, ft_eval_s: float,
+                seeds: int = FINETUNE_SEEDS, max_epochs: float = FINETUNE_EPOCHS, ft_share: float = FINETUNE_SHARE,
+                eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
+                min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None) -> Plan:
+    """Split `remaining_s` seconds between pretraining and 2 x seeds fine-tuning runs; size the evaluations.
+
+    A fine-tuning run costs epochs x ft_epoch_s + one dev evaluation (ft_eval_s) per epoch begun. Fine-tuning gets
+    at most `ft_share` of the time: `max_epochs` for each of `seeds` seeds when that fits, else for fewer seeds,
+    else one seed with the most whole epochs that fit, else the fraction of one epoch that fits (at least a
+    twentieth). Pretraining gets the rest (at least `min_pretrain_s`). Its `eval_points` evaluations of up to
+    `eval_rows` held-out rows (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share`
+    of its time, and come every expected_steps / eval_points steps, where expected_steps is what is left of the
+    pretraining time after them divided by step_s.
+
+    pretrain_s: a fixed pretraining time instead (tests and quick looks): fine-tuning then gets `max_epochs` for
+    every seed, whatever they cost.
+    """
+    if min(step_s, ft_epoch_s, eval_row_s) <= 0 or ft_eval_s < 0 or seeds < 1:
+        raise ValueError("step, row and epoch times must be positive, evaluation times not negative, seeds at "
+                         "least 1")
+
+    def cost(epochs: float) -> float:
+        return epochs * ft_epoch_s + math.ceil(epochs) * ft_eval_s
+
+    room = math.inf if pretrain_s is not None else ft_share * remaining_s / 2  # both starting points, all seeds
+    fitting = [n for n in range(seeds, 0, -1) if n * cost(max_epochs) <= room]
+    if fitting:
+        seeds, epochs = fitting[0], max_epochs
+    else:
+        seeds = 1
+        whole = [e for e in range(int(max_epochs), 0, -1) if cost(e) <= room]
+        epochs = float(whole[0]) if whole else round(max(0.05, min(1.0, (room - ft_eval_s) / ft_epoch_s)), 2)
+    short = False
+    if pretrain_s is None:
+        pretrain_s = remaining_s - 2 * seeds * cost(epochs)
+        short = pretrain_s < min_pretrain_s
+        pretrain_s = max(pretrain_s, min_pretrain_s)
+    rows = max(min_eval_rows, min(eval_rows, int(eval_share * pretrain_s / eval_points / eval_row_s)))
+    expected = max(1, int((pretrain_s - eval_points * rows * eval_row_s) / step_s))
+    return Plan(pretrain_s=pretrain_s, eval_every=max(1, expected // eval_points), eval_rows=rows,
+                expected_steps=expected, finetune_epochs=epochs, finetune_run_s=cost(epochs), finetune_seeds=seeds,
+                short=short)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Stage 7: fill-mask on held-out text
+# ------------------------------------------------------------------------------------------------------------------
+def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLike, prompts: int = FILL_MASK_PROMPTS,
+                         examples: int = FILL_MASK_EXAMPLES, top_k: int = 5, seed: int = 0,
+                         frequent: int = FREQUENT_WORDS, batch_size: int = 64) -> dict[str, Any]:
+    """Top-1 accuracy of masked-word prediction on held-out sentences whose masked word is known.
+
+    From the prepared data's eval split (documents pretraining never saw), up to `prompts` sentences of 6 to 60
+    pieces, at least 80% of them pieces of letters, are drawn with a seeded generator; in each, one word that is a single vocabulary piece of letters is
+    replaced by [MASK] (chosen at random among such words), and the model sees the sentence alone. Also given:
+    the accuracy of always answering the training split's most frequent such word (the unigram baseline), and the
+    accuracy on prompts whose word is not among the training split's `frequent` most frequent words.
+
+    Returns {"prompts", "top1_accuracy", "top5_accuracy", "baseline_word", "baseline_accuracy", "rare_prompts",
+    "rare_top1_accuracy", "examples": [{"prompt", "answer", "candidates": [[token, probability], ...], "correct"}]}
+    where the examples are the first `examples` prompts drawn (not chosen by outcome).
+    """
+    import numpy as np
+    import torch
+
+    from bertkit.data.shards import ShardedCorpus
+    from bertkit.models import model_class
+    from bertkit.tokenizers import load_tokenizer
+
+    model_dir, data_dir = Path(model_dir), Path(data_dir)
+    tokenizer = load_tokenizer(model_dir)
+    vocab = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    special = set(tokenizer.special_ids)
+    maskable = np.array([i not in special and t.isalpha() and not t.startswith("##") for i, t in enumerate(vocab)])
+    continues = np.array([t.startswith("##") for t in vocab])
+
+    held_out = ShardedCorpus(data_dir, "eval")
+    wordy = np.array([t.lstrip("#").isalpha() for t in vocab])
+    # Sentences of prose: 6 to 60 pieces, at least 80% of them letters (not code, tables or formulas).
+    sentences = [ids for i in range(len(held_out)) for ids in held_out.document(i)[0]
+                 if 6 <= len(ids) <= 60 and wordy[ids].mean() >= 0.8]
+    rng = np.random.default_rng(seed)
+    chosen: list[tuple[np.ndarray, int]] = []
+    for index in rng.permutation(len(sentences)):
+        ids = sentences[index]
+        whole = maskable[ids] & ~np.append(continues[ids[1:]], False)  # a word of one piece
+        positions = np.flatnonzero(whole)
+        if len(positions):
+            chosen.append((ids, int(rng.choice(positions))))
+            if len(chosen) >= prompts:
+                break
+    if not chosen:
+        raise ValueError(f"{data_dir}: the held-out split has no prose sentence of 6-60 pieces with a maskable "
+                         f"word")
+
+    counts = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for ids in ShardedCorpus(data_dir, "train").token_stream():
+        counts += np.bincount(ids, minlength=tokenizer.vocab_size)
+    counts[~maskable] = 0
+    most_frequent = int(counts.argmax())
+    common = set(np.argsort(-counts, kind="stable")[:frequent].tolist())
+
+    model = model_class(model_dir, "pretraining").from_pretrained(model_dir).eval()
+    top_ids, top_p = [], []
+    with torch.no_grad():
+        for start in range(0, len(chosen), batch_size):
+            part = chosen[start:start + batch_size]
+            width = max(len(ids) for ids, _ in part) + 2
+            batch = torch.full((len(part), width), tokenizer.pad_id, dtype=torch.long)
+            mask = torch.zeros_like(batch)
+            for row, (ids, position) in enumerate(part):
+                masked = ids.copy()
+                masked[position] = tokenizer.mask_id
+                batch[row, :len(ids) + 2] = torch.tensor([tokenizer.cls_id, *masked.tolist(), tokenizer.sep_id])
+                mask[row, :len(ids) + 2] = 1
+            logits = model(batch, mask, torch.zeros_like(batch)).prediction_logits  # (B, T, V)
+            rows = torch.arange(len(part))
+            at = torch.tensor([position + 1 for _, position in part])  # +1: [CLS] comes first
+            probs = logits[rows, at].float().softmax(-1)  # (B, V)
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            top_ids.extend(top.indices.tolist())
+            top_p.extend(top.values.tolist())
+
+    answers = [int(ids[position]) for ids, position in chosen]
+    correct = [found[0] == answer for found, answer in zip(top_ids, answers)]
+    rare = [i for i, answer in enumerate(answers) if answer not in common]
+    shown = []
+    for (ids, position), found, p, answer, ok in list(zip(chosen, top_ids, top_p, answers, correct))[:examples]:
+        masked = ids.copy()
+        masked[position] = tokenizer.mask_id
+        shown.append({"prompt": tokenizer.decode(masked.tolist(), skip_special_tokens=False),
+                      "answer": vocab[answer], "correct": ok,
+                      "candidates": [[vocab[i], round(q, 4)] for i, q in zip(found, p)]})
+    n = len(chosen)
+    return {"prompts": n, "top1_accuracy": sum(correct) / n,
+            "top5_accuracy": sum(a in found for a, found in zip(answers, top_ids)) / n,
+            "baseline_word": vocab[most_frequent],
+            "baseline_accuracy": sum(a == most_frequent for a in answers) / n,
+            "rare_prompts": len(rare), "rare_top1_accuracy": (sum(correct[i] for i in rare) / len(rare)) if rare else None,
+            "frequent_words": frequent, "examples": shown}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The pipeline
+# ------------------------------------------------------------------------------------------------------------------
+def _standard_error(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _sd(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    m = _mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _run_summary(results: dict[str, Any], seed: int, seconds: float, model: Path) -> dict[str, Any]:
+    best, epochs = results["best"], results["epochs"]
+    return {"seed": seed, "accuracy": best["accuracy"], "macro_f1": best.get("macro_f1"), "best_epoch": best["epoch"],
+            "last_accuracy": epochs[-1]["accuracy"] if epochs else None,
+            "curve": [[e["epoch"], e["accuracy"]] for e in epochs], "steps": results.get("steps"),
+            "seconds": round(seconds, 1), "model": str(model)}
+
+
+def summarise_starts(runs: list[dict[str, Any]], dev_examples: int) -> dict[str, Any]:
+    """One starting point's fine-tuning runs (one per seed, `_run_summary`'s dicts) in a few figures: the mean
+    and standard deviation over seeds of the best-epoch dev accuracy, mean macro-F1 and last-epoch accuracy, the
+    mean curve, the binomial standard error of one run's accuracy on `dev_examples`, and the best run's model."""
+    accuracies = [r["accuracy"] for r in runs]
+    mean = _mean(accuracies)
+    epochs = sorted({e for r in runs for e, _ in r["curve"]})
+    curve = [[e, _mean([a for r in runs for x, a in r["curve"] if x == e])] for e in epochs]
+    best = max(runs, key=lambda r: r["accuracy"])
+    return {"accuracy": mean, "accuracy_sd": _sd(accuracies), "accuracy_se": _standard_error(mean, dev_examples),
+            "accuracies": accuracies, "macro_f1": _mean([r["macro_f1"] for r in runs if r["macro_f1"] is not None]
+                                                        or [math.nan]),
+            "last_accuracy": _mean([r["last_accuracy"] for r in runs if r["last_accuracy"] is not None] or [math.nan]),
+            "curve": curve, "seconds": round(sum(r["seconds"] for r in runs), 1), "model": best["model"],
+            "runs": runs}
+
+
 def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None = None, minutes: float = 10.0,
                  preset: str = "mini", vocab_size: int = 8192, probes: list[str] | None = None,
-                 progress: bool = True, seed: int = 0, train_seconds: float | None = None) -> dict[str, Any]:
-    """Run everything and return (and write to OUT/report.json) the report.
+                 progress: bool = True, seed: int = 0, train_seconds: float | None = None,
+                 task_train: str | None = None, task_dev: str | None = None, text_column: str = "text",
+                 pair_column: str | None = None, label_column: str = "label", precision: str = "auto",
+                 finetune_epochs: float | None = None, finetune_seeds: int = FINETUNE_SEEDS,
+                 fill_mask_prompts: int = FILL_MASK_PROMPTS) -> dict[str, Any]:
+    """Run every stage (see the module docstring); return the report, also written to OUT/report.json, with the
+    page OUT/report.html. The last line printed names the page and the command that serves the model.
 
-    minutes: the whole run's budget; pretraining gets what the other stages leave, at least a minute.
-    train_seconds: the pretraining budget in seconds instead (smoke tests and quick looks).
+    minutes: the whole run's budget; the set-up stages take what they take, then the time left is split between
+        pretraining and the fine-tuning runs (`plan_budget`); a seed whose pair of runs would end past the budget
+        is skipped (the first seed always runs).
+    train_seconds: the pretraining budget in seconds instead (tests and quick looks; fine-tuning then runs
+        `finetune_epochs`, default 3, for every seed).
+    task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
+        classify` reads); both or neither. Without them the built-in task (`build_docstring_task`) is used.
+    precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
+    finetune_seeds: seeds seed, seed + 1, ... per starting point, the same for both.
     """
+    import torch
+
+    from bertkit.checkpoint import read_config
     from bertkit.data.corpus import iter_lines
     from bertkit.data.prepare import prepare
-    from bertkit.inference import fill_mask
-    from bertkit.pretrain import pretrain, resolve_config
+    from bertkit.finetune import FinetuneConfig, finetune
+    from bertkit.models import model_class
+    from bertkit.pretrain import init_model_dir, pretrain, resolve_config
+    from bertkit.report import write_report
+    from bertkit.tasks.classify import ClassificationFamily
     from bertkit.tokenizers import WordPieceTokenizer
+    from bertkit.trainer import setup_distributed
 
+    if (task_train is None) != (task_dev is None):
+        raise ValueError("give both --task-train and --task-dev (or neither, for the built-in task)")
+    for path in (task_train, task_dev):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such task file")
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"precision must be auto, bf16 or fp32, got {precision!r}")
+    if finetune_seeds < 1:
+        raise ValueError(f"finetune_seeds must be at least 1, got {finetune_seeds}")
     started = time.perf_counter()
+    deadline = started + minutes * 60.0
+    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
+    timings: dict[str, float] = {}
+    clock = [started]
 
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        timings[name] = round(now - clock[0], 1)
+        clock[0] = now
+
+    # 1. Corpus, and the built-in task (its dev sentences are kept out of the corpus).
+    task_info: dict[str, Any]
+    if task_train is None:
+        task_info = build_docstring_task(out / "task", seed=seed)
+        task_train, task_dev = task_info["train"], task_info["dev"]
+        text_column, pair_column, label_column = "text", None, "label"
+    else:
+        task_info = {"name": "user", "description": f"your task ({task_train}, dev {task_dev})",
+                     "train": str(task_train), "dev": str(task_dev)}
+    held_out = task_info.get("dev_sentences", [])
+    fresh_corpus = True
     if corpus:
         paths = list(corpus)
-        say(f"1/5 corpus: {', '.join(paths)}")
+        say(f"1/7 corpus: {', '.join(paths)}")
     else:
         target = out / "corpus" / "docstrings.txt"
-        if not target.is_file():
-            say("1/5 corpus: assembling docstrings of the installed Python sources (parsed, not imported)")
-            default_corpus(target, progress=progress)
+        stamp = out / "corpus" / "corpus.json"
+        want = {"held_out_task_sentences": len(held_out), "seed": seed, "version": 2}
+        if target.is_file() and stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == want:
+            say(f"1/7 corpus: reusing {target}")
+            fresh_corpus = False
         else:
-            say(f"1/5 corpus: reusing {target}")
+            say("1/7 corpus: assembling docstrings of the installed Python sources (parsed, not imported), "
+                f"without the built-in task's {len(held_out):,} dev sentences")
+            default_corpus(target, progress=progress, exclude=set(held_out))
+            stamp.write_text(json.dumps(want) + "\n", encoding="utf-8")
         paths = [str(target)]
+    lap("corpus")
 
+    # 2. Vocabulary.
     tok_dir = out / "tokenizer"
-    if (tok_dir / "vocab.txt").is_file():
-        say(f"2/5 vocabulary: reusing {tok_dir}")
+    if not fresh_corpus and (tok_dir / "vocab.txt").is_file():
+        say(f"2/7 vocabulary: reusing {tok_dir}")
         tokenizer = WordPieceTokenizer.from_pretrained(tok_dir)
     else:
-        say(f"2/5 vocabulary: training a {vocab_size}-token uncased WordPiece vocabulary")
+        say(f"2/7 vocabulary: training a {vocab_size:,}-token uncased WordPiece vocabulary")
         tokenizer = WordPieceTokenizer.train(iter_lines(paths), vocab_size=vocab_size, show_progress=progress)
         tokenizer.save(tok_dir)
+    lap("vocabulary")
 
-    say("3/5 shards: tokenising into memory-mapped shards (2% of documents held out)")
+    # 3. Shards.
+    say(f"3/7 shards: tokenising into memory-mapped shards ({EVAL_FRACTION:.0%} of the documents held out)")
     data_dir = out / "data"
-    manifest = prepare(paths, tok_dir, data_dir, eval_fraction=0.02, progress=progress, seed=seed)
+    manifest = prepare(paths, tok_dir, data_dir, eval_fraction=EVAL_FRACTION, progress=progress, seed=seed)
+    splits = manifest.summary()["splits"]
+    lap("shards")
 
-    budget = train_seconds if train_seconds is not None else max(
-        60.0, minutes * 60.0 - (time.perf_counter() - started) - 30.0)
-    say(f"4/5 pretraining a {preset} BERT for {budget / 60:.1f} minutes (MLM + NSP)")
-    config = resolve_config(preset if preset in ("tiny", "mini") else "mini",
-                            {"preset": preset, "max_time": budget, "seed": seed, "progress": progress,
-                             "eval_every": 0})
+    # 4. Precision, speeds, the plan.
+    _, device = setup_distributed("auto")
+    if precision == "auto":
+        precision, why = choose_precision(device.type)
+    else:
+        why = "asked for on the command line"
+    preset = preset if preset in ("tiny", "mini", "small") else "mini"
+
+    def recipe(**more: Any):
+        return resolve_config(RECIPE, {"preset": preset, "seed": seed, "progress": progress, "precision": precision,
+                                       "eval_instances": EVAL_INSTANCES, **RECIPE_OVERRIDES, **more})
+
+    config = recipe()
+    speed = measure_pretraining_step(data_dir, config)
+    speeds = {precision: speed["tokens_per_s"]}
+    if device.type == "cpu" and precision == "bf16":  # show what the choice buys on this machine
+        speeds["fp32"] = measure_pretraining_step(data_dir, recipe(precision="fp32"))["tokens_per_s"]
+        why += (f": {speeds['bf16']:,.0f} tokens/s measured here per pretraining step, against "
+                f"{speeds['fp32']:,.0f} in fp32")
+    scratch_dir = out / "scratch"
+    init_model_dir(scratch_dir, tok_dir, preset=preset, seed=seed)
+    length = config.data.max_seq_length
+    ft_config = FinetuneConfig(kind="classify", max_seq_length=length, epochs=FINETUNE_EPOCHS, seed=seed,
+                               precision=precision, progress=False, text_column=text_column,
+                               pair_column=pair_column, label_column=label_column, **FINETUNE)
+    ft_speed = measure_finetune_step(scratch_dir, task_train, task_dev, ft_config, out / "finetune" / "probe")
+    ft_epoch_s = ft_speed["step_s"] * ft_speed["steps_per_epoch"]
+    # A dev evaluation: forward passes only, about a third of a training step per example.
+    ft_eval_s = ft_epoch_s / 3 * ft_speed["dev_examples"] / max(ft_speed["train_examples"], 1)
+    # Pretraining's last evaluation and save, fill-mask, the report.
+    end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
+    if train_seconds is None:
+        remaining = deadline - time.perf_counter() - end_reserve
+        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s,
+                           seeds=finetune_seeds)
+    else:  # a given pretraining time: every seed runs
+        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s, seeds=finetune_seeds,
+                           pretrain_s=train_seconds)
+        deadline = math.inf  # a test's budget is in steps and epochs, not minutes
+    if finetune_epochs is not None:
+        plan = dataclasses.replace(plan, finetune_epochs=finetune_epochs, finetune_run_s=(
+            finetune_epochs * ft_epoch_s + math.ceil(finetune_epochs) * ft_eval_s))
+    say(f"4/7 plan: {precision} ({why}); pretraining {plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} "
+        f"steps, {plan.eval_rows} held-out rows evaluated every {plan.eval_every:,}), then {plan.finetune_seeds} seed(s) x 2 starting "
+        f"points x {plan.finetune_epochs:g} epochs of fine-tuning (~{plan.finetune_run_s:.0f} s a run)")
+    if plan.short:
+        say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
+            f"{plan.pretrain_s:.0f} s anyway")
+    lap("plan")
+
+    # 5. Pretraining.
+    # Training lines at least as often as evaluations (a short run logs too, every 20 steps otherwise).
+    config = recipe(max_time=plan.pretrain_s, eval_every=plan.eval_every, log_every=min(20, plan.eval_every),
+                    eval_instances=plan.eval_rows)
+    say(f"5/7 pretraining a {preset} BERT for {plan.pretrain_s / 60:.1f} minutes (recipe {RECIPE}: masked LM, "
+        f"length {length}, {config.data.mask_prob:.0%} of the tokens predicted, {precision})")
     run_dir = out / "run"
     result = pretrain(data_dir, run_dir, config, eval_at_start=True)
-    evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-             if "eval_mlm_accuracy" in line]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    evals = [r for r in records if "eval_mlm_accuracy" in r]
+    lap("pretraining")
 
-    say("5/5 report: fill-mask and plots")
-    predictions = {}
-    for text in probes or DEFAULT_PROBES:
-        found = fill_mask(run_dir / "model", text, top_k=5)
-        predictions[text] = [(c["token"], round(c["probability"], 3)) for c in found[0]]
-    plots = []
-    try:
-        from bertkit.plots import plot_run
+    # 6. Fine-tuning from both starting points: same task, recipe, epochs and seeds.
+    ft_config = dataclasses.replace(ft_config, epochs=plan.finetune_epochs)
+    family = ClassificationFamily(ft_config)
+    train_examples, dev_examples = family.read(task_train, training=True), family.read(task_dev, training=False)
+    labels = [str(e.label) for e in train_examples]
+    majority = collections.Counter(labels).most_common(1)[0][0]
+    majority_accuracy = sum(str(e.label) == majority for e in dev_examples) / max(len(dev_examples), 1)
+    say(f"6/7 fine-tuning on {task_info['description']}: {len(train_examples):,} training and "
+        f"{len(dev_examples):,} dev examples, {plan.finetune_epochs:g} epochs, lr {FINETUNE['learning_rate']:g}; "
+        f"pretrained and from random initialisation, seeds {seed}..{seed + plan.finetune_seeds - 1}")
+    runs: dict[str, list[dict[str, Any]]] = {"pretrained": [], "scratch": []}
+    pair_s = 2 * plan.finetune_run_s
+    for k in range(plan.finetune_seeds):
+        left = deadline - time.perf_counter() - 15.0
+        if k > 0 and left < pair_s:
+            say(f"   seed {seed + k} and later skipped: {max(left, 0):.0f} s left, a pair of runs takes "
+                f"~{pair_s:.0f} s")
+            break
+        began_pair = time.perf_counter()
+        for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
+            ft_dir = out / "finetune" / f"{name}-seed{seed + k}"
+            if ft_dir.exists():
+                shutil.rmtree(ft_dir)  # a fresh run: no checkpoint or evaluation of an earlier one mixes in
+            began = time.perf_counter()
+            ft_dir.mkdir(parents=True)
+            with open(ft_dir / "log.txt", "w", encoding="utf-8") as log, redirect_stdout(log):
+                results = finetune("classify", start, task_train, task_dev, ft_dir,
+                                   dataclasses.replace(ft_config, seed=seed + k), new_heads=True)
+            runs[name].append(_run_summary(results, seed + k, time.perf_counter() - began, ft_dir / "model"))
+            row = runs[name][-1]
+            say(f"   {'pretrained' if name == 'pretrained' else 'random init':<11} seed {seed + k}: dev accuracy "
+                f"{row['accuracy']:.3f} (best epoch {row['best_epoch']:g}), {row['seconds']:.0f} s")
+        pair_s = max(pair_s, time.perf_counter() - began_pair)  # what a pair really takes here
+    finetuned = {name: summarise_starts(r, len(dev_examples)) for name, r in runs.items()}
+    lap("finetuning")
 
-        plots = [str(p) for p in plot_run(run_dir)]
-    except ImportError as err:
-        say(f"   (no plots: {err})")
+    # 7. Fill-mask on held-out text, and the report.
+    say(f"7/7 evaluation: fill-mask on up to {fill_mask_prompts:,} held-out sentences, and the report")
+    fill = fill_mask_evaluation(run_dir / "model", data_dir, prompts=fill_mask_prompts, seed=seed)
+    probe_results = {}
+    if probes:
+        from bertkit.inference import fill_mask
 
+        for text in probes:
+            found = fill_mask(run_dir / "model", text, top_k=5)
+            probe_results[text] = [(c["token"], round(c["probability"], 3)) for c in found[0]]
+    model_config = read_config(run_dir / "model")
+    n_params = model_class(run_dir / "model", "pretraining").from_pretrained(run_dir / "model").num_parameters()
+    html_path = out / "report.html"
     report = {
         "corpus": paths,
-        "tokens": manifest.summary().get("splits", {}).get("train", {}).get("tokens")
-        if hasattr(manifest, "summary") else None,
+        "corpus_summary": {split: {k: v[k] for k in ("documents", "sentences", "tokens")}
+                           for split, v in splits.items()},
+        "tokens": splits.get("train", {}).get("tokens"),
         "vocab_size": tokenizer.vocab_size,
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+                    "device": str(device), "load_average_at_start": load_at_start,
+                    "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+        "precision": precision, "precision_reason": why, "measured_tokens_per_s": speeds,
+        "recipe": {"name": RECIPE, **RECIPE_OVERRIDES, "max_seq_length": length, "eval_instances": plan.eval_rows,
+                   "batch_size": config.data.batch_size, "learning_rate": config.train.learning_rate},
+        "model_summary": {"preset": preset, "layers": model_config.get("num_hidden_layers"),
+                          "hidden": model_config.get("hidden_size"), "heads": model_config.get("num_attention_heads"),
+                          "parameters": n_params},
+        "plan": dataclasses.asdict(plan), "speed": speed, "finetune_speed": ft_speed,
         "steps": result.step,
         "train_tokens": result.tokens,
         "tokens_per_s": round(result.tokens / max(result.elapsed, 1e-9), 1),
+        "eval_points": len(evals),
+        "evaluations": [{k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_perplexity") if k in r} for r in evals],
         "mlm_accuracy_before": evals[0].get("eval_mlm_accuracy") if evals else None,
         "mlm_accuracy_after": evals[-1].get("eval_mlm_accuracy") if evals else None,
-        "nsp_accuracy_after": evals[-1].get("eval_nsp_accuracy") if evals else None,
-        "fill_mask": predictions,
-        "plots": plots,
+        "perplexity_before": evals[0].get("eval_perplexity") if evals else None,
+        "perplexity_after": evals[-1].get("eval_perplexity") if evals else None,
+        "finetune": {"task": {k: v for k, v in task_info.items() if k != "dev_sentences"},
+                     "train_examples": len(train_examples), "dev_examples": len(dev_examples),
+                     "labels": sorted(set(labels)), "epochs": plan.finetune_epochs,
+                     "seeds": [r["seed"] for r in runs["pretrained"]],
+                     "majority_label": majority, "majority_accuracy": majority_accuracy,
+                     "config": {**FINETUNE, "max_seq_length": length, "precision": precision},
+                     **finetuned},
+        "fill_mask": fill,
+        "probes": probe_results,
         "model": str(run_dir / "model"),
-        "minutes": round((time.perf_counter() - started) / 60, 2),
+        "report": str(html_path),
+        # The end of the story is the fine-tuned model (the pretrained one serves fill-mask).
+        "serve": f"bertkit serve --model {finetuned['pretrained']['model']}",
+        "timings": timings,
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    report["commands"] = reproduce_commands(report, out, tok_dir, data_dir, run_dir, scratch_dir, task_train,
+                                            task_dev, corpus_given=bool(corpus), vocab_size=vocab_size, seed=seed,
+                                            columns=(text_column, pair_column, label_column))
+    lap("evaluation")
+    report["minutes"] = round((time.perf_counter() - started) / 60, 2)  # drawing the page takes a few seconds more
+    report["plots"] = [str(p) for p in write_report(report, run_dir, html_path, out / "plots")]
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=float) + "\n", encoding="utf-8")
     if progress:
-        print()
-        print(f"masked-token accuracy on held-out text: {report['mlm_accuracy_before']:.3f} before, "
-              f"{report['mlm_accuracy_after']:.3f} after {result.step} steps "
-              f"({report['tokens_per_s']:.0f} tokens/s); NSP accuracy {report['nsp_accuracy_after']:.3f}")
-        for text, cands in predictions.items():
-            print(f"  {text}\n      " + "  ".join(f"{t} ({p:.2f})" for t, p in cands))
-        print(f"model directory: {report['model']}   plots: {run_dir / 'plots'}   report: {out / 'report.json'}")
+        print_summary(report)
     return report
+
+
+def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_dir: Path, run_dir: Path,
+                       scratch_dir: Path, task_train, task_dev, *, corpus_given: bool, vocab_size: int, seed: int,
+                       columns: tuple[str, str | None, str]) -> list[tuple[str, str]]:
+    """(stage, command) pairs that redo each stage with the separate verbs, with this run's settings."""
+    plan, ft = report["plan"], report["finetune"]
+    corpus = " ".join(report["corpus"])
+    overrides = " ".join(f"--{k.replace('_', '-')} {str(v).lower() if isinstance(v, bool) else v}"
+                         for k, v in RECIPE_OVERRIDES.items())
+    text, pair, label = columns
+    column_flags = ((f" --text-column {text}" if text != "text" else "") + (f" --pair-column {pair}" if pair else "")
+                    + (f" --label-column {label}" if label != "label" else ""))
+    preset = report["model_summary"]["preset"]
+    commands = []
+    if not corpus_given:
+        commands.append(("corpus and built-in task", f"python -c \"from pathlib import Path; from bertkit.pipeline "
+                         f"import build_docstring_task, default_corpus; t = build_docstring_task('{out / 'task'}', "
+                         f"seed={seed}); default_corpus(Path('{corpus}'), exclude=set(t['dev_sentences']))\""))
+    commands += [
+        ("vocabulary", f"bertkit tokenizer train --files {corpus} --vocab-size {vocab_size} --out {tok_dir}"),
+        ("shards", f"bertkit prepare --corpus {corpus} --tokenizer {tok_dir} --out {data_dir} --eval-fraction "
+                   f"{EVAL_FRACTION} --seed {seed}"),
+        ("pretraining", f"bertkit pretrain --data {data_dir} --out {run_dir} --config {RECIPE} --preset {preset} "
+                        f"{overrides} --precision {report['precision']} --eval-instances {plan['eval_rows']} "
+                        f"--eval-every {plan['eval_every']} --max-time {plan['pretrain_s']:.0f} --seed {seed}"),
+        ("curves", f"bertkit plot {run_dir}"),
+        ("random initialisation", f"bertkit init --tokenizer {tok_dir} --preset {preset} --seed {seed} "
+                                  f"--out {scratch_dir}"),
+    ]
+    c = ft["config"]
+    for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
+        commands.append((f"fine-tuning ({'pretrained' if name == 'pretrained' else 'random initialisation'}), "
+                         f"for each seed S of {', '.join(map(str, ft['seeds']))}",
+                         f"bertkit finetune classify --model {start} --train {task_train} --dev {task_dev}"
+                         f"{column_flags} --out {out / 'finetune' / name}-seedS --epochs {ft['epochs']:g} "
+                         f"--lr {c['learning_rate']:g} --batch-size {c['batch_size']} --max-seq-length "
+                         f"{c['max_seq_length']} --dropout {c['dropout']} --seed S --precision {c['precision']} "
+                         f"--new-head"))
+    example = report["fill_mask"]["examples"][0]["prompt"] if report["fill_mask"]["examples"] else "[MASK]"
+    commands += [("fill-mask", f"bertkit fill-mask --model {run_dir / 'model'} \"{example}\""),
+                 ("serve the fine-tuned classifier", report["serve"]),
+                 ("serve fill-mask", f"bertkit serve --model {run_dir / 'model'}")]
+    return commands
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    """The report's figures on the terminal; the last line names the page and the serve command."""
+    ft, fill = report["finetune"], report["fill_mask"]
+    print()
+    print(f"pretraining: {report['steps']:,} steps, {report['train_tokens']:,} tokens "
+          f"({report['tokens_per_s']:,.0f} tokens/s, {report['precision']}); held-out masked-token accuracy "
+          f"{report['mlm_accuracy_before']:.3f} -> {report['mlm_accuracy_after']:.3f}, perplexity "
+          f"{report['perplexity_before']:,.0f} -> {report['perplexity_after']:,.1f} "
+          f"({report['eval_points']} held-out evaluations)")
+    seeds = ft["seeds"]
+    print(f"fine-tuning on {ft['task']['description']}")
+    print(f"  {ft['train_examples']:,} training / {ft['dev_examples']:,} dev examples, {ft['epochs']:g} epochs, "
+          f"seeds {', '.join(map(str, seeds))}; dev accuracy of the best epoch:")
+    print(f"  {'starting point':<24} {'mean':>6} {'per seed':<24} {'macro-F1':>8} {'last epoch':>10}")
+    for name, label in (("pretrained", "pretrained"), ("scratch", "random initialisation")):
+        row = ft[name]
+        per_seed = " / ".join(f"{a:.3f}" for a in row["accuracies"])
+        print(f"  {label:<24} {row['accuracy']:>6.3f} {per_seed:<24} {row['macro_f1']:>8.3f} "
+              f"{row['last_accuracy']:>10.3f}")
+    print(f"  {'majority class':<24} {ft['majority_accuracy']:>6.3f}")
+    wins = sum(p > s for p, s in zip(ft["pretrained"]["accuracies"], ft["scratch"]["accuracies"]))
+    print(f"  gain from pretraining: {ft['pretrained']['accuracy'] - ft['scratch']['accuracy']:+.3f} "
+          f"(pretrained ahead on {wins} of {len(seeds)} seeds; one run's binomial standard error on this dev set: "
+          f"{ft['pretrained']['accuracy_se']:.3f})")
+    rare = (f"; {fill['rare_top1_accuracy']:.3f} on the {fill['rare_prompts']:,} words outside the "
+            f"{fill['frequent_words']} most frequent" if fill["rare_top1_accuracy"] is not None else "")
+    print(f"fill-mask on {fill['prompts']:,} held-out sentences: top-1 accuracy {fill['top1_accuracy']:.3f}, top-5 "
+          f"{fill['top5_accuracy']:.3f} (always '{fill['baseline_word']}': {fill['baseline_accuracy']:.3f}){rare}")
+    for example in fill["examples"][:4]:
+        candidates = "  ".join(f"{t} ({p:.2f})" for t, p in example["candidates"])
+        print(f"  {example['prompt']}\n      true: {example['answer']:<14} model: {candidates}")
+    for text, candidates in report["probes"].items():
+        print(f"  {text}\n      " + "  ".join(f"{t} ({p:.2f})" for t, p in candidates))
+    print(f"took {report['minutes']:.1f} minutes; pretrained model: {report['model']}")
+    print(f"report: {report['report']}   serve: {report['serve']}")

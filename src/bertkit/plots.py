@@ -135,8 +135,9 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
-_TITLES = {"loss": "Training loss", "accuracy": "Training accuracy", "lr": "Learning rate",
-           "throughput": "Throughput", "eval": "Evaluation", "other": "Other training metrics"}
+_TITLES = {"loss": "Training loss (mean over each logging window)", "accuracy": "Training accuracy",
+           "lr": "Learning rate schedule", "throughput": "Training throughput",
+           "eval": "Held-out evaluation (perplexity on a log axis)", "other": "Other training metrics"}
 
 
 def _draw(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> None:
@@ -156,8 +157,10 @@ def _draw(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> 
         ax.set_xlabel("step")
         if name == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        if all("perplexity" in key for key in keys):  # spans orders of magnitude: the late gains would be flat
+            ax.set_yscale("log")
         if len(keys) == 1 and n > 1:
-            ax.set_title(keys[0])
+            ax.set_title(keys[0] + (" (log scale)" if "perplexity" in keys[0] else ""))
         ax.legend(fontsize="small")
         ax.grid(True, alpha=0.3)
     fig.savefig(path, format="png", dpi=100)

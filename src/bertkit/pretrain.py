@@ -13,9 +13,9 @@ The resolved recipe is written beside the run as RUN_DIR/config.yaml.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,10 +42,12 @@ class DataConfig:
     """What the model sees: objective, instance creation, masking and batch size."""
 
     objective: str = _f("bert", "bert (MLM+NSP), albert (MLM+SOP), roberta (MLM, FULL-SENTENCES), roberta-doc "
-                                "(MLM, DOC-SENTENCES), electra (replaced-token detection), causal (next-token LM)")
-    max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included")
+                                "(MLM, DOC-SENTENCES), electra (replaced-token detection), causal (next-token LM), "
+                                "t5 (T5's span corruption; a T5 encoder-decoder)")
+    max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included (t5: the corrupted input, EOS "
+                                  "included)")
     short_seq_prob: float = _f(0.1, "fraction of NSP/SOP instances with a shorter random target length")
-    mask_prob: float = _f(0.15, "fraction of (non-special) tokens to predict")
+    mask_prob: float = _f(0.15, "fraction of (non-special) tokens to predict (t5: the noise density)")
     max_predictions_per_seq: int = _f(20, "cap on predicted tokens per instance (20 at 128, 80 at 512)")
     whole_word_masking: bool = _f(False, "mask all pieces of a word together")
     isolate_documents: bool = _f(False, "packed rows (roberta, causal): attention stays within each document and "
@@ -57,9 +59,11 @@ class DataConfig:
     sparse_prediction: bool = _f(True, "run the vocabulary projection only on masked positions (same loss)")
     rtd_weight: float = _f(50.0, "ELECTRA: weight of the discriminator loss against the generator's MLM loss")
     generator_fraction: float = _f(0.25, "ELECTRA: generator hidden size as a fraction of the discriminator's")
+    mean_noise_span_length: float = _f(3.0, "T5: mean length of a corrupted span")
 
     def __post_init__(self) -> None:
-        check_finite(self, ("short_seq_prob", "mask_prob", "rtd_weight", "generator_fraction"))
+        check_finite(self, ("short_seq_prob", "mask_prob", "rtd_weight", "generator_fraction",
+                            "mean_noise_span_length"))
         if self.objective not in ALL_OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(ALL_OBJECTIVES)}")
         if self.masking not in ("dynamic", "static"):
@@ -82,6 +86,17 @@ class DataConfig:
             raise ValueError(f"rtd_weight must not be negative, got {self.rtd_weight}")
         if not 0.0 < self.generator_fraction <= 1.0:
             raise ValueError(f"generator_fraction must be in (0, 1], got {self.generator_fraction}")
+        if self.mean_noise_span_length <= 0:
+            raise ValueError(f"mean_noise_span_length must be positive, got {self.mean_noise_span_length}")
+
+
+# Objectives that imply an architecture: `--objective t5` alone builds a T5 (the recipe's model_type may say so too).
+OBJECTIVE_MODEL_TYPES = {"t5": "t5"}
+
+
+def model_type_of(model: dict[str, Any], objective: str) -> str | None:
+    """The model_type a recipe builds: its model section's, else the one its objective implies (None: BERT's)."""
+    return model.get("model_type") or OBJECTIVE_MODEL_TYPES.get(objective)
 
 
 @dataclass(frozen=True)
@@ -92,7 +107,17 @@ class PretrainConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
-        model_type = self.model.get("model_type")
+        model_type = model_type_of(self.model, self.data.objective)
+        if (model_type == "t5") != (self.data.objective == "t5"):
+            raise ValueError(f"the t5 objective (span corruption) trains a T5 encoder-decoder, and a T5 model "
+                             f"pretrains with it only: objective {self.data.objective!r} with model_type "
+                             f"{model_type!r}")
+        if model_type == "modernbert" and self.data.objective not in ("roberta", "roberta-doc"):
+            why = ("a sentence-pair head (NSP / SOP), which ModernBERT does not have"
+                   if self.data.objective in OBJECTIVES else "a BERT-family model (BertConfig)")
+            raise ValueError(f"the {self.data.objective} objective trains {why}; a ModernBERT model "
+                             f"(model_type modernbert) pretrains with the masked-LM objectives roberta or "
+                             f"roberta-doc")
         presets = presets_for(model_type)  # ModernBERT has presets and config fields of its own
         if self.preset not in presets:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(presets)}")
@@ -166,8 +191,14 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 
 def field_help() -> dict[str, list[tuple[str, Any, str]]]:
     """Every settable field by section: (name, default, help), for `bertkit pretrain --help`."""
+    from bertkit.config import T5Config
+
     out: dict[str, list[tuple[str, Any, str]]] = {}
-    for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig)):
+    from bertkit.config import ModernBertConfig
+
+    for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig),
+                         ("model (modernbert: model_type modernbert)", ModernBertConfig),
+                         ("model (t5: objective t5)", T5Config)):
         rows = []
         for f in dataclasses.fields(cls):
             rows.append((f.name, f.default, f.metadata.get("help", "")))
@@ -184,9 +215,12 @@ def resolve_config(recipe: str | Path | None = None, overrides: dict[str, Any] |
     data = load_recipe(recipe)
     sections: dict[str, dict[str, Any]] = {s: dict(data.get(s) or {}) for s in ("model", "data", "train")}
     preset = data.get("preset", "mini")
+    given = overrides or {}
+    objective = given.get("data.objective", given.get("objective", sections["data"].get("objective", "bert")))
+    model_type = model_type_of(sections["model"], objective)  # `--objective t5` alone: T5Config's fields
     fields = {"data": {f.name: f for f in dataclasses.fields(DataConfig)},
               "train": {f.name: f for f in dataclasses.fields(TrainConfig)},
-              "model": {f.name: f for f in dataclasses.fields(config_class_for(sections["model"].get("model_type")))}}
+              "model": {f.name: f for f in dataclasses.fields(config_class_for(model_type))}}
     for key, value in (overrides or {}).items():
         if key == "preset":
             preset = value
@@ -219,16 +253,49 @@ def random_token_ids(tokenizer) -> np.ndarray:
                     dtype=np.int64)
 
 
-def stream_options(data: DataConfig):
+def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the tokenizer"):
     """The loader's `StreamOptions` for a recipe's data section: the objective's instances, lengths, masking,
-    document isolation and static copies. Pretraining and MLM distillation both read their stream through this."""
+    document isolation and static copies. Pretraining and MLM distillation both read their stream through this.
+
+    Span corruption (objective t5) takes its sentinels from `tokenizer` (`source` names it in errors).
+    """
     from bertkit.data.loader import StreamOptions
 
     instances, _ = ALL_OBJECTIVES[data.objective]
-    return StreamOptions(instances=instances, max_seq_length=data.max_seq_length, short_seq_prob=data.short_seq_prob,
-                         mask_prob=data.mask_prob, max_predictions_per_seq=data.max_predictions_per_seq,
-                         whole_word_masking=data.whole_word_masking, isolate_documents=data.isolate_documents,
-                         dupe_factor=data.dupe_factor if data.masking == "static" else None)
+    spans = {}
+    if instances == "spans":
+        spans = dict(noise_density=data.mask_prob, mean_noise_span_length=data.mean_noise_span_length,
+                     **span_sentinels(tokenizer, source))
+    options = dict(instances=instances, max_seq_length=data.max_seq_length, short_seq_prob=data.short_seq_prob,
+                   mask_prob=data.mask_prob, max_predictions_per_seq=data.max_predictions_per_seq,
+                   whole_word_masking=data.whole_word_masking, isolate_documents=data.isolate_documents,
+                   dupe_factor=data.dupe_factor if data.masking == "static" else None, **spans)
+    try:
+        return StreamOptions(**options)
+    except ValueError as err:
+        if not spans:
+            raise
+        raise ValueError(f"{source}: {err}; train a tokenizer with more (bertkit tokenizer train --kind unigram "
+                         f"--extra-ids 100) or lower --max-seq-length") from None
+
+
+def span_sentinels(tokenizer, source: str | Path) -> dict[str, int]:
+    """{first_sentinel_id, sentinels}: the tokenizer's `<extra_id_N>` tokens, which span corruption puts in place of
+    the dropped spans, counted down from <extra_id_0> as T5's tokenizer numbers them. ValueError naming `source`
+    when it has none (a WordPiece or BPE vocabulary, a Unigram one trained with --extra-ids 0) or when they are
+    not numbered down one by one."""
+    ids = list(getattr(tokenizer, "sentinel_ids", None) or [])
+    if not ids:
+        kind = getattr(tokenizer, "kind", "this")
+        raise ValueError(f"{source}: the {kind} tokenizer has no sentinel tokens <extra_id_0>, <extra_id_1>, ... "
+                         f"for span corruption; prepare the corpus with a tokenizer from `bertkit tokenizer train "
+                         f"--kind unigram --extra-ids 100`")
+    count = next((k for k, i in enumerate(ids) if i != ids[0] - k), len(ids))
+    if count < len(ids):
+        raise ValueError(f"{source}: the sentinel tokens are not numbered down from <extra_id_0> (id {ids[0]}): "
+                         f"<extra_id_{count}> is id {ids[count]}, not {ids[0] - count} (T5's layout puts them at "
+                         f"the end of the vocabulary, <extra_id_0> last)")
+    return {"first_sentinel_id": ids[0], "sentinels": len(ids)}
 
 
 def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, Any]:
@@ -254,9 +321,11 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
     tokenizer: when given, the padding (and for RoBERTa / ALBERT the bos / eos) ids come from it, unless the
     recipe's model section sets them; without it they are BERT's defaults (pad 0).
     """
-    from bertkit.models import BertForCausalLM, GeneratorDiscriminator, model_class
+    from bertkit.models import BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration, model_class
 
     d = config.data
+    if model_type_of(config.model, d.objective) == "t5":
+        return _build_t5(config, vocab_size, init_from, tokenizer, T5ForConditionalGeneration)
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
     if tokenizer is not None:
         overrides.update(_special_token_fields(tokenizer, config.model))
@@ -271,8 +340,78 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
     if init_from is not None:
         cls = ({"electra": GeneratorDiscriminator, "causal": BertForCausalLM}.get(d.objective)
                or model_class(init_from, "pretraining"))  # BertForPreTraining, or the architecture's MLM model
-        kwargs = {} if cls in (GeneratorDiscriminator, BertForCausalLM) else {"new_heads": True}
-        model = cls.from_pretrained(init_from, **kwargs)
+        if cls in (GeneratorDiscriminator, BertForCausalLM):
+            model = cls.from_pretrained(init_from)
+        else:
+            # The directory's pretraining heads when it has them whole (a later stage continues them), fresh ones
+            # where it has none or only part (an encoder, or an MLM head without BERT's NSP head).
+            from bertkit.checkpoint import CheckpointError
+
+            try:
+                model = cls.from_pretrained(init_from)
+            except CheckpointError:
+                model = cls.from_pretrained(init_from, new_heads=True)
+        if model.config.vocab_size != vocab_size:
+            raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
+                             f"tokenizer ({vocab_size})")
+        if tokenizer is not None:
+            check_same_vocabulary(init_from, tokenizer)
+        if getattr(objective, "pair_task", None) is not None and getattr(model, "nsp", None) is None:
+            raise ValueError(f"{init_from}: the {d.objective} objective trains a sentence-pair head, which a "
+                             f"{model.config.model_type} model does not have; use the roberta objective")
+        model = continued_model(model, config, init_from)
+    return model, objective
+
+
+def continued_model(model, config: PretrainConfig, init_from: str | Path):
+    """The `init_from` model a continued run trains (a later stage at a longer length, say).
+
+    ModernBERT: positions are rotary, so max_position_embeddings (a limit, no table) is raised to the recipe's
+    max_seq_length, and the recipe's explicit ModernBERT fields that change no tensor shape (global_rope_theta for
+    the paper's long-context stage, the window, dropout) replace the directory's. A model with a position table
+    (the BERT family) shorter than max_seq_length is refused, pointing at `bertkit extend-context`.
+    """
+    from bertkit.config import ModernBertConfig
+
+    length = config.data.max_seq_length
+    current = model.config
+    if not isinstance(current, ModernBertConfig):
+        limit = getattr(current, "max_length", None)
+        if limit is not None and length > limit:
+            raise ValueError(f"{init_from}: max_seq_length {length} is longer than its {limit} positions; grow its "
+                             f"position table first (bertkit extend-context --model {init_from} "
+                             f"--max-position-embeddings {length} --out NEW_DIR) and continue from NEW_DIR")
+        return model
+    fields = {}
+    if config.model.get("model_type") == "modernbert":
+        fields = {k: v for k, v in config.model.items() if k != "model_type" and getattr(current, k) != v}
+    if current.max_position_embeddings < length:
+        fields["max_position_embeddings"] = max(length, fields.get("max_position_embeddings", length))
+    if not fields:
+        return model
+    changed = type(model)(dataclasses.replace(current, **fields))
+    try:
+        changed.load_state_dict(model.state_dict())
+    except RuntimeError:
+        raise ValueError(f"{init_from}: the recipe's model fields {sorted(fields)} change the shapes of its weights; "
+                         f"a continued run keeps the architecture (set only rotary, window, dropout or length "
+                         f"fields)") from None
+    return changed
+
+
+def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer, cls):
+    """`build_pretraining_model` for T5: the preset's encoder-decoder (padding, EOS and decoder start ids from the
+    tokenizer: T5 starts the decoder with the padding id), or `init_from`'s weights."""
+    from bertkit.config import T5Config
+
+    fields: dict[str, Any] = {"vocab_size": vocab_size}
+    if tokenizer is not None:
+        fields.update(pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.sep_id,
+                      decoder_start_token_id=tokenizer.pad_id)
+    fields.update({k: v for k, v in config.model.items() if k != "model_type"})
+    model, objective = build_pretraining(config.data.objective, T5Config.preset(config.preset, **fields))
+    if init_from is not None:
+        model = cls.from_pretrained(init_from)
         if model.config.vocab_size != vocab_size:
             raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
                              f"tokenizer ({vocab_size})")
@@ -306,18 +445,162 @@ def build_model(config: PretrainConfig, vocab_size: int, init_from: str | Path |
 
 
 def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str = "mini", seed: int = 0,
-                   **overrides: Any) -> Path:
-    """Write a randomly initialised BertForPreTraining (BERT initialisation) with the given tokenizer: the
-    "from scratch" baseline of a fine-tuning comparison, or a starting point to pretrain."""
-    from bertkit.models import BertForPreTraining
+                   model_type: str = "bert", **overrides: Any) -> Path:
+    """Write a randomly initialised model with the given tokenizer: the "from scratch" baseline of a fine-tuning
+    comparison, or a starting point to pretrain (or a distillation student).
+
+    model_type "bert": a BertForPreTraining (BERT's initialisation, its `preset` size); "modernbert": a
+    ModernBertForMaskedLM of MODERNBERT_PRESETS' `preset` (ModernBERT's initialisation), its padding and framing
+    ids the tokenizer's; "t5": a T5ForConditionalGeneration of T5_PRESETS' `preset` (T5's initialisation), its
+    padding, EOS and decoder start ids the tokenizer's. overrides: config fields over the preset.
+    """
+    from bertkit.models import ROLE_CLASSES
     from bertkit.tokenizers import load_tokenizer
 
+    if model_type not in ("bert", "modernbert", "t5"):
+        raise ValueError(f"--model-type {model_type!r}: init writes bert, modernbert or t5 models")
+    presets = presets_for(None if model_type == "bert" else model_type)
+    if preset not in presets:
+        raise ValueError(f"unknown {model_type} preset {preset!r}; choose one of {', '.join(presets)}")
     tokenizer = load_tokenizer(tokenizer_path)  # any kind: vocab.txt, vocab.json + merges.txt, tokenizer.json
     torch.manual_seed(seed)
-    fields = {"vocab_size": tokenizer.vocab_size, **overrides}
-    model = BertForPreTraining(BertConfig.preset(preset, **fields))
+    fields = {"vocab_size": tokenizer.vocab_size}
+    if model_type == "modernbert":
+        fields.update(_special_token_fields(tokenizer, {"model_type": model_type}))
+    if model_type == "t5":  # T5 starts the decoder with the padding id
+        fields.update(pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.sep_id,
+                      decoder_start_token_id=tokenizer.pad_id)
+    fields.update(overrides)
+    config = config_class_for(None if model_type == "bert" else model_type).preset(preset, **fields)
+    model = ROLE_CLASSES[type(config)]["seq2seq" if model_type == "t5" else "pretraining"](config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Context extension: a model directory made ready for continued pretraining at a longer length
+# ------------------------------------------------------------------------------------------------------------------
+EXTEND_METHODS = ("copy", "interpolate")
+
+
+def grown_position_table(table: torch.Tensor, positions: int, method: str = "copy", offset: int = 0) -> torch.Tensor:
+    """A learned position table (P, E) grown to `positions` usable rows: (positions + offset, E).
+
+    offset: rows before the learned positions that are not positions (RoBERTa's pad_token_id + 1); kept as they are.
+    copy: the P - offset learned rows repeated one after the other (Longformer's initialisation, Beltagy et al. 2020):
+        rows 0 .. P - 1 are unchanged, and every window of the new table looks like one the model learned (only at
+        the seams does the position jump back).
+    interpolate: the learned rows stretched over the new positions (position interpolation): new position i takes
+        the linear blend of the learned rows either side of i x (P - offset - 1) / (positions - 1); the first and
+        last rows are the learned first and last, neighbours grow more alike, and continued pretraining then has
+        to tell them apart.
+    """
+    if method not in EXTEND_METHODS:
+        raise ValueError(f"unknown extension method {method!r}; choose one of {', '.join(EXTEND_METHODS)}")
+    head, learned = table[:offset], table[offset:]  # (offset, E), (P', E)
+    P = learned.shape[0]
+    if positions <= P:
+        raise ValueError(f"the table already has {P} positions; give more than that")
+    if method == "copy":
+        rows = learned[torch.arange(positions) % P]  # (positions, E)
+    else:
+        x = torch.arange(positions, dtype=torch.float64) * (P - 1) / (positions - 1)  # (positions,) in [0, P - 1]
+        low = x.floor().long().clamp(max=P - 1)
+        high = (low + 1).clamp(max=P - 1)
+        w = (x - low).to(learned.dtype)[:, None]  # (positions, 1)
+        rows = learned[low] * (1 - w) + learned[high] * w
+    return torch.cat([head, rows]).contiguous()
+
+
+def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir: str | Path, method: str = "copy",
+                   global_rope_theta: float | None = None) -> dict[str, Any]:
+    """Write `model_dir` as a model directory that takes inputs of `max_position_embeddings` tokens, to continue
+    pretraining at that length (`bertkit pretrain --init-from OUT --max-seq-length N`).
+
+    BERT family (learned absolute positions): the position table grows to N rows by `method` (see
+    `grown_position_table`); every other tensor, every head and the tokenizer files are kept, and config.json says
+    the new max_position_embeddings (RoBERTa's offset rows included). ModernBERT (rotary positions, no table): only
+    config.json changes: its max_position_embeddings, and `global_rope_theta` when given (the paper's 8k stage
+    raised it from 10,000 to 160,000). T5 (relative positions) has nothing to grow.
+
+    out_dir must not exist or be empty; it is written completely or not at all. Returns {"model_type", "method",
+    "positions_before", "positions_after"}.
+    """
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from bertkit.checkpoint import (CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_config,
+                                    read_weights)
+    from bertkit.config import ModernBertConfig
+    from bertkit.models import model_class
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if not (model_dir / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir}: exists and is not empty; give a new directory")
+    raw = read_config(model_dir)
+    config = config_from_dict(raw, source=str(model_dir / CONFIG_NAME))
+    if not isinstance(max_position_embeddings, int) or max_position_embeddings < 1:
+        raise ValueError(f"--max-position-embeddings must be a positive integer, got {max_position_embeddings!r}")
+    weights = read_weights(model_dir)
+    raw = dict(raw)
+    if isinstance(config, ModernBertConfig):
+        before = config.max_position_embeddings
+        if max_position_embeddings < before:
+            raise ValueError(f"{model_dir} already takes {before} tokens (max_position_embeddings); give more")
+        raw["max_position_embeddings"] = max_position_embeddings
+        if global_rope_theta is not None:
+            raw["global_rope_theta"] = global_rope_theta
+            if isinstance(raw.get("rope_parameters"), dict) and "full_attention" in raw["rope_parameters"]:
+                raw["rope_parameters"] = {**raw["rope_parameters"], "full_attention": {
+                    **raw["rope_parameters"]["full_attention"], "rope_theta": global_rope_theta}}
+        config_from_dict(raw, source=f"{out_dir / CONFIG_NAME}")  # what is written must read back
+        after, method = max_position_embeddings, "config"
+    elif isinstance(config, BertConfig):
+        if global_rope_theta is not None:
+            raise ValueError(f"--global-rope-theta is a ModernBERT setting; {model_dir} holds a {config.model_type} "
+                             f"model with learned positions")
+        before, after = config.max_length, max_position_embeddings
+        offset = config.max_position_embeddings - config.max_length  # RoBERTa's pad_token_id + 1 rows
+        keys = [k for k in weights if k.endswith("embeddings.position_embeddings.weight")]
+        if not keys:
+            raise ValueError(f"{model_dir}: no position table (...embeddings.position_embeddings.weight) in the "
+                             f"weights")
+        for key in keys:
+            if weights[key].shape[0] != config.max_position_embeddings:
+                raise ValueError(f"{model_dir}: tensor {key!r} has {weights[key].shape[0]} rows but config.json "
+                                 f"says max_position_embeddings {config.max_position_embeddings}")
+            weights[key] = grown_position_table(weights[key], after, method, offset)
+        for key in [k for k in weights if k.endswith(("embeddings.position_ids", "embeddings.token_type_ids"))]:
+            # Buffers older writers stored, one entry per position: regrown as transformers makes them.
+            grown = torch.arange(after + offset) if key.endswith("position_ids") else torch.zeros(after + offset)
+            weights[key] = grown.to(weights[key].dtype)[None]
+        raw["max_position_embeddings"] = after + offset
+    else:
+        raise ValueError(f"{model_dir} holds a {config.model_type} model, which has no absolute positions to extend")
+
+    staging = out_dir.with_name(f".{out_dir.name}.extend-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        for path in model_dir.iterdir():  # tokenizer files, finetune.json, ...: everything but weights and config
+            if path.is_file() and path.name not in (CONFIG_NAME, WEIGHTS_NAME, LEGACY_WEIGHTS_NAME):
+                shutil.copy2(path, staging / path.name)
+        (staging / CONFIG_NAME).write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        # Tied tensors may share storage in a .bin file; safetensors wants each tensor on its own.
+        save_file({k: v.contiguous().clone() for k, v in weights.items()}, str(staging / WEIGHTS_NAME),
+                  metadata={"format": "pt"})
+        # The result must load: the encoder through bertkit's strict tables, at the new length.
+        model_class(staging, "encoder").from_pretrained(staging)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"model_type": config.model_type, "method": method, "positions_before": before, "positions_after": after,
+            "out": str(out_dir)}
 
 
 def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, resume: bool = False,
@@ -337,12 +620,12 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     verify_data: check every shard file's SHA-256 before training (otherwise a shard's index files are checked at
         open and its token files just before its first use; see `bertkit.data.shards.ShardedCorpus`).
     """
-    from bertkit.io import lock_directory
+    from bertkit.io import writer_lock
 
     run_dir = Path(run_dir)
     dist_info, device = setup_distributed(config.train.device)
     # DDP ranks of one job are one writer: rank 0 holds the lock, the others write nothing of their own.
-    with lock_directory(run_dir) if dist_info.is_main else contextlib.nullcontext():
+    with writer_lock(run_dir, dist_info.is_main):
         return _pretrain(Path(data_dir), run_dir, config, resume, init_from, eval_at_start, verify_data,
                          dist_info, device)
 
@@ -370,14 +653,20 @@ def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     `RESUMABLE_CHANGES`: ["data.batch_size 8 -> 16", ...]."""
     changes: list[str] = []
 
-    def compare(prefix: str, a: Any, b: Any, allowed: frozenset[str] | set[str] = frozenset()) -> None:
+    def compare(prefix: str, a: Any, b: Any, allowed: frozenset[str] | set[str] = frozenset(),
+                defaults: dict[str, Any] | None = None) -> None:
         a, b = a or {}, b or {}
         for key in sorted(set(a) | set(b)):
+            if key not in a and defaults is not None and b.get(key) == defaults.get(key, a):
+                continue  # a setting added since the run started, at its default: what the run computed
             if key not in allowed and a.get(key) != b.get(key):
                 changes.append(f"{prefix}{key} {a.get(key)!r} -> {b.get(key)!r}")
 
-    compare("data.", old.get("data"), new.get("data"), RESUMABLE_CHANGES["data"])
-    compare("train.", old.get("train"), new.get("train"), RESUMABLE_CHANGES["train"])
+    def defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    compare("data.", old.get("data"), new.get("data"), RESUMABLE_CHANGES["data"], defaults(DataConfig))
+    compare("train.", old.get("train"), new.get("train"), RESUMABLE_CHANGES["train"], defaults(TrainConfig))
     compare("model.", old.get("model_config"), new.get("model_config"))
     for key, label in (("world_size", "processes"), ("global_batch_size", "global batch size")):
         if key in old and old.get(key) != new.get(key):
@@ -442,7 +731,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                              f"{'; '.join(changes)}. Resume with the original settings, or start a new run in "
                              f"another directory")
 
-    options = stream_options(d)
+    options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir)
     special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
     random_ids = random_token_ids(tokenizer)
     stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,8 @@ class FinetuneConfig:
     max_query_length: int = _f(64, "SQuAD: question tokens kept")
     max_answer_length: int = _f(30, "SQuAD: longest answer span, in tokens")
     n_best_size: int = _f(20, "SQuAD: start and end candidates considered per window")
+    max_target_length: int | None = _f(None, "text to text (T5): target tokens, EOS included, and the most tokens "
+                                             "generated (default 32; SQuAD 64); longer targets are cut and counted")
     epochs: float = _f(3.0, "passes over the training set (the paper: 2-4; SQuAD 2-3)")
     learning_rate: float = _f(5e-5, "peak learning rate (the paper's grid: 2e-5, 3e-5, 5e-5)")
     batch_size: int = _f(32, "examples per optimizer step (split into grad_accumulation micro-batches)")
@@ -90,6 +93,8 @@ class FinetuneConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_seq_length is not None and self.max_seq_length < 8:
             raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        if self.max_target_length is not None and self.max_target_length < 2:
+            raise ValueError(f"max_target_length must be at least 2 (a token and EOS), got {self.max_target_length}")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if self.learning_rate <= 0:
@@ -144,9 +149,10 @@ def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.
     """Pad a list of features to the longest in it (dynamic padding).
 
     A feature has "input_ids" and "token_type_ids" (lists of T ints, or, for multiple choice, C such lists) and
-    optionally "label" (int or float), "labels" (T ints, token classification), "start_position"/"end_position".
+    optionally "label" (int or float), "labels" (T ints, token classification), "start_position"/"end_position",
+    "target_ids" (a text-to-text target, any length).
     Returns input_ids, token_type_ids, attention_mask as (B, T) or (B, C, T) int64, plus "labels" (B,) or (B, T)
-    (padding IGNORE_INDEX), "start_positions"/"end_positions" (B,).
+    (padding IGNORE_INDEX; for targets (B, L), L the longest target), "start_positions"/"end_positions" (B,).
     """
     choice = _choices(features[0]) > 0
     rows = [row for f in features for row in (f["input_ids"] if choice else [f["input_ids"]])]
@@ -172,6 +178,12 @@ def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.
     elif first.get("label") is not None:
         dtype = torch.float32 if isinstance(first["label"], float) else torch.long
         batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+    elif first.get("target_ids") is not None:  # text to text: the decoder's targets, padded to their own longest
+        labels = torch.full((len(features), max(len(f["target_ids"]) for f in features)), IGNORE_INDEX,
+                            dtype=torch.long)
+        for i, f in enumerate(features):
+            labels[i, :len(f["target_ids"])] = torch.tensor(f["target_ids"], dtype=torch.long)
+        batch["labels"] = labels
     if first.get("start_position") is not None:
         batch["start_positions"] = torch.tensor([f["start_position"] for f in features], dtype=torch.long)
         batch["end_positions"] = torch.tensor([f["end_position"] for f in features], dtype=torch.long)
@@ -295,6 +307,37 @@ def forward_all(model, features: Sequence[dict[str, Any]], pad_id: int, batch_si
     return out  # type: ignore[return-value]
 
 
+@torch.no_grad()
+def generate_all(model, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int,
+                 max_new_tokens: int) -> list[np.ndarray]:
+    """Greedy generations of an encoder-decoder (`generate`) for every feature's input, in input order: int64
+    arrays of the generated token ids, the decoder's start token, EOS and what follows it left out. Batches are
+    formed by length, as in `forward_all`."""
+    device = next(model.parameters()).device
+    eos = model.config.eos_token_id
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    out: list[np.ndarray | None] = [None] * len(features)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        batch = collate([{k: features[i][k] for k in ("input_ids", "token_type_ids")} for i in chosen], pad_id)
+        generated = model.generate(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                   max_new_tokens=max_new_tokens)[:, 1:].cpu().numpy()  # (B, n) after the start
+        for row, i in enumerate(chosen):
+            ids = generated[row]
+            ends = np.flatnonzero(ids == eos)
+            out[i] = ids[:ends[0]] if len(ends) else ids
+    return out  # type: ignore[return-value]
+
+
+def model_outputs(family: TaskFamily, model, features: Sequence[dict[str, Any]], pad_id: int,
+                  batch_size: int) -> list[np.ndarray]:
+    """What a family's `evaluate` and `predictions` read: logits (`forward_all`), or for a family that generates
+    (text to text) the greedy generations (`generate_all`, up to the family's max_new_tokens)."""
+    if getattr(family, "generates", False):
+        return generate_all(model, features, pad_id, batch_size, family.max_new_tokens)
+    return forward_all(model, features, pad_id, batch_size)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Model directories: tokenizer, positions, task model, task file
 # ------------------------------------------------------------------------------------------------------------------
@@ -312,14 +355,15 @@ def load_model_tokenizer(model_dir: str | os.PathLike, who: str = "model"):
 
 
 def max_positions(model_dir: str | os.PathLike) -> int:
-    """The longest input the model directory's config.json allows (its usable position embeddings)."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-    from bertkit.config import BertConfig
+    """The longest input the model directory's config.json allows (its usable position embeddings; ModernBERT's
+    max_position_embeddings; unbounded for an architecture without a limit)."""
+    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
 
     model_dir = Path(model_dir)
     if not (model_dir / CONFIG_NAME).is_file():
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    return BertConfig.from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME)).max_length
+    config = config_from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME))
+    return getattr(config, "max_length", sys.maxsize)
 
 
 def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout: float | None = None, **kwargs):
@@ -335,7 +379,7 @@ def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout
     except HeadMismatchError as err:
         raise HeadMismatchError(f"{err} (bertkit finetune: --new-head)") from None
     if dropout is not None:
-        config = dataclasses.replace(model.config, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+        config = with_dropout(model.config, dropout)
         own = {k: getattr(model, k) for k in ("num_labels", "labels", "regression") if k in kwargs}
         rebuilt = cls(config, **own)
         rebuilt.load_state_dict(model.state_dict())
@@ -343,11 +387,36 @@ def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout
     return model
 
 
-def model_class(family: TaskFamily):
-    """The bertkit.models class of a family's task model."""
+def model_class(family: TaskFamily, model_dir: str | os.PathLike | None = None):
+    """The bertkit.models class of a family's task model for the architecture of `model_dir` (its config.json:
+    BertForTokenClassification for the BERT family, ModernBertForTokenClassification for ModernBERT, ...); the
+    BERT family's class without a directory. ValueError naming the kind and the model type where that
+    architecture has no such model."""
     import bertkit.models as modeling
 
-    return getattr(modeling, family.model_class_name)
+    if model_dir is None:
+        return getattr(modeling, family.model_class_name)
+    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
+
+    model_dir = Path(model_dir)
+    if not (model_dir / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
+    config = config_from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME))
+    row = modeling.ROLE_CLASSES.get(type(config), {})
+    if family.model_role not in row:
+        kind = "/".join(family.kinds) or type(family).__name__
+        raise ValueError(f"{kind}: bertkit has no {modeling.ROLE_NAMES.get(family.model_role, family.model_role)} "
+                         f"model for model_type {config.model_type!r} ({model_dir})")
+    return row[family.model_role]
+
+
+def with_dropout(config, dropout: float):
+    """`config` with every dropout probability of its architecture set to `dropout`: BERT's hidden and attention
+    dropout, ModernBERT's embedding, attention, feed-forward and classifier dropout, T5's dropout rate (the config
+    fields whose name says dropout)."""
+    names = [f.name for f in dataclasses.fields(config) if "dropout" in f.name
+             and isinstance(getattr(config, f.name), float)]
+    return dataclasses.replace(config, **{name: dropout for name in names})
 
 
 def read_task_info(model_dir: str | os.PathLike) -> dict[str, Any]:
@@ -387,11 +456,13 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
 
     kind: a key of `bertkit.tasks.KINDS`; config: its `kind` is set from `kind`; max_seq_length, when unset,
     becomes the kind's default cut to what the model has; a longer one is refused (ValueError naming the `who`).
+    The family is `task_family`'s: the kind's own, or text to text for a T5 directory.
     The training file is read first (it fixes the labels); ValueError when config.metric is not one the family
     reports.
     """
     config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
     model_dir = Path(model_dir)
+    family_class = task_family(kind, model_dir, "finetune" if who == "model" else "distill")
     tokenizer = load_model_tokenizer(model_dir, who)
     positions = max_positions(model_dir)
     if config.max_seq_length is None and config.seq_length > positions:
@@ -399,7 +470,7 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     if config.seq_length > positions:
         raise ValueError(f"max_seq_length {config.seq_length} is longer than the {who}'s max_position_embeddings "
                          f"({positions}, {model_dir})")
-    family = family_for(kind)(config)
+    family = family_class(config)
     train_examples = family.read(train_path, training=True)
     dev_examples = family.read(dev_path, training=False)
     metric = config.metric or family.main_metric
@@ -409,6 +480,24 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     dev_features = family.features(dev_examples, tokenizer, training=False)
     return TaskData(kind, config, family, tokenizer, metric, train_examples, dev_examples, train_features,
                     dev_features)
+
+
+def task_family(kind: str, model_dir: str | os.PathLike, verb: str = "finetune") -> type[TaskFamily]:
+    """The family that fine-tunes `model_dir` for `kind`: the kind's own (`family_for`), or for an encoder-decoder
+    (T5) the text-to-text family (`bertkit.tasks.text2text`), which takes glue, classify and squad; ValueError
+    naming the verb, the kind and the model type for another kind."""
+    from bertkit.checkpoint import CONFIG_NAME, read_config
+
+    model_dir = Path(model_dir)
+    model_type = read_config(model_dir).get("model_type") if (model_dir / CONFIG_NAME).is_file() else None
+    if model_type == "t5":
+        from bertkit.tasks.text2text import text_to_text_family
+
+        if verb == "distill":
+            raise ValueError(f"bertkit distill {kind}: {model_dir} holds a t5 model (model_type t5); distillation "
+                             f"takes encoder models (BERT, ModernBERT)")
+        return text_to_text_family(kind, model_type, verb)
+    return family_for(kind)
 
 
 def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
@@ -528,7 +617,7 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
             return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
         started = time.perf_counter()
         plain = evaluated(unwrap(m))
-        logits = forward_all(plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
+        logits = model_outputs(family, plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
         metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
         if extra_metrics is not None:
             more = extra_metrics(output)

@@ -1,6 +1,7 @@
 """THE training loop, shared by pretraining, fine-tuning and distillation.
 
-`train(model, task, batches, config, run_dir)` runs AdamW with linear warmup and decay, gradient accumulation,
+`train(model, task, batches, config, run_dir)` runs AdamW with a learning-rate schedule (linear warm-up and decay,
+T5's inverse square root, or warmup-stable-decay), gradient accumulation (with an optional batch-size warm-up),
 clipping, bf16 autocast, DistributedDataParallel under torchrun, logging, periodic evaluation and atomic,
 resumable checkpoints, and stops on steps, tokens or time. What is trained is given by a *task*:
 
@@ -37,13 +38,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit.checkpoint import (latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
+from bertkit.checkpoint import (RESUME_DIR, latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
                                 save_checkpoint, set_rng_state)
 from bertkit.config import field_with_help
-from bertkit.io import append_line, atomic_write, read_json_lines
+from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_temporaries, writer_lock
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
+SCHEDULES = ("linear", "inverse_sqrt", "wsd")  # TrainConfig.schedule: see `learning_rate`
+DECAY_SHAPES = ("linear", "1-sqrt")  # TrainConfig.decay_shape (wsd)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,17 @@ class TrainConfig:
     learning_rate: float = _f(1e-4, "peak learning rate")
     warmup_steps: int = _f(10_000, "linear warm-up steps (overrides warmup_ratio when > 0)")
     warmup_ratio: float = _f(0.0, "warm-up as a fraction of max_steps, used when warmup_steps is 0")
+    schedule: str = _f("linear", "learning-rate schedule: linear (warm-up, then linear decay to 0 at the end of the "
+                                 "budget), inverse_sqrt (T5: the peak for the warm-up steps, then peak x "
+                                 "sqrt(warm-up / step)) or wsd (warmup-stable-decay: warm-up, the peak, then a "
+                                 "decay to 0 over the last decay_fraction of the budget)")
+    decay_fraction: float = _f(0.1, "wsd: the last fraction of the budget (steps or time) over which the learning "
+                                    "rate decays to 0")
+    decay_shape: str = _f("linear", "wsd: the decay's shape, linear or 1-sqrt (peak x (1 - sqrt(r)) at fraction r of "
+                                    "the decay, as ModernBERT)")
+    batch_warmup_steps: int = _f(0, "batch-size warm-up: the global batch grows from 1 micro-batch per rank to "
+                                    "grad_accumulation micro-batches linearly over this many steps (0 = off; needs "
+                                    "grad_accumulation > 1)")
     weight_decay: float = _f(0.01, "AdamW weight decay; never applied to biases and LayerNorm weights")
     adam_beta1: float = _f(0.9, "AdamW beta1")
     adam_beta2: float = _f(0.999, "AdamW beta2")
@@ -92,6 +106,18 @@ class TrainConfig:
             raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if isinstance(self.decay_fraction, bool) or not isinstance(self.decay_fraction, (int, float)) \
+                or not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction!r}")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise ValueError(f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}")
+        if self.batch_warmup_steps < 0:
+            raise ValueError(f"batch_warmup_steps must not be negative, got {self.batch_warmup_steps}")
+        if self.batch_warmup_steps > 0 and self.grad_accumulation < 2:
+            raise ValueError("batch_warmup_steps grows the batch by micro-batches: set grad_accumulation to the "
+                             "number of micro-batches of the full batch (at least 2)")
         for name in ("learning_rate", "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}"
@@ -179,13 +205,14 @@ def use_bf16(precision: str, device: torch.device) -> bool:
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices and embeddings only: not on biases or LayerNorm parameters (as in BERT)."""
+    """Weight decay on matrices and embeddings only: not on biases or norm parameters (as in BERT)."""
     decay, no_decay = [], []
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             if not param.requires_grad:
                 continue
-            if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
+            # Norm scales (LayerNorm, and T5's RMS norm, which marks itself `is_norm`) are not decayed either.
+            if isinstance(module, nn.LayerNorm) or getattr(module, "is_norm", False) or name.endswith("bias"):
                 no_decay.append(param)
             else:
                 decay.append(param)
@@ -207,14 +234,34 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
 
 
 def learning_rate(config: TrainConfig, step: int, elapsed: float) -> float:
-    """Linear warm-up to the peak, then linear decay to 0 at the end of the budget.
+    """The learning rate of step `step` (from 0): `config.schedule`.
 
-    Progress through the budget is step / max_steps, or elapsed / max_time when that is larger (a time-bounded
-    run decays on time). Warm-up is `warmup_steps` steps, or else the first `warmup_ratio` of the progress.
+    linear: linear warm-up to the peak, then linear decay to 0 at the end of the budget. Progress through the
+    budget is step / max_steps, or elapsed / max_time when that is larger (a time-bounded run decays on time).
+    Warm-up is `warmup_steps` steps, or else the first `warmup_ratio` of the progress.
+    inverse_sqrt (T5's 1 / sqrt(max(step, k))): the peak for the first k = warm-up steps, then
+    peak x sqrt(k / step); it does not depend on the budget (k = 1 without any warm-up).
+    wsd (warmup-stable-decay, the "trapezoidal" schedule of ModernBERT): the same warm-up as linear, then the peak,
+    then over the last `decay_fraction` of the progress a decay to 0, linear or 1-sqrt (`decay_shape`); a run
+    stopped before the decay has the peak rate throughout its stable phase, so it can be continued and decayed
+    later.
     """
+    if config.schedule == "inverse_sqrt":
+        k = max(config.warmup, 1)
+        return config.learning_rate * math.sqrt(k / max(step, k))
     progress = step / config.max_steps
     if config.max_time:
         progress = max(progress, elapsed / config.max_time)
+    if config.schedule == "wsd":
+        if config.warmup_steps > 0:
+            warm = min(1.0, (step + 1) / config.warmup_steps)
+        elif config.warmup_ratio > 0:  # counting the step being taken, so the first step does not get 0
+            warm = min(1.0, max(progress, (step + 1) / config.max_steps) / config.warmup_ratio)
+        else:
+            warm = 1.0
+        left = min(1.0, max(0.0, (1.0 - progress) / config.decay_fraction))  # of the decay phase, 1 -> 0
+        decay = 1.0 - math.sqrt(1.0 - left) if config.decay_shape == "1-sqrt" else left
+        return config.learning_rate * min(warm, decay)
     if config.warmup_steps > 0:
         if step < config.warmup_steps:
             return config.learning_rate * (step + 1) / config.warmup_steps
@@ -224,6 +271,16 @@ def learning_rate(config: TrainConfig, step: int, elapsed: float) -> float:
         if progress < warm:  # counting the step being taken, so the first step does not get 0
             return config.learning_rate * min(1.0, max(progress, (step + 1) / config.max_steps) / warm)
     return config.learning_rate * min(1.0, max(0.0, (1.0 - progress) / (1.0 - warm)))
+
+
+def micro_batches(config: TrainConfig, step: int) -> int:
+    """Micro-batches per rank in optimizer step `step` (from 0): grad_accumulation, or during the batch-size
+    warm-up 1 + floor((grad_accumulation - 1) x step / batch_warmup_steps), reaching grad_accumulation at step
+    batch_warmup_steps. A function of the step alone, so a resumed run takes the same batches."""
+    n = config.batch_warmup_steps
+    if n <= 0 or step >= n:
+        return config.grad_accumulation
+    return 1 + (config.grad_accumulation - 1) * step // n
 
 
 def seed_everything(seed: int) -> None:
@@ -316,10 +373,26 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
     metrics are logged with an "eval_" prefix. on_save: called on rank 0 with the plain model at every checkpoint.
     resume: continue from the newest checkpoint in run_dir/checkpoints (start fresh if there is none).
     eval_at_start: also evaluate before the first step of a fresh run (a "before" figure).
+
+    Rank 0 holds run_dir's lock meanwhile (`bertkit.io.lock_directory`, re-entrant: a verb that already holds it
+    keeps it), so no other process writes the run at the same time, and first removes the temporary files and
+    staging folders a killed run left there.
     """
     run_dir = Path(run_dir)
     if dist_info is None or device is None:
         dist_info, device = setup_distributed(config.device)
+    with writer_lock(run_dir, dist_info.is_main):
+        if dist_info.is_main:
+            for path in remove_stale_temporaries(run_dir, run_dir / RESUME_DIR):
+                print(f"bertkit: removed {path}, left by an interrupted run", file=sys.stderr, flush=True)
+        return _train(model, task, batches, config, run_dir, evaluate, resume, on_save, dist_info, device,
+                      eval_at_start)
+
+
+def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], config: TrainConfig, run_dir: Path,
+           evaluate: Callable[[nn.Module], dict[str, float]] | None, resume: bool,
+           on_save: Callable[[nn.Module, int], None] | None, dist_info: Distributed, device: torch.device,
+           eval_at_start: bool) -> TrainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     model.to(device)
     bf16 = use_bf16(config.precision, device)
@@ -421,7 +494,7 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
             break
         # Take the step's micro-batches first: the loss of each term is normalised by its count over all of them.
         micro = []
-        for _ in range(config.grad_accumulation):
+        for _ in range(micro_batches(config, step)):
             try:
                 micro.append(next(stream))
             except StopIteration:
@@ -495,6 +568,8 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
                 record[k] = value / max(count, 1.0)
             record.update(lr=lr, grad_norm=grad_norm, tokens=tokens,
                           tokens_per_s=window_tokens / max(now - window_start, 1e-9), elapsed_s=elapsed())
+            if config.batch_warmup_steps:  # the batch-size warm-up's current step: micro-batches per rank
+                record["micro_batches"] = len(micro)
             log.write(record)
             last = record
             if bar is not None:

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.checkpoint import CheckpointError
 from bertkit.config import ModernBertConfig
-from bertkit.models import (IGNORE_INDEX, BertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification,
+from bertkit.models import (IGNORE_INDEX, BertModel, ModernBertForMaskedLM, ModernBertForMultipleChoice,
+                            ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                             ModernBertForTokenClassification, ModernBertModel)
 from test_family import family_config
 
@@ -237,6 +238,7 @@ def test_transformers_token_classifier_loads_in_bertkit(tmp_path):
     (ModernBertForSequenceClassification, {"num_labels": 3, "labels": ["a", "b", "c"]}),
     (ModernBertForSequenceClassification, {"num_labels": 1}),
     (ModernBertForTokenClassification, {"num_labels": 4}),
+    (ModernBertForQuestionAnswering, {}),
 ])
 def test_bertkit_directory_loads_in_transformers(ours_cls, kwargs, tmp_path):
     config = tiny(**BIASES, classifier_pooling="mean") if kwargs.get("num_labels") == 1 else tiny()
@@ -259,6 +261,8 @@ def test_bertkit_directory_loads_in_transformers(ours_cls, kwargs, tmp_path):
         close(a.prediction_logits, b.logits, mask)
     elif ours_cls is ModernBertForTokenClassification:
         close(a.logits, b.logits, mask)
+    elif ours_cls is ModernBertForQuestionAnswering:
+        close(a.logits, torch.stack([b.start_logits, b.end_logits], -1), mask)
     else:  # a left-padded row (the last) pools a padding position in transformers with "cls": not compared
         close(a.logits, b.logits) if config.classifier_pooling == "mean" else close(a.logits[:3], b.logits[:3])
         assert theirs.config.problem_type == ("regression" if kwargs["num_labels"] == 1 else None)
@@ -267,6 +271,54 @@ def test_bertkit_directory_loads_in_transformers(ours_cls, kwargs, tmp_path):
     again = ours_cls.from_pretrained(tmp_path / "again")
     for (k, v), (k2, v2) in zip(ours.state_dict().items(), again.state_dict().items()):
         assert k == k2 and torch.equal(v, v2), k
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_multiple_choice_both_ways_with_transformers(pooling, tmp_path):
+    """ModernBertForMultipleChoice: transformers' directory in bertkit and bertkit's in transformers, equal choice
+    scores (1e-5) on (B, C, T) inputs whose choices are padded, one on the left (transformers pools each choice's
+    first real token)."""
+    config = tiny(classifier_pooling=pooling, **BIASES)
+    theirs = randomize(transformers.ModernBertForMultipleChoice(theirs_config(config)), 12)
+    theirs.save_pretrained(str(tmp_path / "theirs"))
+    ours = ModernBertForMultipleChoice.from_pretrained(tmp_path / "theirs").eval()
+    ids, mask, _ = batch(config, B=6)
+    ids, mask = ids.view(2, 3, -1), mask.view(2, 3, -1)  # 2 questions of 3 choices
+    ids[1, 2] = ids[1, 2].masked_fill(mask[1, 2] == 0, config.pad_token_id)
+    labels = torch.tensor([2, 0])
+    with torch.no_grad():
+        b = theirs(input_ids=ids, attention_mask=mask, labels=labels)
+        for model in both_layouts(ours):
+            a = model(ids, mask, labels=labels)
+            assert a.logits.shape == (2, 3)
+            close(a.logits, b.logits)
+            close(a.loss, b.loss)
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = transformers.ModernBertForMultipleChoice.from_pretrained(str(tmp_path / "ours"),
+                                                                          output_loading_info=True)
+    no_loading_problems(info)
+    with torch.no_grad():
+        close(back.eval()(input_ids=ids, attention_mask=mask).logits, b.logits)
+
+
+def test_transformers_question_answering_directory_loads_in_bertkit(tmp_path):
+    config = tiny(**BIASES)
+    theirs = randomize(transformers.ModernBertForQuestionAnswering(theirs_config(config)), 13)
+    theirs.save_pretrained(str(tmp_path))
+    ours = ModernBertForQuestionAnswering.from_pretrained(tmp_path).eval()
+    ids, mask, _ = batch(config)
+    start, end = torch.tensor([3, 0, 5, 9]), torch.tensor([4, 0, 7, 12])
+    with torch.no_grad():
+        b = theirs(input_ids=ids, attention_mask=mask, start_positions=start, end_positions=end)
+        for model in both_layouts(ours):
+            a = model(ids, mask, start_positions=start, end_positions=end)
+            close(a.start_logits, b.start_logits, mask)
+            close(a.end_logits, b.end_logits, mask)
+    # The QA head starts fresh on an MLM directory and reuses its prediction head, as transformers does.
+    randomize(ModernBertForMaskedLM(config), 14).save_pretrained(tmp_path / "mlm")
+    qa = ModernBertForQuestionAnswering.from_pretrained(tmp_path / "mlm")
+    their_qa = transformers.ModernBertForQuestionAnswering.from_pretrained(str(tmp_path / "mlm"))
+    assert torch.equal(qa.head.dense.weight, their_qa.head.dense.weight) and qa.classifier.weight.shape == (2, 32)
 
 
 # ==================================================================================================================
@@ -354,6 +406,61 @@ def test_unpadded_path_matches_padded_path_forward_and_backward():
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=ATOL, rtol=1e-4, msg=name)
 
 
+def test_set_fast_paths_and_compile_layers_switch_modernbert():
+    """The fast-path switches reach ModernBERT's encoder and heads by their attributes, and the switched-off (plain)
+    model and the compiled one compute what the default one does."""
+    from bertkit.models import compile_layers, set_fast_paths
+    from bertkit.models.kernels import Linear
+
+    config = tiny()
+    model = randomize(ModernBertForMaskedLM(config), 21)
+    ids, mask, labels = batch(config)
+    with torch.no_grad():
+        expected = model(ids, mask, labels=labels).prediction_logits
+    set_fast_paths(model, unpad=False, onednn=False, fused_qkv=False)
+    assert model.encoder.unpad is False and model.mlm.onednn is False
+    assert all(not m.onednn for m in model.modules() if isinstance(m, Linear))
+    with torch.no_grad():
+        close(model(ids, mask, labels=labels).prediction_logits, expected, mask)
+    set_fast_paths(model, unpad=True, onednn=True)
+    assert model.encoder.unpad is True and model.mlm.onednn is True
+    compile_layers(model, backend="eager")
+    assert all(layer._compiled_call_impl is not None for layer in model.encoder.layers)
+    with torch.no_grad():
+        close(model(ids, mask, labels=labels).prediction_logits, expected, mask)
+
+
+def test_packed_rows_run_each_document_as_if_alone():
+    """A row packing documents (attention mask 1, 1, 2, 2, 2, 0: isolate_documents) gives every document the
+    hidden states it has alone in its row: attention within it, the window within it, rotary positions from 0."""
+    config = tiny(local_attention=4)  # +-2: the local layers are local inside the documents
+    model = randomize(ModernBertForMaskedLM(config), 9)
+    g = torch.Generator().manual_seed(5)
+    docs = [torch.randint(3, 100, (n,), generator=g) for n in (7, 9, 5, 4)]
+    rows = [[0, 1], [2, 3]]  # two rows of two documents each, then padding
+    T = 18
+    ids = torch.zeros(2, T, dtype=torch.long)
+    mask = torch.zeros(2, T, dtype=torch.long)
+    for r, members in enumerate(rows):
+        at = 0
+        for number, d in enumerate(members, start=1):
+            ids[r, at:at + len(docs[d])] = docs[d]
+            mask[r, at:at + len(docs[d])] = number
+            at += len(docs[d])
+    with torch.no_grad():
+        for packed in both_layouts(model):
+            out = packed(ids, mask, output_hidden_states=True)
+            for r, members in enumerate(rows):
+                at = 0
+                for d in members:
+                    alone = packed(docs[d][None], output_hidden_states=True)
+                    n = len(docs[d])
+                    close(out.prediction_logits[r, at:at + n], alone.prediction_logits[0])
+                    for x, y in zip(out.hidden_states, alone.hidden_states):
+                        close(x[r, at:at + n], y[0])
+                    at += n
+
+
 def test_sliding_window_is_what_local_layers_see():
     """Only the window separates the two configs: outputs agree where every distance is inside it, and differ on
     rows longer than it, on both paths."""
@@ -423,8 +530,8 @@ def test_inputs_are_checked_with_a_message_naming_the_tensor():
         model(torch.ones(1, 17, dtype=torch.long))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.full((1, 4), 100))
-    with pytest.raises(ValueError, match="packed rows"):
-        model(torch.ones(1, 4, dtype=torch.long), torch.tensor([[1, 1, 2, 2]]))
+    with pytest.raises(ValueError, match="attention_mask .* negative"):
+        model(torch.ones(1, 4, dtype=torch.long), torch.tensor([[1, 1, -1, 0]]))
     # token_type_ids are accepted (the verbs pass them) and change nothing: ModernBERT has no segments.
     ids = torch.randint(3, 100, (2, 6))
     model.eval()

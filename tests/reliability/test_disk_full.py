@@ -237,8 +237,9 @@ def test_a_real_full_tmpfs_at_ten_levels(data_dir, tmp_path):
         reference = tmp_path / "reference"
         pretrain(data_dir, reference, resolve_config("tiny", tiny_overrides(**settings)), eval_at_start=False)
         run = mount / "run"
-        # From a device too small for the first checkpoint to one that holds a checkpoint and a model directory.
-        for kib in (48, 128, 256, 384, 512, 640, 768, 1024, 1280, 1536):
+        failed_at = {}  # device size -> the file whose write did not fit
+        # From a device too small for the first checkpoint to one that holds the whole run.
+        for kib in (48, 128, 256, 384, 512, 640, 768, 1024, 1280, 2048):
             shutil.rmtree(run, ignore_errors=True)
             subprocess.run(["mount", "-o", f"remount,size={kib}k", str(mount)], check=True)
             result = run_bertkit(*pretrain_argv(data_dir, run, **settings))
@@ -247,9 +248,13 @@ def test_a_real_full_tmpfs_at_ten_levels(data_dir, tmp_path):
                 line = one_error_line(result.stderr)
                 assert f"{run}/" in line and ": no space left on the device: it needs " in line, line
                 assert leftovers(run) == [], (kib, leftovers(run))
+                failed_at[kib] = line.split(": no space")[0].split(f"{run}/")[1]
             subprocess.run(["mount", "-o", "remount,size=16m", str(mount)], check=True)
             resumed = run_bertkit(*pretrain_argv(data_dir, run, "--resume", **settings))
             assert resumed.returncode == 0, (kib, resumed.stderr[-2000:])
             assert training_records(run) == training_records(reference), kib
+        print(failed_at)
+        # The levels stop the run at several different writers, and the largest device holds the whole run.
+        assert len(set(failed_at.values())) >= 2 and 2048 not in failed_at, failed_at
     finally:
         subprocess.run(["umount", str(mount)])

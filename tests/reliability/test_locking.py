@@ -16,7 +16,7 @@ from reliability_helpers import (bertkit_command, losses, make_prepared, one_err
 
 from bertkit.io import LOCK_NAME, DirectoryLockedError, lock_directory, lock_holder
 
-HOLD = "import sys, time; from bertkit.io import lock_directory\nwith lock_directory(sys.argv[1]):\n" \
+HOLD = "import sys, time; from bertkit.io import lock_directory\nwith lock_directory(*sys.argv[1:]):\n" \
        "    print('held', flush=True); time.sleep(120)\n"
 TRY = "import sys; from bertkit.io import lock_directory\nwith lock_directory(sys.argv[1]): print('acquired')\n"
 
@@ -26,9 +26,10 @@ def data_dir(tmp_path_factory) -> Path:
     return make_prepared(tmp_path_factory.mktemp("locking"))
 
 
-def _holder(directory: Path) -> subprocess.Popen:
-    """A process that holds `directory`'s lock until killed (returns once it holds it)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True,
+def _holder(directory: Path, *name: str) -> subprocess.Popen:
+    """A process that holds `directory`'s lock (or the lock file `name` in it) until killed (returns once it
+    holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), *name], stdout=subprocess.PIPE, text=True,
                             env=subprocess_env())
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -105,3 +106,54 @@ def test_prepare_refuses_a_locked_data_directory(tmp_path, data_dir):
                                              f"{proc.pid}); one writer per directory: wait for it to end, stop it, "
                                              f"or choose another output")
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing of the refused run was written
+
+
+@pytest.fixture(scope="module")
+def model_dir(data_dir) -> Path:
+    """A tiny BertForPreTraining directory with the prepared data's vocabulary."""
+    import torch
+
+    from bertkit import BertConfig, BertForPreTraining
+    from bertkit.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(data_dir / "tokenizer")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertForPreTraining(config).save_pretrained(data_dir.parent / "model", tokenizer=tokenizer)
+    return data_dir.parent / "model"
+
+
+def _refused(capsys, argv: list[str], subject: Path, holder: subprocess.Popen) -> None:
+    from bertkit.cli import main
+
+    try:
+        code = main(argv)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"bertkit: error: {subject} is in use by another bertkit process (pid {holder.pid}); one writer per "
+        f"directory: wait for it to end, stop it, or choose another output")
+
+
+def test_finetune_distill_and_features_refuse_a_second_writer(data_dir, model_dir, tmp_path, capsys):
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "".join(f"the cat {w} runs,{w}\n" for w in ["big", "small"] * 8))
+    out = tmp_path / "finetune"
+    _refused(capsys, ["finetune", "classify", "--model", str(model_dir), "--train", str(train), "--dev", str(train),
+                      "--out", str(out), "--quiet"], out, _holder(out))
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing of the refused run was written
+
+    out = tmp_path / "distill"
+    _refused(capsys, ["distill", "mlm", "--teacher", str(model_dir), "--data", str(data_dir), "--out", str(out),
+                      "--student-preset", "tiny", "--max-steps", "2"], out, _holder(out))
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("the cat runs\nthe dog sleeps\n")
+    out = tmp_path / "features" / "feats.npy"
+    _refused(capsys, ["features", "--model", str(model_dir), "--input", str(lines), "--out", str(out)], out,
+             _holder(out.parent, ".feats.npy.lock"))
+    assert sorted(p.name for p in out.parent.iterdir()) == [".feats.npy.lock"]

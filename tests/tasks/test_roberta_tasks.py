@@ -27,12 +27,7 @@ PEOPLE, PLACES = ["john", "mary", "peter", "anna"], ["paris", "london", "berlin"
 QUICK = dict(batch_size=8, learning_rate=3e-3, progress=False, log_every=1, max_seq_length=32, dropout=0.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest
 
 
 def sentiment_rows(n: int, seed: int) -> list[tuple[str, str]]:

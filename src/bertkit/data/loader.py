@@ -11,6 +11,11 @@ a generator seeded by its first instance's (epoch, index); rank r takes the r-th
 the same stream (instance creation and masking are cheap next to a training step) and keeps its own disjoint part,
 so a 2-rank run sees exactly the batches of a 1-rank run with twice the batch.
 A position is (epoch, chunk, offset in chunk, index in epoch): enough to regenerate the rest after a restart.
+
+T5's span corruption ("spans" instances) reads the same stream: a chunk's documents end to end, cut into token
+sequences of `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on
+its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
+attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
 """
 
 from __future__ import annotations
@@ -28,15 +33,17 @@ from bertkit.data.instances import (
     DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sop_instances, pack_doc_sentences,
     pack_full_sentences, pad_instances,
 )
+from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
+from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, split_tokens
 
-OBJECTIVE_INSTANCES = ("nsp", "sop", "full-sentences", "doc-sentences")
+OBJECTIVE_INSTANCES = ("nsp", "sop", "full-sentences", "doc-sentences", "spans")
 _END = object()  # end-of-stream marker of the prefetch queue
 
 
 @dataclass(frozen=True)
 class StreamOptions:
-    instances: str = "nsp"  # nsp | sop | full-sentences | doc-sentences
+    instances: str = "nsp"  # nsp | sop | full-sentences | doc-sentences | spans (T5's span corruption)
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
     mask_prob: float = 0.15
@@ -48,6 +55,12 @@ class StreamOptions:
     # model keeps attention within a document and restarts positions at its first token (no cross-document
     # attention, as if each document had a row of its own, without the padding).
     isolate_documents: bool = False
+    # Span corruption ("spans"): max_seq_length is the corrupted input's length (EOS included); the sentinels
+    # are first_sentinel_id, first_sentinel_id - 1, ..., `sentinels` of them (T5's <extra_id_0>, <extra_id_1>, ...).
+    noise_density: float = 0.15
+    mean_noise_span_length: float = 3.0
+    first_sentinel_id: int | None = None
+    sentinels: int = 0
 
     def __post_init__(self) -> None:
         if self.instances not in OBJECTIVE_INSTANCES:
@@ -55,6 +68,27 @@ class StreamOptions:
         if self.isolate_documents and self.instances != "full-sentences":
             raise ValueError(f"isolate_documents applies to rows that pack several documents (full-sentences), "
                              f"not to {self.instances!r} instances")
+        if self.instances == "spans":
+            if not 0.0 < self.noise_density < 1.0:
+                raise ValueError(f"the span-corruption noise density must be in (0, 1), got {self.noise_density}")
+            if not self.mean_noise_span_length > 0:
+                raise ValueError(f"mean_noise_span_length must be positive, got {self.mean_noise_span_length}")
+            if self.first_sentinel_id is None or self.sentinels < 1:
+                raise ValueError("span corruption needs sentinel tokens (first_sentinel_id and sentinels)")
+            spans = self.spans_per_sequence
+            if spans > self.sentinels or self.first_sentinel_id - (spans - 1) < 0:
+                raise ValueError(f"span corruption at max_seq_length {self.max_seq_length} cuts up to {spans} "
+                                 f"spans per sequence, but there are only {self.sentinels} sentinel tokens")
+
+    @property
+    def span_lengths(self) -> tuple[int, int]:
+        """(tokens per sequence before corruption, target length): `random_spans_helper` of max_seq_length."""
+        return random_spans_helper(self.max_seq_length, self.noise_density, self.mean_noise_span_length)
+
+    @property
+    def spans_per_sequence(self) -> int:
+        """The most noise spans a sequence gets (each needs a sentinel of its own)."""
+        return noise_counts(max(self.span_lengths[0], 2), self.noise_density, self.mean_noise_span_length)[1]
 
 
 class _Subset:
@@ -109,6 +143,13 @@ class PretrainingStream:
             create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
             for d in members:
                 out.extend(create(self.docs, int(d), o.max_seq_length, o.short_seq_prob, rng, self.special))
+        elif o.instances == "spans":
+            # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
+            documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
+                                        or [np.zeros(0, dtype=np.int64)]) for d in members]
+            for ids in split_tokens(documents, o.span_lengths[0]):
+                ones = np.ones(len(ids), dtype=bool)
+                out.append(Instance(ids, np.zeros_like(ids), ones, ~ones, -1))
         else:
             pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
             out.extend(pack(_Subset(self.docs, members), o.max_seq_length, None, special=self.special))
@@ -204,6 +245,8 @@ class PretrainingStream:
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
                 rows: slice = slice(None)) -> dict[str, Any]:
         """Pad and mask a group of (instance, epoch, index) as one, then keep `rows` of it as tensors."""
+        if self.options.instances == "spans":
+            return self._collate_spans(items, state, rows)
         arrays = pad_instances([inst for inst, _, _ in items], None, self.special.pad)
         _, epoch, index = items[0]
         ids, labels = self.mask(arrays["input_ids"], arrays["special_mask"], arrays["word_starts"], epoch, index)
@@ -218,6 +261,30 @@ class PretrainingStream:
         }
         if "next_sentence_label" in arrays:
             batch["next_sentence_label"] = torch.from_numpy(arrays["next_sentence_label"][rows])
+        if state is not None:
+            batch["_state"] = dict(state)
+        return batch
+
+
+    def _collate_spans(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None,
+                       rows: slice) -> dict[str, Any]:
+        """Span-corrupt each sequence of a group with the generator of its own (epoch, index), pad the inputs
+        (pad id) and the targets (IGNORE_INDEX) to the group's longest, then keep `rows` of it as tensors:
+        input_ids and attention_mask (B, S), labels (B, T)."""
+        o = self.options
+        pairs = [span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
+                                 o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
+                 for inst, epoch, index in items]
+        width, target_width = max(len(p[0]) for p in pairs), max(len(p[1]) for p in pairs)
+        ids = np.full((len(pairs), width), self.special.pad, dtype=np.int64)
+        attention = np.zeros((len(pairs), width), dtype=np.int64)
+        labels = np.full((len(pairs), target_width), IGNORE_INDEX, dtype=np.int64)
+        for i, (inputs, targets) in enumerate(pairs):
+            ids[i, :len(inputs)], attention[i, :len(inputs)] = inputs, 1
+            labels[i, :len(targets)] = targets
+        batch: dict[str, Any] = {"input_ids": torch.from_numpy(ids[rows]),
+                                 "attention_mask": torch.from_numpy(attention[rows]),
+                                 "labels": torch.from_numpy(labels[rows])}
         if state is not None:
             batch["_state"] = dict(state)
         return batch

@@ -169,9 +169,9 @@ class _Build:
         # encode_batch_fast (tokenizers >= 0.21) is the same engine call without character offsets, which shards
         # do not store; about a quarter faster.
         self._engine_encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-        # WordPiece marks final sigmas before the engine lower-cases (tokenizer.engine_text), so that shards hold
-        # the ids `tokenizer.encode` gives; BPE passes text through unchanged.
-        self._engine_text = getattr(tokenizer, "engine_text", None)
+        # WordPiece sends the few texts its engine's Unicode tables would get wrong through Google's rules in Python
+        # (WordPieceTokenizer.encode_plain), so that shards hold the ids `tokenizer.encode` gives.
+        self._encode_plain = tokenizer.encode_plain if tokenizer.kind == "wordpiece" else None
 
     def say(self, message: str) -> None:
         log.info(message)
@@ -370,10 +370,10 @@ class _Build:
         if not batch:
             return
         sentences = [s for _, document, _, _ in batch for s in document.sentences]
-        if self._engine_text is not None:
-            sentences = [self._engine_text(s) for s in sentences]
-        encodings = self._engine_encode(sentences, add_special_tokens=False)
-        ids = [e.ids for e in encodings]
+        if self._encode_plain is not None:
+            ids = self._encode_plain(sentences)
+        else:
+            ids = [e.ids for e in self._engine_encode(sentences, add_special_tokens=False)]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         total = int(lengths.sum())
         flat_ids = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)

@@ -11,6 +11,7 @@ The rules are those of google-research/text-to-text-transfer-transformer (`rando
   tokenizer numbers them: <extra_id_0> is `first_sentinel_id` (vocab_size - 1), <extra_id_1> the id below, ...;
 * `random_spans_helper`: how many tokens to corrupt so that the input comes out at a given length, and the
   target's length then.
+* `split_tokens`: the corpus cut into token sequences of that length, documents end to end.
 
 Rounding is half-to-even (numpy's rint), as TensorFlow's `tf.round` does, of float32 products in the mask (T5's
 TensorFlow arithmetic) and of float64 ones in the helper (T5's Python arithmetic). Everything is a pure function of its
@@ -167,3 +168,14 @@ def random_spans_helper(inputs_length: int, noise_density: float = NOISE_DENSITY
         tokens_length -= 1
         targets -= 1
     return tokens_length, targets
+
+
+def split_tokens(documents: list[np.ndarray], tokens_length: int) -> list[np.ndarray]:
+    """T5's `reduce_concat_tokens` then `split_tokens`: the documents' tokens end to end (no separator, as in T5's
+    span-corruption pipeline), cut into segments of `tokens_length` (`random_spans_helper`'s first number); the
+    last segment holds what is left (shorter). Empty documents contribute nothing; no tokens give no segment."""
+    if tokens_length < 1:
+        raise ValueError(f"tokens_length must be at least 1, got {tokens_length}")
+    parts = [np.asarray(d, dtype=np.int64).reshape(-1) for d in documents]
+    stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return [stream[i:i + tokens_length] for i in range(0, len(stream), tokens_length)]

@@ -2,7 +2,7 @@
 choices (`kernels.py`): `bert.py` (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, causal: one set of classes) and
 `heads.py` (the task models)."""
 
-from bertkit.config import IGNORE_INDEX, BertConfig, ModernBertConfig
+from bertkit.config import IGNORE_INDEX, BertConfig, ModernBertConfig, T5Config
 from bertkit.models.bert import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForReplacedTokenDetection,
                                  BertModel, BertOutput, ElectraOutput, GeneratorDiscriminator, PreTrainedModel,
                                  PreTrainingOutput, TaskOutput, check_inputs, compile_layers, generator_config_for,
@@ -11,33 +11,58 @@ from bertkit.models.heads import (BertForMultipleChoice, BertForQuestionAnswerin
                                   BertForTokenClassification)
 from bertkit.models.kernels import Linear, linear
 from bertkit.models.layouts import Encoded, Padded, Unpadded
-from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForSequenceClassification,
+from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForMultipleChoice,
+                                       ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                                        ModernBertForTokenClassification, ModernBertModel)
 from bertkit.models.t5 import (DecoderCache, Seq2SeqOutput, T5EncoderModel, T5EncoderOutput,
                                T5ForConditionalGeneration)
 
-__all__ = ["ModernBertForMaskedLM", "ModernBertForSequenceClassification", "ModernBertForTokenClassification",
-           "ModernBertModel", "DecoderCache", "Seq2SeqOutput", "T5EncoderModel", "T5EncoderOutput",
-           "T5ForConditionalGeneration",
+__all__ = ["ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
+           "ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertModel",
+           "DecoderCache", "Seq2SeqOutput", "T5EncoderModel", "T5EncoderOutput", "T5ForConditionalGeneration",
            "IGNORE_INDEX", "BertForCausalLM", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
            "BertForQuestionAnswering", "BertForReplacedTokenDetection", "BertForSequenceClassification",
            "BertForTokenClassification", "BertModel", "Encoded", "Padded", "Unpadded", "BertOutput", "ElectraOutput", "GeneratorDiscriminator",
            "Linear", "PreTrainedModel", "PreTrainingOutput", "TaskOutput", "check_inputs", "compile_layers",
-           "generator_config_for", "linear", "set_fast_paths", "ROLE_CLASSES", "model_class"]
+           "generator_config_for", "linear", "set_fast_paths", "ROLE_CLASSES", "ROLE_NAMES", "class_for",
+           "model_class"]
 
 # The class each use loads a model directory as, by the config class its config.json reads as (BertConfig for the
-# whole BERT family): "pretraining" (fill-mask), "encoder" (features), "sequence" and "token" (classifiers).
+# whole BERT family): "pretraining" (fill-mask, pretraining; BERT's has the NSP head), "mlm" (the masked-LM model
+# alone: MLM distillation), "encoder" (features), and the task models "sequence", "token", "choice" (SWAG) and "qa".
 ROLE_CLASSES: dict[type, dict[str, type]] = {
-    BertConfig: {"pretraining": BertForPreTraining, "encoder": BertModel,
-                   "sequence": BertForSequenceClassification, "token": BertForTokenClassification},
-    ModernBertConfig: {"pretraining": ModernBertForMaskedLM, "encoder": ModernBertModel,
-                         "sequence": ModernBertForSequenceClassification, "token": ModernBertForTokenClassification},
+    BertConfig: {"pretraining": BertForPreTraining, "mlm": BertForMaskedLM, "encoder": BertModel,
+                 "sequence": BertForSequenceClassification, "token": BertForTokenClassification,
+                 "choice": BertForMultipleChoice, "qa": BertForQuestionAnswering},
+    ModernBertConfig: {"pretraining": ModernBertForMaskedLM, "mlm": ModernBertForMaskedLM, "encoder": ModernBertModel,
+                       "sequence": ModernBertForSequenceClassification, "token": ModernBertForTokenClassification,
+                       "choice": ModernBertForMultipleChoice, "qa": ModernBertForQuestionAnswering},
+    # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
+    T5Config: {"encoder": T5EncoderModel, "seq2seq": T5ForConditionalGeneration},
 }
+# How errors name a role.
+ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
+              "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",
+              "qa": "question-answering", "seq2seq": "text-to-text (encoder-decoder)"}
+
+
+def class_for(config, role: str, what: str = "") -> type:
+    """The model class of `role` (a key of ROLE_CLASSES' rows) for a model of `config` (any config class).
+
+    Raises ValueError naming the model type and the role when bertkit has no such model for that architecture
+    (`what`: the directory or verb, for the message)."""
+    row = ROLE_CLASSES.get(type(config), {})
+    if role not in row:
+        where = f" ({what})" if what else ""
+        raise ValueError(f"bertkit has no {ROLE_NAMES.get(role, role)} model for model_type "
+                         f"{config.model_type!r}{where}")
+    return row[role]
 
 
 def model_class(directory, role: str) -> type:
-    """The model class that loads `directory` (a model directory) for `role` (a key of ROLE_CLASSES' rows)."""
+    """The model class that loads `directory` (a model directory) for `role` (a key of ROLE_CLASSES' rows);
+    ValueError naming the model type where that architecture has no such model."""
     from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
 
     config = config_from_dict(read_config(directory), source=f"{directory}/{CONFIG_NAME}")
-    return ROLE_CLASSES[type(config)][role]
+    return class_for(config, role, str(directory))

@@ -379,7 +379,7 @@ class BertModel(PreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         packed = full = False
-        if attention_mask is not None and attention_mask.numel():
+        if attention_mask is not None and attention_mask.numel() and not exporting():
             low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
             packed, full = high > 1, low >= 1 and high == 1
         positions = position_ids(input_ids, self.config, attention_mask if packed else None)
@@ -649,14 +649,16 @@ def set_fast_paths(model: nn.Module, unpad: bool | None = None, fused_qkv: bool 
     query/key/value matmul; onednn: float32 CPU matmuls of the linear layers and the MLM decoder on oneDNN's
     kernels (`linear`). Each computes what the plain path computes (within float rounding); the plain path
     is there to check that, and for `output_attentions`.
+
+    Every architecture is switched alike: a module is switched by the attribute it declares (an encoder's `unpad`,
+    an attention's `fused_qkv`, a linear layer's or decoder's `onednn`), not by its class, so ModernBERT's encoder
+    and heads follow the same switches as BERT's (an architecture without a switch, such as ModernBERT's fused
+    qkv projection, simply has nothing to switch).
     """
     for module in model.modules():
-        if isinstance(module, BertModel) and unpad is not None:
-            module.unpad = unpad
-        if isinstance(module, SelfAttention) and fused_qkv is not None:
-            module.fused_qkv = fused_qkv
-        if isinstance(module, (Linear, MaskedLMHead)) and onednn is not None:
-            module.onednn = onednn
+        for name, value in (("unpad", unpad), ("fused_qkv", fused_qkv), ("onednn", onednn)):
+            if value is not None and isinstance(getattr(module, name, None), bool):
+                setattr(module, name, value)
     return model
 
 
@@ -665,15 +667,25 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> nn.Module:
     all, compiles in seconds where the whole model takes minutes); returns `model`.
 
     Shapes are dynamic (the unpadded path sees a new token count every batch). When compilation fails, that layer
-    runs eagerly, with a warning, instead of failing the run.
+    runs eagerly, with a warning, instead of failing the run. Every architecture's encoder layers are compiled:
+    the modules in the `layers` list of any encoder (a module with an `unpad` switch: BERT's, ModernBERT's).
     """
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True  # the fallback: eager execution of what cannot be compiled
     for module in model.modules():
-        if isinstance(module, Layer):
-            module.compile(dynamic=True, backend=backend)
+        if isinstance(getattr(module, "unpad", None), bool) and isinstance(getattr(module, "layers", None),
+                                                                          nn.ModuleList):
+            for layer in module.layers:
+                layer.compile(dynamic=True, backend=backend)
     return model
+
+
+def exporting() -> bool:
+    """Whether torch.export is tracing the model (`bertkit.export`): the graph then takes every attention mask as
+    a plain 0/1 padding mask on the padded path and skips the checks that read tensor values, since a traced graph
+    cannot branch on them."""
+    return bool(getattr(torch.compiler, "is_exporting", lambda: False)())
 
 
 def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -693,7 +705,8 @@ def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: to
     for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if t is not None and t.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but input_ids has {tuple(input_ids.shape)}")
-    if input_ids.numel() and not input_ids.is_cuda:  # a device sync on GPU; out-of-range ids fail loudly there anyway
+    # A device sync on GPU (out-of-range ids fail loudly there anyway); a traced graph has no value checks.
+    if input_ids.numel() and not input_ids.is_cuda and not exporting():
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= config.vocab_size:
             raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "

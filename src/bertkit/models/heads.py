@@ -33,7 +33,30 @@ class SentenceHead(nn.Module):
         return self.out(self.dropout(self.act(self.dense(self.dropout(first)))))
 
 
-class _LabelledHead(PreTrainedModel):
+class NamedLabels:
+    """For models whose head predicts one of `num_labels` named labels (any architecture): the labels and the
+    regression switch travel in config.json as transformers writes them (id2label, label2id, problem_type)."""
+
+    labels: list[str]
+    regression: bool
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        id2label = raw.get("id2label")
+        if not id2label:
+            return {}
+        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
+        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
+
+    def config_extras(self) -> dict:
+        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
+                  "label2id": {name: i for i, name in enumerate(self.labels)}}
+        if self.regression:
+            extras["problem_type"] = "regression"
+        return extras
+
+
+class _LabelledHead(NamedLabels, PreTrainedModel):
     """Shared by models whose head predicts one of `num_labels` named labels."""
 
     head_family = "classifier"
@@ -59,21 +82,6 @@ class _LabelledHead(PreTrainedModel):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = (SentenceHead(config, num_labels, config.family.classifier_act) if own_head
                            else Linear(config.hidden_size, num_labels))
-
-    @classmethod
-    def kwargs_from_config(cls, raw: dict) -> dict:
-        id2label = raw.get("id2label")
-        if not id2label:
-            return {}
-        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
-        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
-
-    def config_extras(self) -> dict:
-        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
-                  "label2id": {name: i for i, name in enumerate(self.labels)}}
-        if self.regression:
-            extras["problem_type"] = "regression"
-        return extras
 
 
 class BertForSequenceClassification(_LabelledHead):

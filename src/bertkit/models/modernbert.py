@@ -1,5 +1,5 @@
 """ModernBERT: token embeddings -> pre-norm layers (rotary attention, global or sliding-window; GeGLU) -> final norm,
-and its masked-LM, sequence-classification and token-classification heads.
+and its masked-LM, sequence-classification, token-classification, multiple-choice and question-answering heads.
 
 Read it top to bottom: rotary helpers, the embedding block, attention (with the sliding window), the feed-forward
 block, one layer, the heads, then the models. Shapes use B = batch, T = sequence length, N = real tokens (the
@@ -16,13 +16,15 @@ Where ModernBERT departs from BERT (`models/bert.py`), each where it acts:
                   embedding), and a final norm follows the last layer; LayerNorms have no bias unless `norm_bias`
     GeGLU         Wi: H -> 2I, split into input and gate, act(input) * gate, Wo: I -> H
     heads         dense -> act -> norm (the prediction head), then the decoder tied to the token embeddings (MLM)
-                  or dropout -> classifier; sequence classification pools the first token or the mean of the real
-                  tokens (`classifier_pooling`)
+                  or dropout -> classifier; sequence classification and multiple choice pool the first token or
+                  the mean of the real tokens (`classifier_pooling`); question answering scores every token
     no segments   there are no token types; `token_type_ids` is accepted (the verbs pass it) and ignored
 
 The fast path, as in BERT: a batch with padding runs on its real tokens only (`Unpadded`, a flat (N, H) tensor,
 attention per sequence; `ModernBertModel.unpad`), the sliding window then applied within each sequence by
-`SlidingWindow`. tests/models/test_modernbert.py pins it to the padded path and both to transformers.
+`SlidingWindow`. Packed rows (an attention mask numbering documents 1, 2, ..., as pretraining with
+`isolate_documents` makes them) run each document as its own sequence, its rotary positions restarting at 0.
+tests/models/test_modernbert.py pins the unpadded path to the padded one and both to transformers.
 
 Inside, modules carry short names of our own; on disk a model directory has transformers' ModernBERT names and
 config.json, through the "modernbert" table of `bertkit.checkpoint`.
@@ -38,8 +40,9 @@ from torch import nn
 
 from bertkit.config import IGNORE_INDEX, ModernBertConfig
 from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput
+from bertkit.models.heads import NamedLabels
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, extended_attention_mask,
+from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias,
                                     flash_attn_varlen, use_flash_attn)
 
 
@@ -76,19 +79,36 @@ def rotate_queries_and_keys(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
 # ------------------------------------------------------------------------------------------------------------------
 # Attention layouts with the sliding window
 # ------------------------------------------------------------------------------------------------------------------
-def window_bias(attention_mask: torch.Tensor | None, window: int, T: int, dtype: torch.dtype,
-                device: torch.device) -> torch.Tensor | None:
-    """The padded path's additive mask for a sliding-window layer: (B or 1, 1, T, T), 0 where key j is at distance
-    <= window of query i and is a real token, the dtype's minimum elsewhere; None when nothing is hidden."""
-    t = torch.arange(T, device=device)
-    near = (t[:, None] - t[None, :]).abs() <= window  # (T, T)
+def window_bias(attention_mask: torch.Tensor | None, window: int, positions: torch.Tensor, dtype: torch.dtype,
+                packed: bool = False) -> torch.Tensor | None:
+    """The padded path's additive mask for a sliding-window layer: (B or 1, 1, T, T), 0 where key j is at position
+    distance <= window of query i and is a real token (of query i's document when `packed`), the dtype's minimum
+    elsewhere; None when nothing is hidden.
+
+    positions: (T,) or (B, T) each token's position (packed rows restart at every document's first token).
+    """
+    p = positions if positions.dim() == 2 else positions[None]  # (B or 1, T)
+    near = (p[:, :, None] - p[:, None, :]).abs() <= window  # (B or 1, T, T)
     if attention_mask is None:
         if bool(near.all()):
             return None
-        allowed = near[None, None]  # (1, 1, T, T)
+        allowed = near[:, None]  # (B or 1, 1, T, T)
+    elif packed:  # a token sees the tokens of its own document only
+        m = attention_mask
+        allowed = (near & (m[:, :, None] == m[:, None, :]) & (m[:, None, :] > 0))[:, None]  # (B, 1, T, T)
     else:
-        allowed = near[None, None] & attention_mask.bool()[:, None, None, :]  # (B, 1, T, T)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+        allowed = near[:, None] & attention_mask.bool()[:, None, None, :]  # (B, 1, T, T)
+    return torch.zeros(allowed.shape, dtype=dtype, device=p.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def document_positions(documents: torch.Tensor) -> torch.Tensor:
+    """A packed attention mask (B, T) numbering documents 1, 2, ... (0 = padding) -> (B, T) positions that restart
+    at every document's first token, so each document is turned by the angles it would get alone in its row."""
+    B, T = documents.shape
+    t = torch.arange(T, device=documents.device).expand(B, T)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    return t - torch.where(starts, t, 0).cummax(dim=1).values  # (B, T): distance to the document's first token
 
 
 class SlidingWindow:
@@ -323,8 +343,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False) -> BertOutput:
-        """input_ids: (B, T) integer tensor; attention_mask (B, T): 1 = real token, 0 = padding; token_type_ids:
-        ignored (ModernBERT has no segments).
+        """input_ids: (B, T) integer tensor; attention_mask (B, T): 1 = real token, 0 = padding, or for packed rows
+        the document number 1, 2, ... of each token (attention then stays within a document and rotary positions
+        restart at its first token, as if each document were alone in its row); token_type_ids: ignored
+        (ModernBERT has no segments).
 
         Returns `last_hidden_state` (B, T, H), after the final norm, and with `output_hidden_states` L + 1 tensors:
         the embeddings, the output of layers 1 .. L-1, and the last one after the final norm (transformers'
@@ -338,23 +360,29 @@ class ModernBertModel(ModernBertPreTrainedModel):
                output_hidden_states: bool = False) -> Encoded:
         """The encoder's output in the layout it ran in (see `Encoded`); `forward` pads it back to (B, T, H).
 
-        Without padding, (B, T, H) with only the sliding window as a mask; with padding, the real tokens only
-        (`Unpadded`) when `self.unpad`, else (B, T, H) with additive masks (the plain path).
+        Without padding, (B, T, H) with only the sliding window as a mask; with padding or packed rows, the real
+        tokens only (`Unpadded`, one sequence per row or per document) when `self.unpad`, else (B, T, H) with
+        additive masks (the plain path).
         """
         config = self.config
         check_inputs(config, input_ids, attention_mask)
         B, T = input_ids.shape
         device = input_ids.device
-        full = attention_mask is None or bool(attention_mask.all())  # one device sync per forward
-        positions = torch.arange(T, device=device)  # (T,): padding keeps its place, as in transformers
+        packed, full = False, attention_mask is None or not attention_mask.numel()
+        if attention_mask is not None and attention_mask.numel():
+            low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
+            packed, full = high > 1, low >= 1 and high == 1
+        # Padding keeps its place, as in transformers; packed rows restart at every document.
+        positions = document_positions(attention_mask) if packed else torch.arange(T, device=device)  # (B, T) | (T,)
         tokens = None
         if full or not self.unpad:
             mask = None if full else attention_mask
-            layouts = {"global": Padded(None if full else extended_attention_mask(mask, self.dtype)),
-                       "local": Padded(window_bias(mask, config.sliding_window, T, self.dtype, device))}
+            bias = None if full else attention_bias(mask, False, T, self.dtype, device, packed)
+            layouts = {"global": Padded(bias),
+                       "local": Padded(window_bias(mask, config.sliding_window, positions, self.dtype, packed))}
             x = self.embeddings(input_ids)  # (B, T, H)
         else:
-            tokens = Unpadded(attention_mask, packed=False, causal=False)
+            tokens = Unpadded(attention_mask, packed=packed, causal=False)
             positions = tokens.gather(positions)  # (N,)
             layouts = {"global": tokens, "local": SlidingWindow(tokens, positions, config.sliding_window)}
             x = self.embeddings(tokens.gather(input_ids))  # (N, H)
@@ -416,7 +444,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         return PreTrainingOutput(loss, logits, None, loss, None, out.hidden_states)
 
 
-class _Labelled(ModernBertPreTrainedModel):
+class _Labelled(NamedLabels, ModernBertPreTrainedModel):
     """Shared by the classifiers: the prediction head, dropout and a linear layer to `num_labels` named labels."""
 
     head_family = "classifier"
@@ -435,21 +463,6 @@ class _Labelled(ModernBertPreTrainedModel):
         self.classifier = Linear(config.hidden_size, num_labels)
         self.init_weights()
 
-    @classmethod
-    def kwargs_from_config(cls, raw: dict) -> dict:
-        id2label = raw.get("id2label")
-        if not id2label:
-            return {}
-        labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
-        return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
-
-    def config_extras(self) -> dict:
-        extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
-                  "label2id": {name: i for i, name in enumerate(self.labels)}}
-        if self.regression:
-            extras["problem_type"] = "regression"
-        return extras
-
 
 class ModernBertForSequenceClassification(_Labelled):
     """Pool (first token, or mean of the real tokens) -> prediction head -> dropout -> linear: classification
@@ -464,15 +477,7 @@ class ModernBertForSequenceClassification(_Labelled):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, or (B,) floats for regression."""
-        out = self.encoder.encode(input_ids, attention_mask)
-        if self.config.classifier_pooling == "cls":
-            pooled = out.first()  # (B, H)
-        else:  # mean over the real tokens, transformers' formula
-            hidden = out.padded()  # (B, T, H), zeros at padding when unpadded
-            mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device) if attention_mask is None \
-                else attention_mask.to(hidden.dtype)
-            pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
-        logits = self.classifier(self.dropout(self.head(pooled)))  # (B, num_labels)
+        logits = self.scores(self.encoder.encode(input_ids, attention_mask), attention_mask)  # (B, num_labels)
         loss = None
         if labels is not None:
             if self.regression:
@@ -480,6 +485,11 @@ class ModernBertForSequenceClassification(_Labelled):
             else:
                 loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
         return TaskOutput(loss, logits)
+
+    def scores(self, out: Encoded, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The encoder's output -> logits (B, num_labels): what `forward` computes after the encoder (distillation
+        runs the encoder itself, for its hidden states, and then this)."""
+        return self.classifier(self.dropout(self.head(pool(self.config, out, attention_mask))))
 
 
 class ModernBertForTokenClassification(_Labelled):
@@ -494,13 +504,98 @@ class ModernBertForTokenClassification(_Labelled):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B, T) label ids, IGNORE_INDEX where no label applies. logits (B, T, num_labels)."""
-        out = self.encoder.encode(input_ids, attention_mask)
-        logits = self.classifier(self.dropout(self.head(out.padded())))  # (B, T, num_labels)
+        logits = self.scores(self.encoder.encode(input_ids, attention_mask), attention_mask)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
                                    ignore_index=IGNORE_INDEX)
         return TaskOutput(loss, logits)
+
+    def scores(self, out: Encoded, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The encoder's output -> logits (B, T, num_labels), as `forward` computes them after the encoder."""
+        return self.classifier(self.dropout(self.head(out.padded())))
+
+
+class ModernBertForMultipleChoice(_Labelled):
+    """One score per (context, choice) pair (SWAG), softmax over the choices: each pair is pooled as a sequence
+    classifier pools (its first real token, or the mean of its real tokens) -> prediction head -> dropout -> linear
+    to one output (transformers' ModernBertForMultipleChoice)."""
+
+    architecture = "ModernBertForMultipleChoice"
+
+    def __init__(self, config: ModernBertConfig, num_labels: int = 1, labels: list[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__(config, 1, None, False)
+
+    @classmethod
+    def kwargs_from_config(cls, raw: dict) -> dict:
+        return {}
+
+    def config_extras(self) -> dict:
+        return {}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        """input_ids, attention_mask: (B, C, T) for C choices; labels: (B,) the right choice. logits (B, C)."""
+        B, C, T = input_ids.shape
+        mask = None if attention_mask is None else attention_mask.reshape(B * C, T)
+        out = self.encoder.encode(input_ids.reshape(B * C, T), mask)
+        # transformers pools a choice's first *real* token here (its sequence classifier: position 0).
+        pooled = pool(self.config, out, mask, first_real=True)  # (B * C, H)
+        logits = self.classifier(self.dropout(self.head(pooled))).view(B, C)  # (B, C)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+        return TaskOutput(loss, logits)
+
+
+class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
+    """Extractive QA: every token -> prediction head -> dropout -> linear to a start and an end score (SQuAD);
+    position 0 ([CLS]) means no answer. transformers' ModernBertForQuestionAnswering (its `classifier` has the
+    two outputs)."""
+
+    architecture = "ModernBertForQuestionAnswering"
+    head_family = "qa"
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = ModernBertModel(config)
+        self.head = PredictionHead(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> TaskOutput:
+        """start_positions, end_positions: (B,) token indices of the answer span (0 when there is none).
+        logits (B, T, 2): start scores in [..., 0], end scores in [..., 1]."""
+        out = self.encoder.encode(input_ids, attention_mask)
+        logits = self.classifier(self.dropout(self.head(out.padded())))  # (B, T, 2)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = logits.shape[1]
+            # Positions outside the window are clamped to T and ignored, as in BERT's reference implementation.
+            start, end = start_positions.clamp(0, T), end_positions.clamp(0, T)
+            loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
+                    + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
+        return TaskOutput(loss, logits)
+
+
+def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | None,
+         first_real: bool = False) -> torch.Tensor:
+    """One vector per row (B, H) by `config.classifier_pooling`: "cls" reads position 0 (with `first_real`, each
+    row's first real token, as transformers' multiple-choice model does), "mean" averages the real tokens
+    (transformers' formula)."""
+    if config.classifier_pooling == "cls":
+        if not first_real or attention_mask is None:
+            return out.first()  # (B, H)
+        first = torch.zeros_like(attention_mask, dtype=torch.bool)
+        first[torch.arange(first.shape[0], device=first.device), attention_mask.ne(0).int().argmax(-1)] = True
+        return out.select(first)  # (B, H): one selected position per row
+    hidden = out.padded()  # (B, T, H), zeros at padding when unpadded
+    mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device) if attention_mask is None \
+        else attention_mask.ne(0).to(hidden.dtype)
+    return (hidden * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
 
 
 def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
@@ -520,6 +615,6 @@ def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_ma
         if low < 0 or high >= config.vocab_size:
             raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
                              f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
-        if attention_mask is not None and attention_mask.numel() and int(attention_mask.max()) > 1:
-            raise ValueError("attention_mask must hold 1 (real token) and 0 (padding); ModernBERT does not take "
-                             "packed rows (document numbers)")
+        if attention_mask is not None and attention_mask.numel() and int(attention_mask.min()) < 0:
+            raise ValueError("attention_mask must hold 1 (real token) and 0 (padding), or for packed rows the "
+                             "document number 1, 2, ... of each token; it has negative values")

@@ -53,7 +53,9 @@ class T5EncoderOutput:
     """What `T5EncoderModel.forward` returns."""
 
     last_hidden_state: torch.Tensor  # (B, S, d) after the final norm
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 tensors (B, S, d): embeddings, then every layer
+    # L+1 tensors (B, S, d): the embeddings, then every layer's output, the last one after the final norm (which
+    # makes it last_hidden_state), as transformers' output_hidden_states gives them
+    hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -100,6 +102,8 @@ class RMSNorm(nn.Module):
     The mean square is taken in float32 whatever the activations' dtype; a half-precision weight brings the result
     back to its dtype (transformers' rule, so bf16 checkpoints compute alike).
     """
+
+    is_norm = True  # the trainer decays no norm scale
 
     def __init__(self, d: int, eps: float) -> None:
         super().__init__()
@@ -274,7 +278,7 @@ class Stack(nn.Module):
                 output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """x: (B, T, d) embedded tokens; mask: (B, T) 1 = token, 0 = padding (the decoder: (B, past + T) with a
         cache). Decoder: memory (B, S, d) encoder output and memory_mask (B, S). Returns (B, T, d) after the final
-        norm, and the L+1 hidden states (embeddings, every layer) when asked."""
+        norm, and the L+1 hidden states (embeddings, every layer; the last one normed) when asked."""
         B, T, _ = x.shape
         dtype = self.position_bias.weight.dtype
         past = cache.length if cache is not None else 0
@@ -293,9 +297,12 @@ class Stack(nn.Module):
         hidden_states = [x] if output_hidden_states else None
         for i, layer in enumerate(self.layers):
             x = layer(x, bias, memory, memory_bias, cache, i)
-            if hidden_states is not None:
+            if hidden_states is not None and i < len(self.layers) - 1:
                 hidden_states.append(x)
-        return self.dropout(self.final_norm(x)), tuple(hidden_states) if hidden_states is not None else None
+        out = self.dropout(self.final_norm(x))
+        if hidden_states is not None:  # the last layer's entry is the stack's output, as transformers gives it
+            hidden_states.append(out)
+        return out, tuple(hidden_states) if hidden_states is not None else None
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -106,7 +106,10 @@ class TaskFamily:
     """What differs between task families; see the module docstring for the protocol and its order."""
 
     kinds: tuple[str, ...] = ()  # set by `register`
-    model_class_name = ""  # the bertkit.models class of the task model
+    model_class_name = ""  # the bertkit.models class of the task model (BERT family's spelling)
+    # the task model's role in `bertkit.models.ROLE_CLASSES` ("sequence", "token", "qa", "choice"): the
+    # class for another architecture's directory (ModernBertForTokenClassification, ...) is chosen by it
+    model_role = ""
     metric_names: tuple[str, ...] = ()  # what evaluate reports (scalars), any of which may pick the best epoch
     main_metric = ""  # the default of FinetuneConfig.metric
     predicts_as: str | None = None  # another kind whose family predicts for this kind's models

@@ -262,6 +262,7 @@ class ClassificationFamily(TaskFamily):
     label_column, regression). The labels are the training file's, sorted; the dev file may use no others."""
 
     model_class_name = "BertForSequenceClassification"
+    model_role = "sequence"
 
     def __init__(self, config) -> None:
         super().__init__(config)

@@ -45,7 +45,6 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, register
 from bertkit.tasks.classify import (ClassificationFamily, Example, delimited_rows, header_columns, read_table,
                                     rows_to_examples)
@@ -200,8 +199,13 @@ class GlueFamily(ClassificationFamily):
         if self.regression:
             return glue_metrics(self.spec.name, np.asarray(predicted), np.asarray(gold, dtype=np.float64))
         to_id = self.spec.label_to_id
-        for number, value in rows:
-            if value not in to_id:
-                raise DataError.at(predictions_path, number, f"unknown label {value!r}; expected one of "
-                                                             f"{list(self.spec.labels)}")
-        return glue_metrics(self.spec.name, np.array([to_id[v] for v in predicted]), np.array([to_id[v] for v in gold]))
+        gold_ids = np.array([to_id[v] for v in gold])
+        # A prediction that is no label of the task (a text-to-text model's generated text, say) counts as wrong, as
+        # T5 scores it: the label after the gold one (the other label of a binary task, so F1 and MCC see a wrong
+        # answer too); how many there were is reported.
+        unknown = np.array([v not in to_id for v in predicted], dtype=bool)
+        ids = np.array([to_id.get(v, 0) for v in predicted])
+        metrics = glue_metrics(self.spec.name, np.where(unknown, (gold_ids + 1) % len(to_id), ids), gold_ids)
+        if unknown.any():
+            metrics["unrecognized"] = int(unknown.sum())
+        return metrics

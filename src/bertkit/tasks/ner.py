@@ -346,6 +346,7 @@ class TaggingFamily(TaskFamily):
     """
 
     model_class_name = "BertForTokenClassification"
+    model_role = "token"
     metric_names = ("f1", "precision", "recall", "accuracy")
     main_metric = "f1"
 

@@ -336,7 +336,8 @@ def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[
         predictions: qid → answer text (official predictions.json);
         null_odds: qid → s_null - best_non_null_score (official null_odds.json); empty unless version_2;
         nbest: qid → list of {"text", "probability", "start_logit", "end_logit"}, best first (the softmax is
-            over this list only), as Google's nbest_predictions.json.
+            over this list only), as Google's nbest_predictions.json; a non-empty answer adds "start" and "end",
+            the characters of the context its tokens span.
     Where no span is valid (Google would answer the placeholder "empty" in v1 and crash in v2) the answer is "",
     and in v2 null_odds is +inf.
     """
@@ -379,26 +380,28 @@ def postprocess(windows: Sequence[SquadWindow], start_logits: Sequence[Sequence[
         prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
 
         seen: set[str] = set()
-        nbest: list[tuple[str, float, float]] = []  # (text, start_logit, end_logit)
+        nbest: list[tuple[str, float, float, tuple | None]] = []  # (text, start_logit, end_logit, characters)
         for w, s, e, start_logit, end_logit in prelim:
             if len(nbest) >= n_best_size:
                 break
+            span = None
             if s > 0:
                 window = windows[w]
-                text = (answer_text(window, s, e) if answer_text is not None
-                        else window.context[window.offsets[s][0]:window.offsets[e][1]])
+                span = (window.offsets[s][0], window.offsets[e][1])
+                text = (answer_text(window, s, e) if answer_text is not None else window.context[span[0]:span[1]])
                 if text in seen:
                     continue
             else:
                 text = ""
             seen.add(text)
-            nbest.append((text, start_logit, end_logit))
+            nbest.append((text, start_logit, end_logit, span))
         if version_2 and "" not in seen and null_entry is not None:
-            nbest.append(("", null_entry[3], null_entry[4]))  # the null answer always appears in the n-best
+            nbest.append(("", null_entry[3], null_entry[4], None))  # the null answer always appears in the n-best
 
-        probs = _softmax([s + e for _, s, e in nbest])
-        nbest_out[qid] = [{"text": text, "probability": p, "start_logit": s, "end_logit": e}
-                          for (text, s, e), p in zip(nbest, probs)]
+        probs = _softmax([s + e for _, s, e, _ in nbest])
+        nbest_out[qid] = [{"text": text, "probability": p, "start_logit": s, "end_logit": e,
+                           **({"start": span[0], "end": span[1]} if span else {})}
+                          for (text, s, e, span), p in zip(nbest, probs)]
         best_non_null = next((entry for entry in nbest if entry[0]), None)
         if not version_2:
             predictions[qid] = nbest[0][0] if nbest else ""
@@ -771,6 +774,7 @@ class SquadFamily(TaskFamily):
     """
 
     model_class_name = "BertForQuestionAnswering"
+    model_role = "qa"
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -891,8 +895,9 @@ class SquadFamily(TaskFamily):
         return [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids} for w in self._windows]
 
     def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
-        """{"answer", "score" (n-best probability), "start_logit", "end_logit", "nbest"} per question; "" is a
-        SQuAD 2.0 model's no-answer (its dev-chosen null threshold), which adds "null_odds"."""
+        """{"answer", "score" (n-best probability), "start_logit", "end_logit", "nbest"} per question, with
+        "start" and "end" (the answer's characters in the context) for a non-empty answer; "" is a SQuAD 2.0
+        model's no-answer (its dev-chosen null threshold), which adds "null_odds"."""
         predictions, null_odds, nbest = self.predict_windows(logits, self._windows, self.null_threshold)
         out = []
         for example in self._examples:
@@ -901,6 +906,8 @@ class SquadFamily(TaskFamily):
                                                                                "start_logit": 0.0, "end_logit": 0.0})
             record = {"answer": answer, "score": top["probability"], "start_logit": top["start_logit"],
                       "end_logit": top["end_logit"], "nbest": nbest[example.id][:top_k or 5]}
+            if "start" in top:
+                record["start"], record["end"] = top["start"], top["end"]
             if self.version_2:
                 record["null_odds"] = null_odds[example.id]
             out.append(record)

@@ -120,6 +120,7 @@ class SwagFamily(TaskFamily):
     """SWAG four-way multiple choice: one first-token score per (context, ending) pair, softmax over the four."""
 
     model_class_name = "BertForMultipleChoice"
+    model_role = "choice"
     metric_names = ("accuracy",)
     main_metric = "accuracy"
 

@@ -138,6 +138,22 @@ def checked_texts(texts: Iterable[str]) -> Iterator[str]:
             yield text
 
 
+def train_engine(engine, trainer, texts: Iterable[str]) -> None:
+    """Train the `tokenizers` engine with `trainer` on the non-blank strings of `texts` (read once, lazily, through
+    `checked_texts`); ValueError when there is no text at all."""
+    seen = 0
+
+    def counted(stream: Iterable[str]) -> Iterator[str]:
+        nonlocal seen
+        for text in checked_texts(stream):
+            seen += 1
+            yield text
+
+    engine.train_from_iterator(counted(texts), trainer=trainer)
+    if seen == 0:
+        raise ValueError("the texts given have no text to train on")
+
+
 class PieceTokenizer(ABC):
     """The interface every tokenizer kind implements (see the module docstring), and the framing they share.
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, checked_texts
+from bertkit.tokenizers.base import PieceTokenizer, train_engine
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -147,17 +147,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                       special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        seen = 0
-
-        def counted(stream: Iterable[str]) -> Iterator[str]:
-            nonlocal seen
-            for text in checked_texts(stream):
-                seen += 1
-                yield text
-
-        engine.train_from_iterator(counted(texts), trainer=trainer)
-        if seen == 0:
-            raise ValueError("the texts given have no text to train on")
+        train_engine(engine, trainer, texts)
         model = json.loads(engine.to_str())["model"]
         merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
         return cls(engine.get_vocab(), merges, source="trained vocabulary")

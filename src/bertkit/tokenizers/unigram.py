@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertkit.tokenizers.base import checked_texts
+from bertkit.tokenizers.base import train_engine
 from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, load_backend, read_configs
 
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in T5
@@ -104,23 +104,13 @@ class UnigramTokenizer(JsonTokenizer):
         trainer = trainers.UnigramTrainer(vocab_size=pieces, special_tokens=list(SPECIAL_TOKENS), unk_token="<unk>",
                                           max_piece_length=max_piece_length, shrinking_factor=shrinking_factor,
                                           show_progress=show_progress)
-        seen = 0
-
-        def counted(stream: Iterable[str]) -> Iterator[str]:
-            nonlocal seen
-            for text in checked_texts(stream):
-                seen += 1
-                yield text
-
         try:
-            engine.train_from_iterator(counted(texts), trainer=trainer)
+            train_engine(engine, trainer, texts)
         except Exception as err:
             if type(err) is not Exception:  # the texts' own errors (a corpus file's line, a wrong type) as they are
                 raise
             raise ValueError(f"vocab_size {vocab_size} is too small for this text: {pieces} pieces (after "
                              f"{extra_ids} extra ids) cannot hold its characters ({err})") from None
-        if seen == 0:
-            raise ValueError("the texts given have no text to train on")
         learned = [(piece, float(score)) for piece, score in json.loads(engine.to_str())["model"]["vocab"]]
         if [p for p, _ in learned[:len(SPECIAL_TOKENS)]] != list(SPECIAL_TOKENS):
             raise RuntimeError(f"the trainer did not put {SPECIAL_TOKENS} first")  # an engine change, not input

@@ -1,68 +1,209 @@
-"""WordPiece tokenisation on the `tokenizers` engine, with BERT's input format built here.
+"""WordPiece tokenisation on the `tokenizers` engine, giving exactly the ids of Google's original Python tokenizer.
 
-The engine does the heavy lifting (normalisation, pre-tokenisation, greedy longest-match-first WordPiece, training),
-configured to give exactly the ids of Google's original Python tokenizer:
+Google's rules (google-research/bert `tokenization.py`, as transformers keeps them in its legacy BertTokenizer), with
+the running interpreter's `unicodedata` as the Unicode table:
 
-    clean text (drop NUL, U+FFFD and control characters; whitespace -> " ") and put spaces around CJK characters
-    -> NFC -> [uncased: final-sigma rule, lower-case, strip accents (NFD, drop Mn)]
-    -> split on whitespace and punctuation -> WordPiece (words over 100 characters become [UNK])
+    drop NUL, U+FFFD and every character of a category C* but tab, newline and carriage return; whitespace -> " "
+    -> spaces around CJK ideographs -> NFC -> split on whitespace
+    -> per word [uncased: lower-case with `str.lower` (final sigma), strip accents (NFD, drop Mn)]
+    -> split off every punctuation character (ASCII symbols and categories P*)
+    -> greedy longest-match-first WordPiece (words over 100 characters become [UNK])
 
-What BERT adds on top, `[CLS] A [SEP] B [SEP]` with token types 0/1 and longest-first pair truncation, is written
-here in Python so that the rule is visible and the same for training data, fine-tuning and inference.
+The engine normalises, splits and pieces text at native speed, but with Unicode tables of its own that are older
+than Python's: it keeps unassigned code points, does not know characters added since (U+061D is no punctuation to
+it, U+1ABF no accent, U+0890 no format character) and lower-cases letter by letter (always "σ", never the final
+"ς"). So each text takes one of two roads, chosen per text by `needs_python`:
+
+    ASCII, or only characters that Unicode 3.2 already had and that no later version changed (category, combining
+    class, decomposition): the engine alone; every table since agrees on those (a test checks each of them)
+    anything else (newer or changed characters, surrogates, anything beyond the BMP, a capital sigma when
+    lower-casing): `google_words` applies the rules above in Python, keeping for every character where in the
+    text it came from, and the engine only pieces the words
+
+Both roads give the same ids, tokens, character offsets into the original text and word ids. What BERT adds on top,
+`[CLS] A [SEP] B [SEP]` with token types 0/1 and longest-first pair truncation, is written in `base.py` so that the
+rule is visible and the same for training data, fine-tuning and inference.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, checked_texts, truncate_longest_first
+from bertkit.tokenizers.base import PieceTokenizer, checked_texts, train_engine, truncate_longest_first
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer
+MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer (as transformers keeps it)
 
 # CJK ideograph blocks that BERT surrounds with spaces (as in Google's tokenizer).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
                (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# Special tokens written in a text stay one token (the engine matches them in the raw text, as transformers does).
+_SPECIAL_IN_TEXT = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
 
 
-def _final_sigma(text: str) -> str:
-    """Write "ς" for every capital sigma that Python's `str.lower()` would turn into a final sigma.
+# ---- Google's rules in Python, for the texts the engine's own tables would get wrong ----------------------------
+@functools.lru_cache(maxsize=1)
+def _engine_unsafe() -> re.Pattern:
+    """A pattern matching every character on which the engine's Unicode tables may disagree with the interpreter's.
 
-    Google's tokenizer lower-cases each whitespace-separated word with `str.lower()`, which applies Unicode's
-    context-dependent Final_Sigma rule; the engine lower-cases character by character and always writes "σ".
-    Marking those capitals beforehand keeps every offset (one character for one) and makes both agree.
+    Safe are the BMP characters assigned in Unicode 3.2 (`unicodedata.ucd_3_2_0`) whose general category, canonical
+    combining class and decomposition are the same in the running table: Unicode's stability rules keep their
+    normalisation, and any table of the last twenty years agrees on their category, so the engine gives Google's
+    result on every text made only of them. Unsafe: everything else, surrogates (the engine cannot even receive
+    them) and every code point beyond the BMP (rare in text; not scanned, to keep this one-off scan at ~50 ms).
     """
-    if "Σ" not in text:
-        return text
-    words: list[list[int]] = [[]]
-    for i, char in enumerate(text):
-        cp = ord(char)
-        if cp == 0 or cp == 0xFFFD or (unicodedata.category(char).startswith("C") and char not in "\t\n\r"):
-            continue  # removed by text cleaning, so its neighbours touch
-        if char.isspace() or unicodedata.category(char) == "Zs" or any(a <= cp <= b for a, b in _CJK_RANGES):
-            words.append([])
-        else:
-            words[-1].append(i)
-    chars = list(text)
-    for word in words:
-        if not any(text[i] == "Σ" for i in word):
+    old = unicodedata.ucd_3_2_0
+    unsafe: list[list[int]] = []
+    for cp in range(0x80, 0x10000):
+        char = chr(cp)
+        category = old.category(char)
+        if not (category == "Cn" or category == "Cs" or category != unicodedata.category(char)
+                or old.combining(char) != unicodedata.combining(char)
+                or old.decomposition(char) != unicodedata.decomposition(char)):
             continue
-        lowered = "".join(text[i] for i in word).lower()
-        at = 0
-        for i in word:
-            if text[i] == "Σ" and lowered[at] == "ς":
-                chars[i] = "ς"
-            at += len(text[i].lower())
-    return "".join(chars)
+        if unsafe and unsafe[-1][1] == cp - 1:
+            unsafe[-1][1] = cp
+        else:
+            unsafe.append([cp, cp])
+    ranges = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in unsafe)
+    return re.compile(f"[{ranges}\\U00010000-\\U0010ffff]")
+
+
+def needs_python(text: str, lowercase: bool) -> bool:
+    """True when `text` must go through `google_words`: the engine alone might not give Google's ids for it."""
+    if text.isascii():  # O(1) in CPython; the engine's rules for ASCII are Google's exactly
+        return False
+    # A capital sigma lower-cases by its context (str.lower's Final_Sigma rule); the engine always writes "σ".
+    return (lowercase and "\u03a3" in text) or _engine_unsafe().search(text) is not None
+
+
+def _is_punctuation(char: str) -> bool:
+    """Google's punctuation: every non-alphanumeric printable ASCII character, and every category P* character."""
+    cp = ord(char)
+    return (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+            or unicodedata.category(char).startswith("P"))
+
+
+def _strip_accents(text: str) -> str:
+    """Google's accent stripping: NFD, then every nonspacing mark (category Mn) dropped."""
+    return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+Spans = list[tuple[int, int]]
+
+
+def _aligned(transform, text: str, spans: Spans) -> tuple[str, Spans]:
+    """`transform(text)` and, for each of its characters, the span of the original text it came from.
+
+    spans[i] is where text[i] came from. The transform is applied to the whole text (that result is the one
+    returned, so it is exact); spans come from applying it to each cluster (a character and the combining marks
+    after it) on its own. Where the per-cluster lengths do not add up (a composition across clusters, decomposed
+    Hangul say), every character gets the span of the whole text.
+    """
+    out = transform(text)
+    if out == text:
+        return text, spans
+    new: Spans = []
+    start = 0
+    for end in range(1, len(text) + 1):
+        if end == len(text) or unicodedata.combining(text[end]) == 0:
+            span = (spans[start][0], spans[end - 1][1])
+            new.extend([span] * len(transform(text[start:end])))
+            start = end
+    if len(new) != len(out):
+        new = [(spans[0][0], spans[-1][1])] * len(out)
+    return out, new
+
+
+def google_words(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[tuple[str, Spans]]:
+    """Google's BasicTokenizer on `text`: its words, each with the span in `text` of every one of its characters.
+
+    Returns [(word, spans)], len(spans) == len(word), spans[i] = (start, end) in `text` of what became word[i].
+    The words are exactly those of Google's tokenizer (see the module docstring) under the interpreter's
+    `unicodedata`; special tokens written in the text ("[MASK]") come back whole. strip_accents: None = lowercase.
+    """
+    strip = lowercase if strip_accents is None else strip_accents
+    words: list[tuple[str, Spans]] = []
+    chars: list[str] = []
+    spans: Spans = []
+
+    def word_done() -> None:
+        if not chars:
+            return
+        word, where = _aligned(_nfc, "".join(chars), list(spans))
+        if lowercase:
+            word, where = _aligned(str.lower, word, where)
+        if strip:
+            word, where = _aligned(_strip_accents, word, where)
+        piece: list[int] = []
+        for i, char in enumerate(word + " "):  # split off punctuation (the space closes the last piece)
+            if char.isspace() or _is_punctuation(char):
+                if piece:
+                    words.append(("".join(word[j] for j in piece), [where[j] for j in piece]))
+                    piece = []
+                if not char.isspace():
+                    words.append((char, [where[i]]))
+            else:
+                piece.append(i)
+        chars.clear()
+        spans.clear()
+
+    def segment(start: int, end: int) -> None:
+        for i in range(start, end):
+            char = text[i]
+            cp = ord(char)
+            if cp == 0 or cp == 0xFFFD or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r"):
+                continue  # cleaned away: its neighbours touch
+            if char.isspace():  # Google's whitespace (space, tab, newline, CR, Zs) and str.split's (U+2028, U+2029)
+                word_done()
+            elif any(a <= cp <= b for a, b in _CJK_RANGES):
+                word_done()
+                chars.append(char), spans.append((i, i + 1))
+                word_done()
+            else:
+                chars.append(char), spans.append((i, i + 1))
+        word_done()
+
+    done = 0
+    for match in _SPECIAL_IN_TEXT.finditer(text):
+        segment(done, match.start())
+        words.append((match.group(), [(match.start(), match.end())] * len(match.group())))
+        done = match.end()
+    segment(done, len(text))
+    return words
+
+
+@dataclass
+class Pieces:
+    """The engine's answer for one text that went through `google_words`, in the shape of a `tokenizers.Encoding`.
+
+    ids, tokens: the WordPiece pieces; offsets[i]: (start, end) of piece i in the original text (or word, for
+    `encode_words`); word_ids[i]: the index of the word piece i belongs to.
+    """
+
+    ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class WordPieceTokenizer(PieceTokenizer):
@@ -97,9 +238,22 @@ class WordPieceTokenizer(PieceTokenizer):
         self.backend.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
             special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
+        self._word_engine: Tokenizer | None = None  # pieces the words of `google_words`; made on first use
+
+    @property
+    def _words(self) -> Tokenizer:
+        """The engine without normaliser or pre-tokenizer: it only pieces words already split by Google's rules."""
+        if self._word_engine is None:
+            engine = Tokenizer(models.WordPiece(self._vocab, unk_token="[UNK]",
+                                                max_input_chars_per_word=MAX_WORD_CHARS))
+            engine.add_special_tokens(list(SPECIAL_TOKENS))
+            self._word_engine = engine
+        return self._word_engine
 
     @staticmethod
     def _normalizer(lowercase: bool, strip_accents: bool) -> normalizers.Normalizer:
+        # Google's rules with the engine's tables: exact on the texts `needs_python` lets through (see the module
+        # docstring); also what transformers runs when it reads the saved tokenizer.json.
         steps = [normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
                                             lowercase=False),
                  # Google's tokenizer (as kept by transformers) composes characters before lower-casing.
@@ -174,17 +328,11 @@ class WordPieceTokenizer(PieceTokenizer):
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
                                             continuing_subword_prefix="##", show_progress=show_progress)
-        seen = 0
-
-        def counted(stream: Iterable[str]) -> Iterator[str]:
-            nonlocal seen
-            for text in checked_texts(stream):
-                seen += 1
-                yield text
-
-        engine.train_from_iterator(counted(texts), trainer=trainer)
-        if seen == 0:
-            raise ValueError("the texts given have no text to train on")
+        # The texts the engine's tables would get wrong are given to it already split by Google's rules (words
+        # joined by spaces), which its normaliser leaves as they are but for a few characters whose category
+        # changed since its tables (U+1734 say): the vocabulary learns from Google's words.
+        train_engine(engine, trainer, (" ".join(w for w, _ in google_words(t, lowercase, strip))
+                                       if needs_python(t, lowercase) else t for t in checked_texts(texts)))
         vocab = engine.get_vocab()
         return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary")
 
@@ -223,31 +371,80 @@ class WordPieceTokenizer(PieceTokenizer):
     # ---- encoding --------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, without special tokens."""
-        return self.backend.encode(self.engine_text(text), add_special_tokens=False).tokens
+        return list(self.encode_raw([text])[0].tokens)
 
-    def engine_text(self, text: str) -> str:
-        """`text` as the engine must receive it: with final sigmas marked when lower-casing (see _final_sigma).
+    def needs_python(self, text: str) -> bool:
+        """True when `text` goes through Python (`google_words`) rather than the engine alone."""
+        return needs_python(text, self.lowercase)
 
-        Callers that drive `backend` themselves (corpus preparation) pass their text through this first.
+    def _by_road(self, texts: Sequence, is_slow, fast, slow) -> list:
+        """fast(items) for the items the engine takes alone and slow(items) for the others, in the input order."""
+        marks = [is_slow(t) for t in texts]
+        if not any(marks):
+            return fast(list(texts))
+        out = [None] * len(texts)
+        for flag, run in ((False, fast), (True, slow)):
+            where = [i for i, m in enumerate(marks) if m == flag]
+            if where:
+                for i, result in zip(where, run([texts[i] for i in where])):
+                    out[i] = result
+        return out
+
+    def _piece_words(self, items: list[list[tuple[str, Spans, int]]]) -> list[Pieces]:
+        """Pieces of words already split by Google's rules: per item [(word, spans, word index)].
+
+        An engine offset (s, e) within a word becomes (spans[s][0], spans[e - 1][1]); word_ids become the given
+        word indexes.
         """
-        return _final_sigma(text) if self.lowercase else text
+        encodings = self._words.encode_batch([[w for w, _, _ in item] for item in items], is_pretokenized=True,
+                                             add_special_tokens=False)
+        out = []
+        for item, enc in zip(items, encodings):
+            offsets, word_ids = [], []
+            for (start, end), w in zip(enc.offsets, enc.word_ids):
+                _, spans, index = item[w]
+                offsets.append((spans[start][0], spans[end - 1][1]))
+                word_ids.append(index)
+            out.append(Pieces(list(enc.ids), list(enc.tokens), offsets, word_ids))
+        return out
+
+    def _google_items(self, texts: Sequence[str]) -> list[list[tuple[str, Spans, int]]]:
+        return [[(w, spans, i) for i, (w, spans) in enumerate(google_words(t, self.lowercase, self.strip_accents))]
+                for t in texts]
 
     def encode_raw(self, texts: Sequence[str]):
-        """Engine encodings (no special tokens) of whole texts: ids, tokens, character offsets, word ids.
+        """Encodings (no special tokens) of whole texts: ids, tokens, character offsets, word ids.
 
-        For tasks that build their own inputs from pieces and need offsets into the text (SQuAD windows).
+        For tasks that build their own inputs from pieces and need offsets into the text (SQuAD windows). Texts the
+        engine takes alone come back as `tokenizers.Encoding`, the others as `Pieces` (the same four fields).
         """
-        return self.backend.encode_batch([self.engine_text(t) for t in texts], add_special_tokens=False)
+        return self._by_road(list(texts), self.needs_python,
+                             lambda items: self.backend.encode_batch(items, add_special_tokens=False),
+                             lambda items: self._piece_words(self._google_items(items)))
+
+    def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
+        fast_call = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)  # no offsets: faster
+        return self._by_road(list(texts), self.needs_python,
+                             lambda items: [e.ids for e in fast_call(items, add_special_tokens=False)],
+                             lambda items: [p.ids for p in self._piece_words(self._google_items(items))])
 
     def encode_words(self, words: Sequence[Sequence[str]]):
-        """Engine encodings (no special tokens) of pre-split words, one list of words per item.
+        """Encodings (no special tokens) of pre-split words, one list of words per item.
 
-        For tasks whose input comes split into words (CoNLL NER): each word is normalised and pieced on its own,
-        and `word_ids` index the given words. Returns `tokenizers.Encoding` objects (ids, tokens, offsets within
-        each word, word_ids).
+        For tasks whose input comes split into words (CoNLL NER): each word is normalised and pieced on its own
+        (Google's rules may still split it, at punctuation), and `word_ids` index the given words; offsets are
+        within each word. `tokenizers.Encoding` or `Pieces`, as for `encode_raw`.
         """
-        prepared = [[self.engine_text(w) for w in item] for item in words]
-        return self.backend.encode_batch(prepared, is_pretokenized=True, add_special_tokens=False)
+        def slow(items: list) -> list[Pieces]:
+            return self._piece_words([[(w, spans, i) for i, word in enumerate(item)
+                                       for w, spans in google_words(word, self.lowercase, self.strip_accents)]
+                                      for item in items])
+
+        return self._by_road([list(item) for item in words], lambda item: any(map(self.needs_python, item)),
+                             lambda items: self.backend.encode_batch(items, is_pretokenized=True,
+                                                                     add_special_tokens=False),
+                             slow)
 
     def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
         _, _, n_a, n_b = truncate_longest_first(range(n_a), None if n_b is None else range(n_b), budget)

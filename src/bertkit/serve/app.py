@@ -1,0 +1,353 @@
+"""The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`.
+
+Routes:
+    POST /v1/predict    {"inputs": [input, ...], "top_k"?: int, "pooling"?: str} or {"inputs": input} or the input
+                        object itself -> 200 and a JSON list: per input, in order, what `bertkit predict --json`
+                        prints for it (`bertkit fill-mask --json` for fill-mask), or {"error": message} for an input
+                        that cannot be answered (a missing field, a text without the mask token)
+    GET  /v1/model      the served task: kind, input fields, labels, lengths, backend
+    GET  /              the web page (plain HTML and JavaScript, package data)
+    GET  /healthz       {"status": "ok", ...} while the worker runs
+    GET  /metrics       Prometheus text (`bertkit.serve.metrics`)
+    GET  /openapi.json  the OpenAPI 3.1 schema (written here by hand, for the served kind's input fields)
+    GET  /docs          that schema too; to a browser (Accept: text/html), a page that shows it
+
+Status codes of POST /v1/predict: 400 the body is not JSON (or not UTF-8); 413 the body is larger than
+`max_request_bytes` or has more than `max_inputs` inputs; 422 the JSON does not fit the schema (not an object, an
+unknown field at the top or in an input, a bad top_k); 503 with Retry-After when `max_queue` requests are waiting
+or the server is stopping; 500 when the forward pass failed. Every error body is {"error": message}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, fields
+from importlib import resources
+from typing import Any
+
+from bertkit.config import field_with_help as _f
+from bertkit.serve.batching import Batcher, QueueFull
+from bertkit.serve.engine import INPUT_FIELDS, POOLINGS, Engine, InputError, Prepared, finite
+from bertkit.serve.metrics import Metrics
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The server's limits and batching; `bertkit serve` has one option per field."""
+
+    max_batch_tokens: int = _f(2048, "real tokens per forward pass at most (a longer single input runs alone)")
+    max_wait_ms: float = _f(5.0, "how long the oldest queued request waits for a batch to fill, milliseconds")
+    max_queue: int = _f(1024, "requests that may wait for a batch; more are answered 503 with Retry-After")
+    max_request_bytes: int = _f(1 << 20, "largest request body in bytes; larger ones are answered 413")
+    max_inputs: int = _f(256, "inputs per request at most; more are answered 413")
+    shutdown_timeout: float = _f(30.0, "seconds that a shutdown (SIGTERM) waits for the requests in flight")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            low = 0 if f.name in ("max_wait_ms", "shutdown_timeout") else 1
+            if getattr(self, f.name) < low:
+                raise ValueError(f"{f.name} must be at least {low}, got {getattr(self, f.name)}")
+
+
+def config_fields() -> list[tuple[str, type, Any, str]]:
+    """(name, type, default, help) of every ServeConfig field, for the command line."""
+    kinds = {"max_wait_ms": float, "shutdown_timeout": float}
+    return [(f.name, kinds.get(f.name, int), f.default, f.metadata.get("help", "")) for f in fields(ServeConfig)]
+
+
+class RequestError(Exception):
+    """A request answered with an error status and {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def _json_bytes(value: Any) -> bytes:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError:  # an infinite float (SQuAD 2.0 null odds without a valid span): strings for JSON
+        return json.dumps(finite(value), ensure_ascii=False).encode("utf-8")
+
+
+def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[list[Any], dict[str, Any]]:
+    """The inputs and options of a POST /v1/predict body; RequestError 400 / 413 / 422 for a bad one."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise RequestError(400, f"the body is not UTF-8: {err.reason} at byte {err.start}") from None
+    except json.JSONDecodeError as err:
+        raise RequestError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    required, optional = INPUT_FIELDS[engine.kind]
+    allowed = set(required) | set(optional)
+    if not isinstance(data, dict):
+        raise RequestError(422, f"expected a JSON object {{\"inputs\": [...]}}, got a {type(data).__name__}")
+    options: dict[str, Any] = {}
+    if "inputs" in data:
+        top = {"inputs", "top_k"} | ({"pooling"} if engine.kind == "embeddings" else set())
+        unknown = sorted(set(data) - top)
+        if unknown:
+            raise RequestError(422, f"unknown field {unknown[0]!r}; a request has {', '.join(sorted(top))}")
+        items = data["inputs"]
+        if isinstance(items, (dict, str)):
+            items = [items]
+        if not isinstance(items, list):
+            raise RequestError(422, f"'inputs' must be a list of input objects, got a {type(items).__name__}")
+        if "top_k" in data and data["top_k"] is not None:
+            k = data["top_k"]
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise RequestError(422, f"'top_k' must be a positive integer, got {k!r}")
+            options["top_k"] = k
+        if data.get("pooling") is not None:
+            if data["pooling"] not in POOLINGS:
+                raise RequestError(422, f"'pooling' must be one of {', '.join(POOLINGS)}, got {data['pooling']!r}")
+            options["pooling"] = data["pooling"]
+    else:
+        items = [data]  # the body is one input object
+    if len(items) > config.max_inputs:
+        raise RequestError(413, f"{len(items)} inputs in one request; at most {config.max_inputs}")
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            unknown = sorted(set(item) - allowed)
+            if unknown:
+                where = f"inputs[{i}]" if "inputs" in data else "the input"
+                raise RequestError(422, f"{where}: unknown field {unknown[0]!r}; a {engine.kind} input has "
+                                        f"{', '.join(required + optional)}")
+    return items, options
+
+
+async def read_body(request, limit: int) -> bytes:
+    """The request body, or RequestError 413 as soon as it passes `limit` bytes (Content-Length or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the body has {int(declared)} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body has more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def openapi_schema(engine: Engine, config: ServeConfig) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the routes, with the served kind's input object."""
+    required, optional = INPUT_FIELDS[engine.kind]
+    props: dict[str, Any] = {}
+    for name in required + optional:
+        props[name] = ({"type": "array", "items": {"type": "string"}, "minItems": 1} if name == "choices"
+                       else {"type": "string"})
+    input_schema = {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+    if "text" in required:
+        input_schema = {"oneOf": [input_schema, {"type": "string", "description": "the text alone"}]}
+    request_props: dict[str, Any] = {
+        "inputs": {"oneOf": [{"type": "array", "items": {"$ref": "#/components/schemas/Input"},
+                              "maxItems": config.max_inputs}, {"$ref": "#/components/schemas/Input"}]},
+        "top_k": {"type": "integer", "minimum": 1,
+                  "description": "labels (classify), n-best answers (squad), candidates (fill-mask)"}}
+    if engine.kind == "embeddings":
+        request_props["pooling"] = {"type": "string", "enum": list(POOLINGS)}
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": f"bertkit serve: {engine.kind} ({engine.model_dir.name})", "version": "1",
+                 "description": "Answers are what `bertkit predict --json` prints for each input, in order; an "
+                                "input that cannot be answered gets {\"error\": message} in its place. An input "
+                                "longer than the model's sequence length is truncated as `predict` truncates it "
+                                "and its answer carries \"truncated\": true."},
+        "paths": {
+            "/v1/predict": {"post": {
+                "summary": "Predict for one or more inputs (batched with concurrent requests)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {"oneOf": [
+                    {"$ref": "#/components/schemas/Request"}, {"$ref": "#/components/schemas/Input"}]}}}},
+                "responses": {
+                    "200": {"description": "one answer per input, in order",
+                            "content": {"application/json": {"schema": {"type": "array", "items": {"oneOf": [
+                                {"$ref": "#/components/schemas/Answer"},
+                                {"$ref": "#/components/schemas/Error"}]}}}}},
+                    "400": {"description": "the body is not JSON", **error},
+                    "413": {"description": f"more than {config.max_request_bytes} bytes or {config.max_inputs} "
+                                           f"inputs", **error},
+                    "422": {"description": "the JSON does not fit the schema (an unknown field, say)", **error},
+                    "503": {"description": "the queue is full or the server is stopping; see Retry-After",
+                            "headers": {"Retry-After": {"schema": {"type": "integer"}}}, **error},
+                    "500": {"description": "the forward pass failed", **error}}}},
+            "/v1/model": {"get": {"summary": "The served task", "responses": {"200": {"description": "kind, input "
+                                  "fields, labels, lengths, backend"}}}},
+            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "the worker runs"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+                "description": "text exposition format 0.0.4", "content": {"text/plain": {}}}}}},
+            "/": {"get": {"summary": "The web page", "responses": {"200": {"description": "HTML"}}}},
+            "/openapi.json": {"get": {"summary": "This schema", "responses": {"200": {"description": "JSON"}}}},
+            "/docs": {"get": {"summary": "This schema; a page showing it to a browser",
+                              "responses": {"200": {"description": "JSON, or HTML for Accept: text/html"}}}},
+        },
+        "components": {"schemas": {
+            "Input": input_schema,
+            "Request": {"type": "object", "properties": request_props, "required": ["inputs"],
+                        "additionalProperties": False},
+            "Answer": {"type": "object", "description": "what `bertkit predict --json` prints for the input"},
+            "Error": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]},
+        }},
+    }
+
+
+DOCS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>bertkit serve: API</title>
+<style>body{font:15px/1.45 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
+pre{background:#f5f5f4;padding:1rem;overflow:auto;border-radius:6px}</style></head>
+<body><h1>bertkit serve: API</h1><p>The OpenAPI 3.1 schema, also at <a href="/openapi.json">/openapi.json</a>;
+the web page is at <a href="/">/</a>.</p><div id="paths"></div><pre id="schema">loading...</pre>
+<script>
+fetch("/openapi.json").then(r => r.json()).then(s => {
+  const list = document.createElement("ul");
+  for (const [path, ops] of Object.entries(s.paths))
+    for (const [verb, op] of Object.entries(ops)) {
+      const li = document.createElement("li");
+      li.textContent = verb.toUpperCase() + " " + path + ": " + (op.summary || "");
+      list.appendChild(li);
+    }
+  document.getElementById("paths").appendChild(list);
+  document.getElementById("schema").textContent = JSON.stringify(s, null, 2);
+});
+</script></body></html>
+"""
+
+
+def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bool = True):
+    """The Starlette application serving `engine` with `config`'s limits; its lifespan starts and stops the
+    batching worker (stop: every queued row still runs)."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+        from starlette.routing import Route
+    except ImportError:
+        raise ImportError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"") from None
+
+    config = config or ServeConfig()
+    metrics = Metrics()
+    batcher = Batcher(engine.forward, max_batch_tokens=config.max_batch_tokens, max_wait_ms=config.max_wait_ms,
+                      max_queue=config.max_queue, on_batch=metrics.batch)
+    metrics.gauges = lambda: {"queue_requests": batcher.queued_requests, "queue_tokens": batcher.queued_tokens,
+                              "in_flight_requests": batcher.in_flight,
+                              "tokens_per_second": batcher.tokens_per_second}
+    page = resources.files("bertkit.serve").joinpath("static/index.html").read_bytes()
+    schema = openapi_schema(engine, config)
+    description = engine.describe()
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    async def predict(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            response = await _predict(request)
+        except RequestError as err:
+            response = error(err.status, err.message, err.headers)
+        except Exception as err:  # never a crash: the request fails, the server stays
+            response = error(500, f"{type(err).__name__}: {err}")
+        metrics.request("/v1/predict", response.status_code, time.perf_counter() - start)
+        return response
+
+    async def _predict(request: Request) -> Response:
+        body = await read_body(request, config.max_request_bytes)
+        items, options = parse_request(body, engine, config)
+        prepared: list[Prepared | str] = []
+        for i, item in enumerate(items):
+            try:
+                prepared.append(engine.prepare(item, i, **options))
+            except InputError as err:
+                prepared.append(str(err))
+        rows = [row for p in prepared if isinstance(p, Prepared) for row in p.rows]
+        try:
+            outputs = await batcher.submit(rows)
+        except QueueFull as err:
+            raise RequestError(503, str(err), {"Retry-After": str(err.retry_after)}) from None
+        answers, at = [], 0
+        for p in prepared:
+            if isinstance(p, str):
+                answers.append({"error": p})
+                continue
+            mine, at = outputs[at:at + len(p.rows)], at + len(p.rows)
+            try:
+                answers.append(p.finish(mine))
+            except Exception as err:  # the family could not post-process this input: its own error object
+                answers.append({"error": f"{type(err).__name__}: {err}"})
+        for a in answers:
+            metrics.inputs["error" if "error" in a else "ok"] += 1
+        return Response(_json_bytes(answers), media_type="application/json")
+
+    def counted(path: str, handler):
+        async def route(request: Request) -> Response:
+            response = await handler(request)
+            metrics.request(path, response.status_code)
+            return response
+        return route
+
+    async def healthz(request: Request) -> Response:
+        running = batcher.running
+        return JSONResponse({"status": "ok" if running else "stopped", "kind": engine.kind,
+                             "queue_requests": batcher.queued_requests, "in_flight_requests": batcher.in_flight},
+                            status_code=200 if running else 503)
+
+    async def metrics_route(request: Request) -> Response:
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page)
+
+    async def docs(request: Request) -> Response:
+        # A browser (which asks for HTML) gets the page; a program (curl, httpx: */*) the schema itself.
+        if "text/html" in request.headers.get("accept", ""):
+            return HTMLResponse(DOCS_PAGE)
+        return JSONResponse(schema)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(schema)
+
+    async def model(request: Request) -> Response:
+        return JSONResponse(description)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if warm_up:  # the first forward pass pays one-time set-up costs: not the first caller
+            await asyncio.get_running_loop().run_in_executor(None, engine.warm_up)
+        batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    routes = [Route("/v1/predict", predict, methods=["POST"]),
+              Route("/v1/model", counted("/v1/model", model), methods=["GET"]),
+              Route("/healthz", counted("/healthz", healthz), methods=["GET"]),
+              Route("/metrics", counted("/metrics", metrics_route), methods=["GET"]),
+              Route("/openapi.json", counted("/openapi.json", openapi), methods=["GET"]),
+              Route("/docs", counted("/docs", docs), methods=["GET"]),
+              Route("/", counted("/", index), methods=["GET"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.engine, app.state.batcher, app.state.metrics, app.state.config = engine, batcher, metrics, config
+    return app
+
+
+def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | None = None,
+          backend: str = "torch", onnx_path=None, config: ServeConfig | None = None, max_seq_length: int | None = None,
+          top_k: int | None = None, pooling: str = "mean", device: str = "cpu", threads: int | None = None,
+          log_level: str = "info") -> None:
+    """Load the model directory and serve it with uvicorn until SIGINT / SIGTERM (which finish the requests in
+    flight first, for up to `config.shutdown_timeout` seconds)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise ImportError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"") from None
+
+    config = config or ServeConfig()
+    engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,
+                    top_k=top_k, pooling=pooling, device=device, threads=threads)
+    app = create_app(engine, config)
+    print(f"serving {engine.kind} from {model_dir} ({engine.backend_name}) on http://{host}:{port}/", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=config.shutdown_timeout)

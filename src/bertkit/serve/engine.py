@@ -1,0 +1,458 @@
+"""What the server runs: a model directory's task split into "input -> rows", "rows -> outputs" and "outputs ->
+answer", so that rows of many requests share one forward pass (`bertkit.serve.batching`).
+
+An `Engine` serves one task of one model directory:
+
+    kind          model                                  an input (JSON)                     its answer
+    classify      BertForSequenceClassification          {"text", "pair"?}                   `bertkit predict --json`
+    ner           BertForTokenClassification             {"text"}                            (the task families'
+    squad         BertForQuestionAnswering               {"question", "context"}             `predictions`)
+    swag          BertForMultipleChoice                  {"context", "choices": [...]}
+    fill-mask     the pretraining (masked-LM) model      {"text"} with the mask token        `bertkit fill-mask --json`
+    embeddings    the encoder of any model directory     {"text"}                            {"tokens", "embedding"}
+
+For the four task kinds the three steps are the task family's own (`bertkit.tasks`): `prediction_features` makes
+the rows (one per input; one per window of a SQuAD passage; one per choice of a multiple-choice input),
+`predictions` turns the rows' logits into exactly the objects `bertkit.finetune.predict` returns, so an answer of
+the server equals `predict` on the same input. Every input is prepared and answered on its own (its own family
+object, since families keep state between the two calls), so one invalid input yields one error object and never
+fails its neighbours.
+
+`forward(rows)` runs one batch: rows of any lengths, padded to the longest and handed to the model, which runs on
+the real tokens only (`BertModel`'s unpadded path) with the torch backend; the ONNX backend
+(`bertkit.export`) runs the exported padded graph, on rows sorted by length and cut into groups that pad little.
+
+Inputs longer than the model's sequence length are truncated as `predict` truncates them (SQuAD passages are
+covered by windows; its question is cut to max_query_length), and the answer then carries "truncated": true.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings")
+POOLINGS = ("mean", "cls", "none")
+
+# The fields an input object may have, per kind: required, then optional.
+INPUT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "classify": (("text",), ("pair",)),
+    "ner": (("text",), ()),
+    "squad": (("question", "context"), ()),
+    "swag": (("context", "choices"), ()),
+    "fill-mask": (("text",), ()),
+    "embeddings": (("text",), ()),
+}
+
+
+class InputError(ValueError):
+    """An input the engine cannot answer (a missing field, a text without the mask token): its answer is an
+    error object in its place, the other inputs of the request are answered."""
+
+
+@dataclass
+class Row:
+    """One sequence of a forward pass: token ids and types (lists of T ints) and, for fill-mask, the positions of
+    the mask tokens."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    positions: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class Prepared:
+    """An input made ready: its rows and how to turn their outputs into its answer."""
+
+    rows: list[Row]
+    finish: Callable[[list[np.ndarray]], dict[str, Any]]  # the rows' outputs, in order -> the answer
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Backends: padded batches in, one output array per row out
+# ------------------------------------------------------------------------------------------------------------------
+def pad_rows(rows: list[Row], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids, token_type_ids, attention_mask), each (B, T) int64 with T the longest row; padding is pad_id /
+    0 / 0."""
+    T = max(len(r) for r in rows)
+    ids = np.full((len(rows), T), pad_id, dtype=np.int64)
+    types = np.zeros((len(rows), T), dtype=np.int64)
+    mask = np.zeros((len(rows), T), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r.input_ids
+        types[i, :len(r)] = r.token_type_ids
+        mask[i, :len(r)] = 1
+    return ids, types, mask
+
+
+def _split_outputs(kind: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
+    """One output per row from a padded batch's output, as `bertkit.taskrun.forward_all` cuts them: (C,) per
+    sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions."""
+    if kind in ("classify", "swag"):
+        return [out[i] for i in range(len(rows))]
+    if kind == "fill-mask":
+        return [out[i, r.positions] for i, r in enumerate(rows)]
+    return [out[i, :len(r)] for i, r in enumerate(rows)]
+
+
+class TorchBackend:
+    """The bertkit model itself: padded batches go in, the model runs them on their real tokens only. A
+    text-to-text model (T5) generates instead: greedy token ids per row (`bertkit.taskrun.generate_all`)."""
+
+    name = "torch"
+
+    def __init__(self, kind: str, model, pad_id: int, max_new_tokens: int | None = None) -> None:
+        self.kind, self.model, self.pad_id, self.max_new_tokens = kind, model, pad_id, max_new_tokens
+        self.device = next(model.parameters()).device
+
+    def __call__(self, rows: list[Row]) -> list[np.ndarray]:
+        import torch
+
+        if self.max_new_tokens is not None:
+            from bertkit.taskrun import generate_all
+
+            features = [{"input_ids": r.input_ids, "token_type_ids": r.token_type_ids} for r in rows]
+            with torch.no_grad():
+                return generate_all(self.model, features, self.pad_id, len(rows), self.max_new_tokens)
+        ids, types, mask = (torch.from_numpy(a).to(self.device) for a in pad_rows(rows, self.pad_id))
+        with torch.no_grad():
+            if self.kind == "swag":  # every choice its own (1-choice) row: choice counts may differ per input
+                out = self.model(ids[:, None], mask[:, None], types[:, None]).logits  # (B, 1)
+            elif self.kind == "fill-mask":
+                at = torch.zeros_like(ids, dtype=torch.bool)  # the vocabulary projection at the masks only
+                for i, r in enumerate(rows):
+                    at[i, r.positions] = True
+                logits = self.model(ids, mask, types, predict_at=at).prediction_logits.float()  # (N, V)
+                counts = [len(r.positions) for r in rows]
+                return [x.cpu().numpy() for x in torch.split(logits, counts)]
+            elif self.kind == "embeddings":
+                out = self.model(ids, mask, types).last_hidden_state  # (B, T, H)
+            else:
+                out = self.model(ids, mask, types).logits
+        return _split_outputs(self.kind, out.float().cpu().numpy(), rows)
+
+
+class OnnxBackend:
+    """An ONNX graph written by `bertkit export onnx`, run by onnxruntime on padded batches.
+
+    The graph computes every padded position, so rows are sorted by length and cut into groups whose padding
+    stays small (`max_padding` of the group's real tokens); each group is one run.
+    """
+
+    name = "onnx"
+    max_padding = 0.25  # a group grows while its padded size stays within (1 + this) x its real tokens
+
+    def __init__(self, kind: str, path: str | os.PathLike, pad_id: int, threads: int | None = None) -> None:
+        from bertkit.export import open_session
+
+        self.kind, self.pad_id = kind, pad_id
+        self.session = open_session(path, kind, threads=threads)
+        self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def _run(self, rows: list[Row]) -> list[np.ndarray]:
+        ids, types, mask = pad_rows(rows, self.pad_id)
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if self.kind == "swag":
+            feed = {k: v[:, None] for k, v in feed.items()}  # (B, 1, T): one choice per row
+        out = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+        return _split_outputs(self.kind, np.asarray(out, dtype=np.float32), rows)
+
+    def __call__(self, rows: list[Row]) -> list[np.ndarray]:
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        outputs: list[np.ndarray | None] = [None] * len(rows)
+        group: list[int] = []
+        real = 0
+        for i in order + [-1]:
+            n = len(rows[i]) if i >= 0 else 0
+            # rows are ascending: the newcomer sets the group's width
+            if group and (i < 0 or (len(group) + 1) * n > (1 + self.max_padding) * (real + n) + 16):
+                for j, out in zip(group, self._run([rows[j] for j in group])):
+                    outputs[j] = out
+                group, real = [], 0
+            if i >= 0:
+                group.append(i)
+                real += n
+        return outputs  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The engine
+# ------------------------------------------------------------------------------------------------------------------
+def detect_kind(model_dir: str | os.PathLike) -> str:
+    """The kind a model directory serves by default: its task head's (classify, ner, squad, swag; a text-to-text
+    T5's task), fill-mask for a pretraining (masked-LM) checkpoint, else embeddings."""
+    from bertkit.checkpoint import CONFIG_NAME, read_config
+    from bertkit.tasks.base import kind_of_architectures
+
+    model_dir = Path(model_dir)
+    if not (model_dir / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
+    architectures = read_config(model_dir).get("architectures") or []
+    kind = kind_of_architectures(architectures)
+    if kind is not None:
+        return kind
+    from bertkit.taskrun import read_task_info
+
+    info = read_task_info(model_dir)
+    if info.get("text_to_text") and info.get("kind"):  # a T5 fine-tuned as text to text: its task's kind
+        from bertkit.tasks.base import prediction_kind
+
+        return prediction_kind(info["kind"])
+    if any(a.endswith(("ForPreTraining", "ForMaskedLM")) for a in architectures):
+        return "fill-mask"
+    return "embeddings"
+
+
+def _text(item: dict, key: str, index: int) -> str:
+    value = item.get(key)
+    if value is None:
+        raise InputError(f"inputs[{index}]: field {key!r} is missing")
+    if not isinstance(value, str):
+        raise InputError(f"inputs[{index}]: field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+class Engine:
+    """One model directory's task, ready to serve; see the module docstring.
+
+    Args:
+        model_dir: the model directory (weights, config.json, tokenizer files, finetune.json for task models).
+        kind: one of SERVED_KINDS; None: `detect_kind`.
+        backend: "torch", or "onnx" with `onnx_path` (default MODEL_DIR/model.onnx, written by `bertkit export`).
+        max_seq_length: tokens per input (default: as fine-tuned, or the model's positions; never more).
+        top_k: the default number of labels (classify), n-best answers (squad; 5) or candidates (fill-mask; 5).
+        pooling: embeddings: "mean" over the tokens (special ones included, as sentence-transformers pools),
+            "cls" (the first token's vector) or "none" (every token's vector).
+        device: "cpu" or a torch device for the torch backend.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, kind: str | None = None, *, backend: str = "torch",
+                 onnx_path: str | os.PathLike | None = None, max_seq_length: int | None = None,
+                 top_k: int | None = None, pooling: str = "mean", device: str = "cpu",
+                 threads: int | None = None) -> None:
+        import torch
+
+        self.model_dir = Path(model_dir)
+        self.kind = kind or detect_kind(self.model_dir)
+        if self.kind not in SERVED_KINDS:
+            raise ValueError(f"unknown task {self.kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        self.pooling, self.top_k = pooling, top_k
+        self.predictor = None
+        if self.kind in ("classify", "ner", "squad", "swag"):
+            from bertkit.finetune import load_predictor
+
+            self.predictor = load_predictor(self.model_dir, self.kind, max_seq_length=max_seq_length, device=device)
+            model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
+            self.max_length = self.predictor.config.seq_length
+        else:
+            from bertkit.tokenizers import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.model_dir)
+            if self.kind == "fill-mask":
+                from bertkit.models import model_class
+
+                model = model_class(self.model_dir, "pretraining").from_pretrained(self.model_dir)
+                if self.tokenizer.mask_id is None:
+                    raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
+            else:
+                from bertkit.features import load_encoder
+
+                model = load_encoder(self.model_dir)
+            model = model.to(device).eval()
+            self.max_length = min(max_seq_length or model.config.max_length, model.config.max_length)
+        self.model_config = model.config
+        family = self.predictor.family() if self.predictor is not None else None
+        # A text-to-text model (T5 fine-tuned on a task) answers the task's kind by generating its answer.
+        self.generates = bool(getattr(family, "generates", False))
+        # The label names the answers use (classify, ner; a text-to-text model's from its finetune.json).
+        self.labels = None if family is None or getattr(family, "regression", False) else family.labels
+        pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
+        if backend == "torch":
+            if threads:
+                torch.set_num_threads(threads)
+            self.backend: Callable[[list[Row]], list[np.ndarray]] = TorchBackend(
+                self.kind, model, pad_id, family.max_new_tokens if self.generates else None)
+        else:
+            if self.generates:
+                raise ValueError(f"{self.model_dir} is a text-to-text model: it generates, which the ONNX backend "
+                                 f"does not; serve it with the torch backend")
+            # The torch model stays loaded: restoring a family for each input reads its labels.
+            self.backend = OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads)
+        self.backend_name = backend
+
+    # ---- the three steps -------------------------------------------------------------------------------------
+    def prepare(self, item: Any, index: int = 0, top_k: int | None = None, pooling: str | None = None) -> Prepared:
+        """Rows and a finisher for one input (a JSON value of the kind's fields; a bare string is {"text": ...}
+        where the kind takes a text). Raises InputError for an input it cannot answer."""
+        if isinstance(item, str) and "text" in INPUT_FIELDS[self.kind][0]:
+            item = {"text": item}
+        if not isinstance(item, dict):
+            raise InputError(f"inputs[{index}] is a {type(item).__name__}; expected an object with "
+                             f"{', '.join(INPUT_FIELDS[self.kind][0])}")
+        top_k = top_k if top_k is not None else self.top_k
+        if self.kind == "fill-mask":
+            return self._prepare_fill_mask(_text(item, "text", index), top_k or 5)
+        if self.kind == "embeddings":
+            return self._prepare_embeddings(_text(item, "text", index), pooling or self.pooling)
+        return self._prepare_task(self._task_input(item, index), top_k)
+
+    def forward(self, rows: list[Row]) -> list[np.ndarray]:
+        """One forward pass over rows of any lengths: one output per row (see `_split_outputs`)."""
+        return self.backend(rows)
+
+    # ---- task kinds: the family's features and predictions ---------------------------------------------------
+    def _task_input(self, item: dict, index: int):
+        """The input as `predict` takes it: a text or (text, pair), a (question, context), a (context, choices)."""
+        if self.kind == "classify":
+            text = _text(item, "text", index)
+            return text if item.get("pair") is None else (text, _text(item, "pair", index))
+        if self.kind == "ner":
+            return _text(item, "text", index)
+        if self.kind == "squad":
+            question, context = _text(item, "question", index), _text(item, "context", index)
+            if not question.strip() or not context.strip():
+                raise InputError(f"inputs[{index}]: the question and the context must not be empty")
+            return question, context
+        context, choices = _text(item, "context", index), item.get("choices")
+        if (not isinstance(choices, list) or not choices
+                or not all(isinstance(c, str) for c in choices)):
+            raise InputError(f"inputs[{index}]: field 'choices' must be a non-empty list of strings")
+        return context, list(choices)
+
+    def _truncated(self, x, features: list[dict[str, Any]]) -> bool:
+        """Whether `predict`'s features of input x lost tokens to the sequence length."""
+        tok, length = self.tokenizer, self.max_length
+        if self.kind == "squad":
+            return len(tok.encode_raw([x[0]])[0].ids) > self.predictor.config.max_query_length
+        rows = features[0]["input_ids"] if self.kind == "swag" else [features[0]["input_ids"]]
+        if all(len(row) < length for row in rows):  # shorter than the limit: nothing was cut, no second encoding
+            return False
+        if self.kind == "classify":
+            text, pair = (x, None) if isinstance(x, str) else x
+            return len(tok.encode_batch([text], None if pair is None else [pair])[0]) > length
+        if self.kind == "ner":  # CLS, the words' pieces, SEP (bertkit.tasks.ner.encode_words)
+            return len(tok.encode_words([features[0]["words"]])[0].ids) + 2 > length
+        context, choices = x
+        return any(len(e) > length for e in tok.encode_batch([context] * len(choices), choices))
+
+    def _prepare_task(self, x, top_k: int | None) -> Prepared:
+        family = self.predictor.family()  # its own: families keep state between features and predictions
+        try:
+            features = family.prediction_features([x], self.tokenizer)
+        except (ValueError, TypeError, KeyError) as err:
+            raise InputError(str(err)) from None
+        # A text-to-text model frames its inputs its own way (a task prefix): no truncation flag there.
+        truncated = not self.generates and self._truncated(x, features)
+        if self.kind == "swag" and not self.generates:  # one row per choice
+            rows = [Row(list(ids), list(types)) for ids, types in zip(features[0]["input_ids"],
+                                                                      features[0]["token_type_ids"])]
+        else:
+            rows = [Row(list(f["input_ids"]), list(f["token_type_ids"])) for f in features]
+
+        def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
+            logits = [np.concatenate(outputs)] if self.kind == "swag" and not self.generates else outputs
+            answer = family.predictions([x], features, logits, top_k=top_k)[0]
+            return {**answer, "truncated": True} if truncated else answer
+
+        return Prepared(rows, finish)
+
+    # ---- fill-mask and embeddings ----------------------------------------------------------------------------
+    def _prepare_fill_mask(self, text: str, top_k: int) -> Prepared:
+        """As `bertkit.inference.fill_mask`: the text framed and cut to the model's length, candidates for every
+        mask token left; the answer is what `bertkit fill-mask --json` prints."""
+        import torch
+
+        tok = self.tokenizer
+        enc = tok.encode(text, max_length=self.max_length)
+        positions = [i for i, t in enumerate(enc.input_ids) if t == tok.mask_id]
+        if not positions:
+            raise InputError(f"no {tok.id_to_token(tok.mask_id)} token in {text!r}"
+                             + (" (left after truncation)" if text.count(tok.id_to_token(tok.mask_id)) else ""))
+        truncated = len(enc) == self.max_length and len(tok.encode(text)) > self.max_length
+
+        def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
+            probs = torch.from_numpy(outputs[0]).float().softmax(-1)  # (M, V)
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            predictions = [[{"token": tok.id_to_token(int(i)), "id": int(i), "probability": float(p)}
+                            for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]
+            answer = {"text": text, "predictions": predictions}
+            return {**answer, "truncated": True} if truncated else answer
+
+        return Prepared([Row(enc.input_ids, enc.token_type_ids, positions)], finish)
+
+    def _prepare_embeddings(self, text: str, pooling: str) -> Prepared:
+        """The last layer's vectors of the text's tokens (`bertkit.features.extract_features` with layers=[-1]),
+        pooled: {"tokens", "embedding"} (mean, cls) or {"tokens", "token_embeddings"} (none)."""
+        if pooling not in POOLINGS:
+            raise InputError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        enc = self.tokenizer.encode(text, max_length=self.max_length)
+        truncated = len(enc) == self.max_length and len(self.tokenizer.encode(text)) > self.max_length
+
+        def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
+            vectors = outputs[0]  # (T, H)
+            answer: dict[str, Any] = {"tokens": enc.tokens}
+            if pooling == "none":
+                answer["token_embeddings"] = vectors.tolist()
+            else:
+                answer["embedding"] = (vectors.mean(0) if pooling == "mean" else vectors[0]).tolist()
+            return {**answer, "truncated": True} if truncated else answer
+
+        return Prepared([Row(enc.input_ids, [0] * len(enc.input_ids))], finish)
+
+    def warm_up(self) -> None:
+        """One forward pass on a made-up input, so that one-time set-up costs (kernel choices, allocations) are
+        not paid by the first request."""
+        sample = {"classify": {"text": "warm up"}, "ner": {"text": "warm up"},
+                  "squad": {"question": "warm up?", "context": "warm up"},
+                  "swag": {"context": "warm", "choices": ["up", "down"]},
+                  "embeddings": {"text": "warm up"}}.get(self.kind)
+        if sample is None:  # fill-mask
+            sample = {"text": f"warm {self.tokenizer.id_to_token(self.tokenizer.mask_id)}"}
+        self.forward(self.prepare(sample).rows)
+
+    # ---- description -----------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """What GET /v1/model answers: the kind, its input fields, labels, lengths, backend."""
+        required, optional = INPUT_FIELDS[self.kind]
+        info: dict[str, Any] = {"model": self.model_dir.name, "kind": self.kind, "backend": self.backend_name,
+                                "input_fields": {"required": list(required), "optional": list(optional)},
+                                "max_seq_length": self.max_length, "model_type": self.model_config.model_type,
+                                "hidden_size": getattr(self.model_config, "hidden_size", None)
+                                or getattr(self.model_config, "d_model", None)}
+        if self.generates:
+            info["text_to_text"] = True
+        if self.labels is not None:
+            info["labels"] = self.labels
+        if self.kind == "fill-mask":
+            info["mask_token"] = self.tokenizer.id_to_token(self.tokenizer.mask_id)
+        if self.kind == "squad":
+            info["version_2"] = bool(self.predictor.info.get("version_2", False))
+        if self.kind == "embeddings":
+            info["pooling"] = self.pooling
+        return info
+
+
+def finite(value: Any) -> Any:
+    """A JSON-safe copy of an answer: infinite or NaN floats (a SQuAD 2.0 question with no valid span has infinite
+    null odds) become strings "inf", "-inf", "nan", as Python's json would otherwise write invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

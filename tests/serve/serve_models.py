@@ -1,0 +1,118 @@
+"""Tiny model directories of every kind the server serves, inputs of varied lengths, and a tolerant comparison,
+shared by the tests of bertkit.serve and bertkit.export."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import torch
+
+from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
+from bertkit.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
+                            BertForTokenClassification)
+
+WORDS = ("john mary peter anna lives in paris london berlin rome the movie was good bad very quite a story "
+         "where does live nobody knows fox jumps over lazy dog and music fun long short").split()
+LABELS = {"classify": ["neg", "neu", "pos"], "ner": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}
+
+
+def sentence(rng: random.Random, low: int = 1, high: int = 30) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+
+def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
+    """kind -> a model directory with random weights and a WordPiece vocabulary trained here: classify (3 labels,
+    length 24), ner (5 BIO tags, 24), squad (v1.1, length 32, stride 8, question cut at 8), swag (24), a
+    pretraining model (fill-mask and embeddings); the heads the family has."""
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
+    tokenizer = WordPieceTokenizer.train(texts=texts, vocab_size=120, min_frequency=1, show_progress=False)
+    fields = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, max_position_embeddings=64, initializer_range=0.2)
+    if model_type == "roberta":
+        fields.update(type_vocab_size=1, pad_token_id=1)
+    if model_type in ("albert", "electra"):
+        fields.update(embedding_size=16)
+    config = BertConfig.for_family(model_type, **fields)
+    torch.manual_seed(0)
+    infos = {
+        "classify": (lambda: BertForSequenceClassification(config, 3, LABELS["classify"]),
+                     {"kind": "classify", "max_seq_length": 24, "regression": False}),
+        "ner": (lambda: BertForTokenClassification(config, 5, LABELS["ner"]),
+                {"kind": "ner", "max_seq_length": 24, "scheme": "bio"}),
+        "squad": (lambda: BertForQuestionAnswering(config),
+                  {"kind": "squad", "max_seq_length": 32, "version_2": False, "null_threshold": 0.0, "doc_stride": 8,
+                   "max_query_length": 8, "max_answer_length": 10, "n_best_size": 5}),
+        "swag": (lambda: BertForMultipleChoice(config), {"kind": "swag", "max_seq_length": 24}),
+        "pretraining": (lambda: BertForPreTraining(config), None),
+    }
+    out = {}
+    for kind, (build, info) in infos.items():
+        try:
+            model = build()
+        except NotImplementedError:  # heads on the pooled vector, in families without a pooler (ELECTRA, DistilBERT)
+            continue
+        path = root / f"{model_type}-{kind}"
+        model.save_pretrained(path, tokenizer=tokenizer)
+        if info is not None:
+            (path / "finetune.json").write_text(json.dumps(info), encoding="utf-8")
+        out[kind] = path
+    return out
+
+
+def inputs_for(kind: str, n: int, seed: int, mask: str = "[MASK]") -> list[dict]:
+    """n JSON inputs of `kind` with lengths from a few tokens to past the model's length (truncated ones too)."""
+    rng = random.Random(seed)
+    items = []
+    for i in range(n):
+        if kind == "classify":
+            item = {"text": sentence(rng)}
+            if i % 3 == 0:
+                item["pair"] = sentence(rng, 1, 12)
+        elif kind in ("ner", "embeddings"):
+            item = {"text": sentence(rng)}
+        elif kind == "squad":
+            item = {"question": sentence(rng, 2, 12) + " ?", "context": sentence(rng, 3, 60) + " ."}
+        elif kind == "swag":
+            item = {"context": sentence(rng, 2, 10),
+                    "choices": [sentence(rng, 1, 12) for _ in range(rng.randint(2, 4))]}
+        else:
+            words = sentence(rng, 2, 30).split()
+            for _ in range(rng.randint(1, 2)):
+                words.insert(rng.randrange(len(words) + 1), mask)
+            item = {"text": " ".join(words)}
+        items.append(item)
+    return items
+
+
+def as_predict_input(kind: str, item: dict):
+    """The Python input `bertkit.finetune.predict` takes for a JSON input."""
+    if kind == "classify":
+        return item["text"] if item.get("pair") is None else (item["text"], item["pair"])
+    if kind == "ner":
+        return item["text"]
+    if kind == "squad":
+        return item["question"], item["context"]
+    return item["context"], item["choices"]
+
+
+def assert_same(got, want, path: str = "", tol: float = 1e-5) -> None:
+    """Same JSON structure, equal strings, ints and bools, floats within tol (absolute, or relative for large)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{path}: keys {sorted(got)} != {sorted(want)}"
+        for k in want:
+            assert_same(got[k], want[k], f"{path}.{k}", tol)
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), f"{path}: {got!r} != {want!r}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_same(a, b, f"{path}[{i}]", tol)
+    elif isinstance(want, float) and not isinstance(want, bool):
+        if math.isinf(want):
+            assert got == ("inf" if want > 0 else "-inf"), f"{path}: {got!r} != {want!r}"
+        else:
+            assert isinstance(got, (int, float)) and abs(got - want) <= tol * max(1.0, abs(want)), \
+                f"{path}: {got!r} != {want!r}"
+    else:
+        assert got == want, f"{path}: {got!r} != {want!r}"
