@@ -230,30 +230,30 @@ def test_precision_follows_the_cpu_flags():
 
 
 def test_plan_budget_splits_the_time():
-    # Roomy: three epochs for every seed, pretraining gets the rest, 16 evaluations of 500 rows.
-    plan = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3)
+    # Roomy: three epochs for every seed, pretraining gets the rest, 30 evaluations of 500 rows.
+    plan = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
     assert (plan.finetune_seeds, plan.finetune_epochs, plan.eval_rows) == (3, 3.0, 500)
     assert plan.finetune_run_s == pytest.approx(19.5)
     assert plan.pretrain_s == pytest.approx(540.0 - 6 * 19.5) and not plan.short
-    assert plan.expected_steps == int((plan.pretrain_s - 16 * 500 * 0.0015) / 0.15)
-    assert plan.eval_every == plan.expected_steps // 16
+    assert plan.expected_steps == int((plan.pretrain_s - 30 * 500 * 0.0015) / 0.15)
+    assert plan.eval_every == plan.expected_steps // 30
     # Tight: fewer seeds first, then fewer whole epochs, then a fraction of one; within fine-tuning's share.
-    fewer = plan_budget(250.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3)
+    fewer = plan_budget(250.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
     assert (fewer.finetune_seeds, fewer.finetune_epochs) == (1, 3.0)
-    tight = plan_budget(100.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3)
+    tight = plan_budget(100.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
     assert (tight.finetune_seeds, tight.finetune_epochs) == (1, 2.0) and 2 * tight.finetune_run_s <= 0.3 * 100.0
-    tiny = plan_budget(20.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=25.0, ft_eval_s=0.5, seeds=1)
+    tiny = plan_budget(20.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=25.0, ft_eval_s=0.5, seeds=1, max_epochs=3)
     assert tiny.finetune_epochs == pytest.approx((0.3 * 20.0 / 2 - 0.5) / 25.0)  # a tenth of an epoch
     assert tiny.short and tiny.pretrain_s == 30.0
     assert plan_budget(20.0, 0.15, 0.0015, ft_epoch_s=600.0, ft_eval_s=0.5).finetune_epochs == 0.05  # the floor
     # A slow machine: evaluations shrink to keep within 12% of pretraining (not below 64 rows).
-    slow = plan_budget(540.0, step_s=3.5, eval_row_s=0.06, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3)
-    assert slow.eval_rows == 64  # 12% would allow 52 rows
-    mid = plan_budget(540.0, step_s=1.0, eval_row_s=0.01, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3)
-    assert mid.eval_rows == int(0.12 * mid.pretrain_s / 16 / 0.01) and 64 < mid.eval_rows < 500
+    slow = plan_budget(540.0, step_s=3.5, eval_row_s=0.06, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
+    assert slow.eval_rows == 64  # 12% would allow 28 rows
+    mid = plan_budget(540.0, step_s=1.0, eval_row_s=0.01, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
+    assert mid.eval_rows == int(0.12 * mid.pretrain_s / 30 / 0.01) and 64 < mid.eval_rows < 500
     # A fixed pretraining time: every seed and epoch, whatever they cost.
     fixed = plan_budget(0.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=600.0, ft_eval_s=0.5, seeds=2, pretrain_s=3.0)
-    assert (fixed.pretrain_s, fixed.finetune_seeds, fixed.finetune_epochs, fixed.short) == (3.0, 2, 3.0, False)
+    assert (fixed.pretrain_s, fixed.finetune_seeds, fixed.finetune_epochs, fixed.short) == (3.0, 2, 5.0, False)
     with pytest.raises(ValueError):
         plan_budget(100.0, step_s=0.0, eval_row_s=1.0, ft_epoch_s=1.0, ft_eval_s=0.1)
 

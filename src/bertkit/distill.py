@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import typing
 from dataclasses import dataclass
@@ -53,8 +52,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import PRESETS, BertConfig, field_with_help, presets_for
+from bertkit.config import PRESETS, BertConfig, check_finite, field_with_help, presets_for
 from bertkit.errors import DataError
+from bertkit.io import atomic_write
 from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
                             model_class)
 
@@ -83,11 +83,12 @@ class DistillConfig:
                                                        "too), as DistilBERT; needs the teacher's widths")
 
     def __post_init__(self) -> None:
+        weights = {k: getattr(self, k) for k in ("alpha_soft", "alpha_hard", "alpha_logits", "alpha_hidden")}
+        check_finite(self, ("temperature", *weights))  # NaN and infinity pass range checks; strings fail them oddly
         if not self.temperature > 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
-        weights = {k: getattr(self, k) for k in ("alpha_soft", "alpha_hard", "alpha_logits", "alpha_hidden")}
         for name, value in weights.items():
-            if not (value >= 0 and math.isfinite(value)):
+            if value < 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value}")
         if not any(weights.values()):
             raise ValueError("every loss weight is 0: set at least one of alpha_soft, alpha_hard, alpha_logits, "
@@ -684,7 +685,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
                     "world_size": dist_info.world_size, "student_config": student.config.to_dict(),
                     "teacher_config": teacher.config.to_dict()}
         resolved.pop("preset", None)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        atomic_write(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         print(f"distilling {teacher_dir} ({teacher.num_parameters() / 1e6:.1f}M parameters) into a "
               f"{student.config.num_hidden_layers}-layer, {student.config.hidden_size}-wide student "
               f"({student.num_parameters() / 1e6:.1f}M) by MLM on {corpus.num_tokens:,} tokens, on {device}",
@@ -699,7 +700,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
         summary = {**dataclasses.asdict(result), "teacher_eval": teacher_eval,
                    "teacher_parameters": teacher.num_parameters(), "student_parameters": student.num_parameters(),
                    "model": str(run_dir / "model")}
-        (run_dir / "results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+        atomic_write(run_dir / "results.json", json.dumps(summary, indent=2, default=float) + "\n")
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return result

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.config import IGNORE_INDEX, field_with_help
+from bertkit.config import IGNORE_INDEX, check_finite, field_with_help
+from bertkit.io import atomic_write, disk_full_as_error, read_json_lines
 from bertkit.tasks.base import KINDS, TaskFamily, family_for
 
 TASK_FILE = "finetune.json"  # written into a fine-tuned model directory: what `predict` needs besides the weights
@@ -89,20 +90,24 @@ class FinetuneConfig:
         positive = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "batch_size",
                     "eval_batch_size", "grad_accumulation", "log_every")
         for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if self.max_seq_length is not None and self.max_seq_length < 8:
             raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
         if self.max_target_length is not None and self.max_target_length < 2:
             raise ValueError(f"max_target_length must be at least 2 (a token and EOS), got {self.max_target_length}")
-        if self.epochs <= 0:
-            raise ValueError(f"epochs must be positive, got {self.epochs}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        # NaN fails every comparison and infinity passes the lower bounds: finiteness first.
+        check_finite(self, ("epochs", "learning_rate", "adam_epsilon", "weight_decay", "max_grad_norm", "warmup_ratio")
+                     + (("dropout",) if self.dropout is not None else ()))
+        for name in ("epochs", "learning_rate", "adam_epsilon"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name, zero in (("weight_decay", "none"), ("max_grad_norm", "no clipping")):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative (0 = {zero}), got {getattr(self, name)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if not self.adam_epsilon > 0.0:
-            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.batch_size % self.grad_accumulation:
@@ -427,9 +432,10 @@ def read_task_info(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 def save_best(family: TaskFamily, run_dir: Path, dev_examples, output, model, tokenizer) -> None:
     """The best epoch so far: dev predictions and run_dir/model (weights, the tokenizer, task file)."""
-    family.write_predictions(run_dir, dev_examples, output)
+    with disk_full_as_error(run_dir, None):  # the family's predictions file: a full disk names the run directory
+        family.write_predictions(run_dir, dev_examples, output)
     model.save_pretrained(run_dir / "model", tokenizer=tokenizer)
-    (run_dir / "model" / TASK_FILE).write_text(json.dumps(family.task_info(), indent=2) + "\n", encoding="utf-8")
+    atomic_write(run_dir / "model" / TASK_FILE, json.dumps(family.task_info(), indent=2) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -524,7 +530,8 @@ def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[
     if checkpoint is None or not path.is_file():
         return [], None
     up_to_step = resume_state_step(checkpoint)
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # Written whole and atomically (record_evaluation), but a file from an older version may end in a torn line.
+    records = [record for _, record in read_json_lines(path)[0]]
     history = [r for r in records if r["step"] <= up_to_step]
     return history, (max(history, key=lambda r: r[metric]) if history else None)
 
@@ -532,8 +539,8 @@ def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[
 def record_evaluation(run_dir: Path, history: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
     """`history` with `record` in place of any earlier one of its step, rewritten to run_dir/eval.jsonl."""
     history = [r for r in history if r["step"] != record["step"]] + [record]
-    with open(run_dir / "eval.jsonl", "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(r, default=float) + "\n" for r in history)
+    # Atomically: a full disk names the file and leaves the previous history whole for --resume.
+    atomic_write(run_dir / "eval.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in history))
     return history
 
 
@@ -607,8 +614,7 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
             "dev_examples": len(data.dev_examples), "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
             "epochs": history, "best": best, **({"data": family.stats} if family.stats else {}),
             "config": config.to_dict(), **(extra or {})})
-        text = json.dumps(results, indent=2, default=float) + "\n"
-        (run_dir / "results.json").write_text(text, encoding="utf-8")
+        atomic_write(run_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
 
     def evaluate(m) -> dict[str, float]:
         nonlocal best, history
@@ -641,7 +647,7 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         run_dir.mkdir(parents=True, exist_ok=True)
         written = {**(resolved or {}), "train_config": dataclasses.asdict(train_config),
                    "world_size": dist_info.world_size}
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(written, sort_keys=False), encoding="utf-8")
+        atomic_write(run_dir / "config.yaml", yaml.safe_dump(written, sort_keys=False))
         if banner is not None:
             print(banner(max_steps, steps_per_epoch), flush=True)
 

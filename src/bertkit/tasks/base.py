@@ -36,6 +36,7 @@ and `pair_type_id` where a family frames its own inputs, so every tokenizer kind
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Sequence
@@ -172,10 +173,34 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@contextlib.contextmanager
+def utf8_errors(path: str | os.PathLike):
+    """Around the reading of a text file: invalid UTF-8 raises DataError "{path}:{line}: invalid UTF-8 ..." instead
+    of a UnicodeDecodeError that names neither the file nor the line."""
+    try:
+        yield
+    except UnicodeDecodeError as err:
+        raise _utf8_error(path, err) from None
+
+
+def _utf8_error(path: str | os.PathLike, err: UnicodeDecodeError) -> DataError:
+    # The decoder's position is within some buffer: find the line by decoding the file line by line (a newline
+    # byte never occurs inside a UTF-8 sequence, so each line decodes on its own).
+    with contextlib.suppress(OSError), open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return DataError.at(path, number, f"invalid UTF-8 (byte 0x{line[bad.start]:02x} at byte {bad.start} "
+                                                  f"of the line); save the file as UTF-8")
+    return DataError.at(path, None, f"invalid UTF-8 ({err.reason}); save the file as UTF-8")
+
+
 def read_prediction_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
     """(line, prediction) from a file of one prediction per line, or a GLUE submission TSV (`index<TAB>prediction`
     with a header): then the rows are put in index order and the last column is the prediction."""
-    lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    with utf8_errors(path):
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
     rows = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
     if rows and "\t" in rows[0][1] and rows[0][1].split("\t")[0].strip().lower() in ("index", "id"):
         indexed = []

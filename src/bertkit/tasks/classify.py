@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax
+from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax, utf8_errors
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def delimited_rows(path: str | os.PathLike[str], delimiter: str, quoting: int) -
     """(line where the row starts, fields) of every non-blank row of a CSV/TSV file (GLUE's readers use it too)."""
     # newline="" hands line endings to the csv module (required for quoted newlines in CSV, harmless in TSV);
     # utf-8-sig strips a byte-order mark that would otherwise stick to the first column name.
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f, utf8_errors(path):
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
         previous_end = 0
         while True:
@@ -65,7 +65,7 @@ def delimited_rows(path: str | os.PathLike[str], delimiter: str, quoting: int) -
 
 
 def _jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8-sig") as f:
+    with open(path, encoding="utf-8-sig") as f, utf8_errors(path):
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -109,26 +109,30 @@ def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression:
     return label
 
 
-def _text_field(path, line: int, record, key, what: str) -> str:
+def _text_field(path, line: int, record, key, what: str, allow_empty: bool = True) -> str:
     value = record.get(key) if isinstance(record, dict) else record[key]
     if value is None:
         raise DataError.at(path, line, f"missing {what} field {key!r}")
     if not isinstance(value, str):
         raise DataError.at(path, line, f"{what} field {key!r} must be a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():  # a missing sentence: the model would see only special tokens
+        raise DataError.at(path, line, f"empty {what} field {key!r}")
     return value
 
 
 def rows_to_examples(path, rows: Iterator[tuple[int, object]], columns: Columns, width: int | None,
-                     labels: Sequence[str] | None, regression: bool, skip_malformed: bool) -> list[Example]:
-    """Convert rows to examples; `width` is the required field count of a delimited row (None for JSONL)."""
+                     labels: Sequence[str] | None, regression: bool, skip_malformed: bool,
+                     allow_empty: bool = True) -> list[Example]:
+    """Convert rows to examples; `width` is the required field count of a delimited row (None for JSONL).
+    allow_empty=False: an empty (or blank) text or pair is a malformed row (GLUE's files have none)."""
     examples: list[Example] = []
     skipped: list[DataError] = []
     for line, row in rows:
         try:
             if width is not None and len(row) != width:
                 raise DataError.at(path, line, f"expected {width} fields, found {len(row)}")
-            text = _text_field(path, line, row, columns.text, "text")
-            pair = None if columns.pair is None else _text_field(path, line, row, columns.pair, "pair")
+            text = _text_field(path, line, row, columns.text, "text", allow_empty)
+            pair = None if columns.pair is None else _text_field(path, line, row, columns.pair, "pair", allow_empty)
             label = None
             if columns.label is not None:
                 raw = row.get(columns.label) if isinstance(row, dict) else row[columns.label]

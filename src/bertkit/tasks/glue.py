@@ -28,7 +28,7 @@ Files are read with `csv.QUOTE_NONE`: GLUE text contains unbalanced quotes (`"` 
 split across fields) and the files never quote fields, so a quoting-aware parser would swallow tabs and
 newlines. A UTF-8 byte-order mark (MRPC's header carries one) is dropped. Wholly blank lines are skipped.
 
-Malformed rows (a field count different from the header's, a missing text or label) and labels outside the
+Malformed rows (a field count different from the header's, a missing or empty text or label) and labels outside the
 task's label set raise `bertkit.errors.DataError` with a message starting `"{path}:{line}: "`. The original QQP
 release has a handful of truncated rows; pass `skip_malformed=True` to drop such rows with a warning that names
 how many were dropped and where the first one was. (`read_table`, the reader of the user's own tables, lives in
@@ -155,7 +155,8 @@ def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool =
         header, data, header_line = first_fields, rows, first_line
     columns = header_columns(path, header_line, header, spec.text_column, spec.pair_column, spec.label_column,
                              label_optional=True)
-    return rows_to_examples(path, data, columns, len(header), spec.labels, spec.is_regression, skip_malformed)
+    return rows_to_examples(path, data, columns, len(header), spec.labels, spec.is_regression, skip_malformed,
+                            allow_empty=False)
 
 
 @register("glue")

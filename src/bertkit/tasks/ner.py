@@ -29,7 +29,7 @@ import numpy as np
 
 from bertkit.config import IGNORE_INDEX  # label of positions the loss skips (torch's cross-entropy default)
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, register, softmax
+from bertkit.tasks.base import TaskFamily, check_count, register, softmax, utf8_errors
 
 # A tag is "O" or a one-letter prefix, a dash, and a non-empty entity type.
 _TAG = re.compile(r"^(?:O|[BIES]-.+)$")
@@ -67,7 +67,7 @@ def read_conll(path: str | os.PathLike[str], *, tag_column: int = -1) -> list[Ta
             tokens.clear()
             tags.clear()
 
-    with open(path, encoding="utf-8-sig") as f:
+    with open(path, encoding="utf-8-sig") as f, utf8_errors(path):
         for line_no, line in enumerate(f, start=1):
             fields = line.split()
             if not fields:

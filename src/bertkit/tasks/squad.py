@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, register
+from bertkit.tasks.base import TaskFamily, register, utf8_errors
 
 # ---------------------------------------------------------------------------------------------------------------
 # Reading
@@ -94,9 +94,11 @@ def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExamp
     Returns:
         (examples in file order, stats).
     Raises:
-        DataError "{path}: ..." naming the question id (or article/paragraph index) for a missing key.
+        DataError "{path}:{line}: ..." naming the question id (or article/paragraph index) for a missing key or a
+        value of the wrong type (a context, question or answer text that is not a string, say; the line is that of
+        the question's id, and absent where it cannot be told).
     """
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f, utf8_errors(path):
         try:
             dataset = json.load(f)
         except json.JSONDecodeError as e:
@@ -104,28 +106,40 @@ def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExamp
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise DataError.at(path, None, "expected a JSON object with a 'data' list (SQuAD format)")
 
-    def need(record, key: str, where: str):
+    def need(record, key: str, where: str, kind: type | tuple[type, ...] = object, qid=None):
+        """record[key], which must be of `kind`; DataError naming the place (and, for a question, its line)."""
         if not isinstance(record, dict) or key not in record:
             raise DataError.at(path, None, f"{where}: missing key {key!r}")
-        return record[key]
+        value = record[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # True is an int
+            names = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+            raise DataError.at(path, _line_of(path, qid), f"{where}: {key} must be {names}, "
+                                                          f"found {type(value).__name__} {_short(value)}")
+        return value
 
     examples: list[SquadExample] = []
     mismatches: list[AnswerMismatch] = []
     n_answers = 0
     for a, article in enumerate(dataset["data"]):
         title = article.get("title", "") if isinstance(article, dict) else ""
-        for p, paragraph in enumerate(need(article, "paragraphs", f"article {a}")):
-            context = need(paragraph, "context", f"article {a} paragraph {p}")
-            for q, qa in enumerate(need(paragraph, "qas", f"article {a} paragraph {p}")):
-                qid = str(need(qa, "id", f"article {a} paragraph {p} question {q}"))
-                question = need(qa, "question", f"question {qid}")
+        title = title if isinstance(title, str) else str(title)
+        for p, paragraph in enumerate(need(article, "paragraphs", f"article {a}", list)):
+            qas = need(paragraph, "qas", f"article {a} paragraph {p}", list)
+            first = qas[0].get("id") if qas and isinstance(qas[0], dict) else None
+            context = need(paragraph, "context", f"article {a} paragraph {p}", str, first)
+            for q, qa in enumerate(qas):
+                raw_id = need(qa, "id", f"article {a} paragraph {p} question {q}", (str, int))
+                qid = str(raw_id)
+                question = need(qa, "question", f"question {qid}", str, raw_id)
+                impossible = qa.get("is_impossible", False) if isinstance(qa, dict) else False
+                if not isinstance(impossible, bool):
+                    raise DataError.at(path, _line_of(path, raw_id), f"question {qid}: is_impossible must be true "
+                                                                     f"or false, found {_short(impossible)}")
                 answers = []
-                for i, answer in enumerate(need(qa, "answers", f"question {qid}")):
-                    text = need(answer, "text", f"question {qid} answer {i}")
-                    start = need(answer, "answer_start", f"question {qid} answer {i}")
-                    if not isinstance(start, int) or isinstance(start, bool):
-                        raise DataError.at(path, None, f"question {qid} answer {i}: answer_start {start!r} "
-                                                       "is not an integer")
+                for i, answer in enumerate(need(qa, "answers", f"question {qid}", list, raw_id)):
+                    text = need(answer, "text", f"question {qid} answer {i}", str, raw_id)
+                    start = need(answer, "answer_start", f"question {qid} answer {i}", int, raw_id)
                     found = context[start:start + len(text)] if start >= 0 else ""
                     if found != text:
                         mismatches.append(AnswerMismatch(qid=qid, answer_index=i, text=text, start=start,
@@ -133,11 +147,35 @@ def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExamp
                     answers.append((text, start))
                 n_answers += len(answers)
                 examples.append(SquadExample(id=qid, question=question, context=context, answers=answers,
-                                             is_impossible=bool(qa.get("is_impossible", False)), title=title))
+                                             is_impossible=impossible, title=title))
     stats = SquadReadStats(path=os.fspath(path), articles=len(dataset["data"]), examples=len(examples),
                            answers=n_answers, impossible=sum(e.is_impossible for e in examples),
                            mismatches=mismatches)
     return examples, stats
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", list: "a list"}
+
+
+def _short(value) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _line_of(path, qid) -> int | None:
+    """The line of a SQuAD file where question `qid` is (its id written as JSON), for error messages; None when
+    the id cannot be found (or is None)."""
+    if qid is None:
+        return None
+    needles = {json.dumps(qid), json.dumps(qid, ensure_ascii=False)}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if any(n in line for n in needles) and '"id"' in line:
+                    return number
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
 
 
 def read_squad(path: str | os.PathLike[str]) -> list[SquadExample]:
@@ -756,7 +794,7 @@ def answer_text_for(tokenizer) -> Callable[[SquadWindow, int, int], str] | None:
 def read_json_object(path) -> dict:
     """A JSON file holding one object ({question id: value}); DataError naming the file and line otherwise."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle, utf8_errors(path):
             data = json.load(handle)
     except json.JSONDecodeError as err:
         raise DataError.at(path, err.lineno, f"invalid JSON: {err.msg}") from None

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax
+from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax, utf8_errors
 from bertkit.tasks.classify import SequenceClassificationTask
 
 NUM_CHOICES = 4
@@ -45,7 +45,7 @@ def read_swag(path: str | os.PathLike[str]) -> list[MultipleChoiceExample]:
         an integer in [0, 3].
     """
     examples: list[MultipleChoiceExample] = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f, utf8_errors(path):
         reader = csv.reader(f)
         try:
             header = next(reader, None)

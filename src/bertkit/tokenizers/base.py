@@ -14,7 +14,8 @@ of it; task, data and inference code use nothing else, so any kind works everywh
                                            one text or pair, framed with special tokens, longest-first truncation
     encode_batch(texts, pairs=None, max_length=None, truncation=True, padding=False) -> list[Encoding]
     encode_raw(texts)                      the engine's encodings of whole texts WITHOUT special tokens
-                                           (`tokenizers.Encoding`: .ids .tokens .offsets .word_ids); SQuAD's windows
+                                           (`tokenizers.Encoding`, or an object with the same .ids .tokens .offsets
+                                           .word_ids: WordPiece's `Pieces`); SQuAD's windows
     encode_plain(texts)                    ids only of the same, for corpus preparation
     encode_words(list_of_word_lists)       engine encodings of pre-split words, no special tokens; .word_ids index
                                            the given words, .offsets are within each word; NER

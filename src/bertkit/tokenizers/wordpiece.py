@@ -20,9 +20,10 @@ it, U+1ABF no accent, U+0890 no format character) and lower-cases letter by lett
     lower-casing): `google_words` applies the rules above in Python, keeping for every character where in the
     text it came from, and the engine only pieces the words
 
-Both roads give the same ids, tokens, character offsets into the original text and word ids. What BERT adds on top,
-`[CLS] A [SEP] B [SEP]` with token types 0/1 and longest-first pair truncation, is written in `base.py` so that the
-rule is visible and the same for training data, fine-tuning and inference.
+Both roads give the same ids, tokens and word ids, and character offsets into the original text (where the engine
+cuts a cluster of combining marks that NFC composed or reordered, the Python road gives the whole cluster). What
+BERT adds on top, `[CLS] A [SEP] B [SEP]` with token types 0/1 and longest-first pair truncation, is written in
+`base.py` so that the rule is visible and the same for training data, fine-tuning and inference.
 """
 
 from __future__ import annotations
@@ -96,6 +97,30 @@ def _is_punctuation(char: str) -> bool:
             or unicodedata.category(char).startswith("P"))
 
 
+_KEEP, _DROP, _SPACE, _CJK, _PUNCT = range(5)
+
+
+class _CharKinds(dict):
+    """character -> what Google's rules do with it (_KEEP, _DROP, _SPACE, _CJK or _PUNCT), looked up once."""
+
+    def __missing__(self, char: str) -> int:
+        cp = ord(char)
+        if cp == 0 or cp == 0xFFFD or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r"):
+            kind = _DROP  # cleaned away: its neighbours touch
+        elif char.isspace():  # Google's whitespace (space, \t, \n, \r, Zs) and str.split's (U+2028, U+2029)
+            kind = _SPACE
+        elif cp >= 0x3400 and any(a <= cp <= b for a, b in _CJK_RANGES):
+            kind = _CJK
+        else:
+            kind = _PUNCT if _is_punctuation(char) else _KEEP
+        if len(self) < 1 << 16:  # bounded, whatever the text
+            self[char] = kind
+        return kind
+
+
+_KINDS = _CharKinds()
+
+
 def _strip_accents(text: str) -> str:
     """Google's accent stripping: NFD, then every nonspacing mark (category Mn) dropped."""
     return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
@@ -105,88 +130,125 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-Spans = list[tuple[int, int]]
+# Where each character of a word came from: (starts, ends), character i from text[starts[i]:ends[i]]. Ranges where
+# characters map one to one (most words), lists elsewhere: no tuple per character (which the garbage collector
+# would scan over and over on long texts).
+Where = tuple[Sequence[int], Sequence[int]]
 
 
-def _aligned(transform, text: str, spans: Spans) -> tuple[str, Spans]:
-    """`transform(text)` and, for each of its characters, the span of the original text it came from.
+def _aligned(transform, text: str, where: Where, by_char: bool = False) -> tuple[str, Where]:
+    """`transform(text)` and, for each of its characters, where in the original text it came from.
 
-    spans[i] is where text[i] came from. The transform is applied to the whole text (that result is the one
-    returned, so it is exact); spans come from applying it to each cluster (a character and the combining marks
-    after it) on its own. Where the per-cluster lengths do not add up (a composition across clusters, decomposed
-    Hangul say), every character gets the span of the whole text.
+    The transform is applied to the whole text, and that result is returned (so it is exact); where each character
+    came from follows from applying it to each character, or where that is not the same (NFC composing "a" + U+0301
+    into "á") to each cluster, a character and the combining marks after it, whose result then spans the whole
+    cluster. by_char: the transform works character by character but for context that keeps lengths (`str.lower`'s
+    final sigma). Where the clusters do not add up either (a composition across clusters: decomposed Hangul), the
+    text is cut only where it splits cleanly (transform(a) + transform(b) == transform(a + b)).
     """
     out = transform(text)
     if out == text:
-        return text, spans
-    new: Spans = []
-    start = 0
-    for end in range(1, len(text) + 1):
-        if end == len(text) or unicodedata.combining(text[end]) == 0:
-            span = (spans[start][0], spans[end - 1][1])
-            new.extend([span] * len(transform(text[start:end])))
-            start = end
-    if len(new) != len(out):
-        new = [(spans[0][0], spans[-1][1])] * len(out)
-    return out, new
+        return text, where
+    starts, ends = where
+    if by_char:
+        lengths = [len(transform(c)) for c in text]
+        if sum(lengths) == len(out):
+            return out, ([s for s, n in zip(starts, lengths) for _ in range(n)],
+                         [e for e, n in zip(ends, lengths) for _ in range(n)])
+    cuts = [0, *(i for i in range(1, len(text)) if unicodedata.combining(text[i]) == 0), len(text)]
+    pieces: list[str] = []
+    new_starts: list[int] = []
+    new_ends: list[int] = []
+    for a, b in zip(cuts, cuts[1:]):
+        piece = transform(text[a:b])
+        parts = [transform(c) for c in text[a:b]]
+        if "".join(parts) == piece:  # character by character
+            counts = [len(part) for part in parts]
+            new_starts += [s for s, n in zip(starts[a:b], counts) for _ in range(n)]
+            new_ends += [e for e, n in zip(ends[a:b], counts) for _ in range(n)]
+        else:  # the cluster as a whole
+            new_starts += [starts[a]] * len(piece)
+            new_ends += [ends[b - 1]] * len(piece)
+        pieces.append(piece)
+    if "".join(pieces) != out:
+        cuts = [0, *(c for c in cuts[1:-1] if transform(text[:c]) + transform(text[c:]) == out), len(text)]
+        sizes = [len(transform(text[:c])) for c in cuts]
+        new_starts = [starts[a] for a, n, m in zip(cuts, sizes, sizes[1:]) for _ in range(m - n)]
+        new_ends = [ends[b - 1] for b, n, m in zip(cuts[1:], sizes, sizes[1:]) for _ in range(m - n)]
+    return out, (new_starts, new_ends)
 
 
-def google_words(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[tuple[str, Spans]]:
-    """Google's BasicTokenizer on `text`: its words, each with the span in `text` of every one of its characters.
+def google_words(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[tuple[str, Where]]:
+    """Google's BasicTokenizer on `text`: its words, each with where in `text` every one of its characters came from.
 
-    Returns [(word, spans)], len(spans) == len(word), spans[i] = (start, end) in `text` of what became word[i].
-    The words are exactly those of Google's tokenizer (see the module docstring) under the interpreter's
+    Returns [(word, (starts, ends))], word[i] came from text[starts[i]:ends[i]] (a combining mark composed into it
+    included). The words are exactly those of Google's tokenizer (see the module docstring) under the interpreter's
     `unicodedata`; special tokens written in the text ("[MASK]") come back whole. strip_accents: None = lowercase.
     """
     strip = lowercase if strip_accents is None else strip_accents
-    words: list[tuple[str, Spans]] = []
-    chars: list[str] = []
-    spans: Spans = []
-
-    def word_done() -> None:
-        if not chars:
-            return
-        word, where = _aligned(_nfc, "".join(chars), list(spans))
-        if lowercase:
-            word, where = _aligned(str.lower, word, where)
-        if strip:
-            word, where = _aligned(_strip_accents, word, where)
-        piece: list[int] = []
-        for i, char in enumerate(word + " "):  # split off punctuation (the space closes the last piece)
-            if char.isspace() or _is_punctuation(char):
-                if piece:
-                    words.append(("".join(word[j] for j in piece), [where[j] for j in piece]))
-                    piece = []
-                if not char.isspace():
-                    words.append((char, [where[i]]))
-            else:
-                piece.append(i)
-        chars.clear()
-        spans.clear()
-
-    def segment(start: int, end: int) -> None:
-        for i in range(start, end):
-            char = text[i]
-            cp = ord(char)
-            if cp == 0 or cp == 0xFFFD or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r"):
-                continue  # cleaned away: its neighbours touch
-            if char.isspace():  # Google's whitespace (space, tab, newline, CR, Zs) and str.split's (U+2028, U+2029)
-                word_done()
-            elif any(a <= cp <= b for a, b in _CJK_RANGES):
-                word_done()
-                chars.append(char), spans.append((i, i + 1))
-                word_done()
-            else:
-                chars.append(char), spans.append((i, i + 1))
-        word_done()
-
+    words: list[tuple[str, Where]] = []
     done = 0
     for match in _SPECIAL_IN_TEXT.finditer(text):
-        segment(done, match.start())
-        words.append((match.group(), [(match.start(), match.end())] * len(match.group())))
+        _segment(text, done, match.start(), lowercase, strip, words)
+        size = len(match.group())
+        words.append((match.group(), ([match.start()] * size, [match.end()] * size)))
         done = match.end()
-    segment(done, len(text))
+    _segment(text, done, len(text), lowercase, strip, words)
     return words
+
+
+_NOT_SPACE = re.compile(r"\S+")  # `re`'s \s is exactly str.isspace
+
+
+def _segment(text: str, start: int, end: int, lowercase: bool, strip: bool, out: list) -> None:
+    """Append to `out` Google's words of text[start:end] (no special token in it)."""
+    part = text[start:end]
+    kinds = {_KINDS[char] for char in set(part)}
+    if _DROP not in kinds and _CJK not in kinds:  # most texts: the words are the runs between whitespace
+        for match in _NOT_SPACE.finditer(part):
+            a, b = match.start() + start, match.end() + start
+            _word(match.group(), (range(a, b), range(a + 1, b + 1)), lowercase, strip, out)
+        return
+    chars: list[str] = []
+    starts: list[int] = []
+    for i in range(start, end):
+        char = text[i]
+        kind = _KINDS[char]
+        if kind == _KEEP or kind == _PUNCT:
+            chars.append(char), starts.append(i)
+        elif kind != _DROP:  # whitespace ends a word; a CJK ideograph is a word of its own
+            if chars:
+                _word("".join(chars), (starts, [s + 1 for s in starts]), lowercase, strip, out)
+                chars, starts = [], []
+            if kind == _CJK:
+                _word(char, (range(i, i + 1), range(i + 1, i + 2)), lowercase, strip, out)
+    if chars:
+        _word("".join(chars), (starts, [s + 1 for s in starts]), lowercase, strip, out)
+
+
+def _word(word: str, where: Where, lowercase: bool, strip: bool, out: list) -> None:
+    """Append to `out` the words of one whitespace-separated chunk: normalised, punctuation split off."""
+    if word.isascii():  # already NFC, no accents
+        word = word.lower() if lowercase else word
+    else:
+        word, where = _aligned(_nfc, word, where)
+        if lowercase:
+            word, where = _aligned(str.lower, word, where, by_char=True)
+        if strip:
+            word, where = _aligned(_strip_accents, word, where)
+    if word.isalnum():  # letters and digits only: nothing to split off
+        out.append((word, where))
+        return
+    starts, ends = where
+    start = 0
+    for i, char in enumerate(word):
+        if _KINDS[char] == _PUNCT:
+            if start < i:
+                out.append((word[start:i], (starts[start:i], ends[start:i])))
+            out.append((char, (starts[i:i + 1], ends[i:i + 1])))
+            start = i + 1
+    if start < len(word):
+        out.append((word[start:], (starts[start:], ends[start:])))
 
 
 @dataclass
@@ -390,11 +452,11 @@ class WordPieceTokenizer(PieceTokenizer):
                     out[i] = result
         return out
 
-    def _piece_words(self, items: list[list[tuple[str, Spans, int]]]) -> list[Pieces]:
-        """Pieces of words already split by Google's rules: per item [(word, spans, word index)].
+    def _piece_words(self, items: list[list[tuple[str, Where, int]]]) -> list[Pieces]:
+        """Pieces of words already split by Google's rules: per item [(word, where, word index)].
 
-        An engine offset (s, e) within a word becomes (spans[s][0], spans[e - 1][1]); word_ids become the given
-        word indexes.
+        An engine offset (s, e) within a word becomes (starts[s], ends[e - 1]) in the text; word_ids become the
+        given word indexes.
         """
         encodings = self._words.encode_batch([[w for w, _, _ in item] for item in items], is_pretokenized=True,
                                              add_special_tokens=False)
@@ -402,14 +464,14 @@ class WordPieceTokenizer(PieceTokenizer):
         for item, enc in zip(items, encodings):
             offsets, word_ids = [], []
             for (start, end), w in zip(enc.offsets, enc.word_ids):
-                _, spans, index = item[w]
-                offsets.append((spans[start][0], spans[end - 1][1]))
+                _, (starts, ends), index = item[w]
+                offsets.append((starts[start], ends[end - 1]))
                 word_ids.append(index)
             out.append(Pieces(list(enc.ids), list(enc.tokens), offsets, word_ids))
         return out
 
-    def _google_items(self, texts: Sequence[str]) -> list[list[tuple[str, Spans, int]]]:
-        return [[(w, spans, i) for i, (w, spans) in enumerate(google_words(t, self.lowercase, self.strip_accents))]
+    def _google_items(self, texts: Sequence[str]) -> list[list[tuple[str, Where, int]]]:
+        return [[(w, where, i) for i, (w, where) in enumerate(google_words(t, self.lowercase, self.strip_accents))]
                 for t in texts]
 
     def encode_raw(self, texts: Sequence[str]):
@@ -424,10 +486,14 @@ class WordPieceTokenizer(PieceTokenizer):
 
     def encode_plain(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids without special tokens for many texts at once (parallel in the engine); for corpus preparation."""
-        fast_call = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)  # no offsets: faster
-        return self._by_road(list(texts), self.needs_python,
-                             lambda items: [e.ids for e in fast_call(items, add_special_tokens=False)],
-                             lambda items: [p.ids for p in self._piece_words(self._google_items(items))])
+        def ids(engine: Tokenizer, items: list, **options) -> list[list[int]]:
+            call = getattr(engine, "encode_batch_fast", engine.encode_batch)  # without offsets: faster
+            return [e.ids for e in call(items, add_special_tokens=False, **options)]
+
+        return self._by_road(list(texts), self.needs_python, lambda items: ids(self.backend, items),
+                             lambda items: ids(self._words, [[w for w, _ in google_words(t, self.lowercase,
+                                                                                          self.strip_accents)]
+                                                             for t in items], is_pretokenized=True))
 
     def encode_words(self, words: Sequence[Sequence[str]]):
         """Encodings (no special tokens) of pre-split words, one list of words per item.
@@ -437,8 +503,8 @@ class WordPieceTokenizer(PieceTokenizer):
         within each word. `tokenizers.Encoding` or `Pieces`, as for `encode_raw`.
         """
         def slow(items: list) -> list[Pieces]:
-            return self._piece_words([[(w, spans, i) for i, word in enumerate(item)
-                                       for w, spans in google_words(word, self.lowercase, self.strip_accents)]
+            return self._piece_words([[(w, where, i) for i, word in enumerate(item)
+                                       for w, where in google_words(word, self.lowercase, self.strip_accents)]
                                       for item in items])
 
         return self._by_road([list(item) for item in words], lambda item: any(map(self.needs_python, item)),

@@ -1,0 +1,78 @@
+"""SIGKILL at an arbitrary moment, then `--resume`: every family's pretraining logs the per-step losses of the run
+that was never interrupted, bit for bit on CPU (ModernBERT with packed documents, T5 with span corruption).
+
+BERT's own kill test is in tests/test_pretrain.py; this one drives the other recipes through the same command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+
+WORDS = "the a cat dog sat ran on under mat park big small red blue house river city old new".split()
+TINY = {
+    "modernbert-mini": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
+                        "--intermediate-size", "48", "--local-attention", "8", "--max-seq-length", "32",
+                        "--isolate-documents", "true"],
+    "t5-mini": ["--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
+                "--max-seq-length", "32", "--dropout-rate", "0.1"],
+}
+KINDS = {"modernbert-mini": ["--kind", "wordpiece", "--vocab-size", "120", "--min-frequency", "1"],
+         "t5-mini": ["--kind", "unigram", "--vocab-size", "220", "--extra-ids", "100"]}
+STEPS = ["--max-steps", "24", "--save-every", "3", "--batch-size", "8", "--log-every", "1", "--eval-every", "0",
+         "--eval-instances", "8", "--learning-rate", "2e-3", "--progress", "false"]
+
+
+def corpus(path: Path) -> Path:
+    rng = random.Random(0)
+    docs = ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))) + " ."
+                      for _ in range(rng.randint(2, 5))) for _ in range(60)]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def cli(*args) -> list[str]:
+    return [sys.executable, "-m", "bertkit.cli", *map(str, args)]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+
+
+def losses(run: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+@pytest.mark.parametrize("recipe", ["modernbert-mini", "t5-mini"])
+def test_sigkilled_family_run_resumes_bit_identically(recipe, tmp_path):
+    text = corpus(tmp_path / "corpus.txt")
+    assert main(["tokenizer", "train", "--files", str(text), *KINDS[recipe], "--out", str(tmp_path / "tok"),
+                 "--quiet"]) == 0
+    assert main(["prepare", "--corpus", str(text), "--tokenizer", str(tmp_path / "tok"), "--out",
+                 str(tmp_path / "data"), "--eval-fraction", "0.1", "--quiet"]) == 0
+    args = ["pretrain", "--data", tmp_path / "data", "--config", recipe, *TINY[recipe], *STEPS]
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(cli(*args, "--out", full), check=True, env=env(), capture_output=True)
+    proc = subprocess.Popen(cli(*args, "--out", killed), env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoints" / "step-00000006.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.01)
+    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary moment after that checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert max(losses(killed)) < 24, "the run finished before the kill; nothing was tested"
+    subprocess.run(cli(*args, "--out", killed, "--resume"), check=True, env=env(), capture_output=True)
+    assert losses(killed) == losses(full) and sorted(losses(full)) == list(range(1, 25))
