@@ -73,7 +73,6 @@ def test_every_stage_writes_its_files(pipeline_run):
         for seed in (0, 1):
             ft = out / "finetune" / f"{start}-seed{seed}"
             assert (ft / "results.json").is_file() and (ft / "model" / WEIGHTS_NAME).is_file()
-    assert not (out / "finetune" / "probe").exists()  # the timing probe cleans up after itself
     assert json.loads((out / "report.json").read_text(encoding="utf-8")) == json.loads(json.dumps(report))
     assert (out / "report.html").is_file() and report["report"] == str(out / "report.html")
     assert len(report["plots"]) == 4 and all(Path(p).is_file() and p.endswith(".png") for p in report["plots"])
@@ -137,8 +136,8 @@ def test_finetuning_compares_like_with_like(pipeline_run):
     for start in ("pretrained", "scratch"):
         assert ft[start]["accuracy"] == pytest.approx(sum(ft[start]["accuracies"]) / 2)
         assert [e for e, _ in ft[start]["curve"]] == [1.0, 2.0]
-    train_labels, dev_labels = ([line.split("\t")[1] for line in (out.parent / f"{split}.tsv").read_text().splitlines()[1:]]
-                                for split in ("train", "dev"))
+    train_labels, dev_labels = ([line.split("\t")[1] for line in (out.parent / f"{split}.tsv").read_text().splitlines()
+                                 [1:]] for split in ("train", "dev"))
     majority = max(("blue", "red"), key=train_labels.count)  # ties: the first found, as Counter.most_common
     assert ft["majority_label"] == majority
     assert ft["majority_accuracy"] == pytest.approx(dev_labels.count(majority) / 32)
@@ -203,7 +202,8 @@ def test_report_page_is_self_contained(pipeline_run):
                              "files"]
     table = text[text.index('id="finetune-table"'):]
     table = table[:table.index("</table>")]
-    for cell in ("pretrained", "random initialisation", "majority class", f"{report['finetune']['scratch']['accuracy']:.3f}"):
+    scratch = f"{report['finetune']['scratch']['accuracy']:.3f}"
+    for cell in ("pretrained", "random initialisation", "majority class", scratch):
         assert cell in table
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage
@@ -251,6 +251,11 @@ def test_plan_budget_splits_the_time():
     assert slow.eval_rows == 64  # 12% would allow 28 rows
     mid = plan_budget(540.0, step_s=1.0, eval_row_s=0.01, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
     assert mid.eval_rows == int(0.12 * mid.pretrain_s / 30 / 0.01) and 64 < mid.eval_rows < 500
+    # The fixed cost of a run counts once per run.
+    overhead = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3,
+                           max_epochs=3, ft_overhead_s=3.0)
+    assert overhead.finetune_run_s == pytest.approx(22.5)
+    assert overhead.pretrain_s == pytest.approx(540.0 - 6 * 22.5)
     # A fixed pretraining time: every seed and epoch, whatever they cost.
     fixed = plan_budget(0.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=600.0, ft_eval_s=0.5, seeds=2, pretrain_s=3.0)
     assert (fixed.pretrain_s, fixed.finetune_seeds, fixed.finetune_epochs, fixed.short) == (3.0, 2, 5.0, False)

@@ -63,6 +63,7 @@ FINETUNE = {"learning_rate": 1e-3, "batch_size": 32, "dropout": 0.1}
 FINETUNE_EPOCHS = 5.0
 FINETUNE_SEEDS = 3  # seeds per starting point, each the same for both; fewer when the budget runs out
 FINETUNE_SHARE = 0.3  # at most this share of the time left after the set-up goes to the two fine-tuning runs
+FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
 FILL_MASK_PROMPTS = 1000
 FILL_MASK_EXAMPLES = 8
 FREQUENT_WORDS = 100  # fill-mask accuracy is also given on words outside the corpus's 100 most frequent
@@ -337,21 +338,27 @@ def measure_pretraining_step(data_dir: Path, config, steps: int = 5, warmup: int
             "eval_row_s": step_s / 3 / d.batch_size}
 
 
-def measure_finetune_step(model_dir: Path, task_train, task_dev, config, out_dir: Path,
-                          steps: int = 10) -> dict[str, float]:
-    """Seconds per fine-tuning step and steps per epoch, from the first `steps` steps of a real run of `config` on
-    the task (into `out_dir`, removed afterwards). The first steps include kernel selection: an overestimate,
-    which errs toward finishing early."""
-    from bertkit.finetune import finetune
+def finetune_cost(task_train, task_dev, config, tokenizer_dir: Path, tokens_per_s: float) -> dict[str, float]:
+    """Estimated seconds of one fine-tuning epoch and one dev evaluation of the task, from its pieces (read and
+    tokenised as fine-tuning will) and the measured pretraining speed in tokens per second.
 
-    with open(os.devnull, "w") as quiet, redirect_stdout(quiet):
-        results = finetune("classify", model_dir, task_train, task_dev, out_dir,
-                           dataclasses.replace(config, progress=False), new_heads=True, stop_after_steps=steps)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    done = max(int(results.get("steps") or 0), 1)
-    return {"step_s": float(results.get("train_seconds") or 0.0) / done,
-            "steps_per_epoch": int(results["steps_per_epoch"]),
-            "train_examples": int(results["train_examples"]), "dev_examples": int(results["dev_examples"])}
+    A training epoch costs about 1.5 times a pretraining step's time per piece (padding, dropout and the cost of
+    short sequences beyond their pieces; measured 1.2 on the built-in task and rounded up); an evaluation runs
+    forward only, a third of that per piece. Timing a few real fine-tuning steps instead was tried and misleads: their
+    first steps pay once for kernel selection at each new sequence length, which can take tens of seconds.
+    """
+    from bertkit.tasks.classify import ClassificationFamily
+    from bertkit.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    family = ClassificationFamily(config)
+    pieces = {}
+    for split, path in (("train", task_train), ("dev", task_dev)):
+        examples = family.read(path, training=split == "train")
+        pieces[split] = sum(len(f["input_ids"]) for f in family.features(examples, tokenizer,
+                                                                          training=split == "train"))
+    return {"train_pieces": pieces["train"], "dev_pieces": pieces["dev"],
+            "epoch_s": 1.5 * pieces["train"] / tokens_per_s, "eval_s": 1.5 * pieces["dev"] / tokens_per_s / 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,10 +378,12 @@ class Plan:
 def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ft_epoch_s: float, ft_eval_s: float,
                 seeds: int = FINETUNE_SEEDS, max_epochs: float = FINETUNE_EPOCHS, ft_share: float = FINETUNE_SHARE,
                 eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
-                min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None) -> Plan:
+                min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None,
+                ft_overhead_s: float = 0.0) -> Plan:
     """Split `remaining_s` seconds between pretraining and 2 x seeds fine-tuning runs; size the evaluations.
 
-    A fine-tuning run costs epochs x ft_epoch_s + one dev evaluation (ft_eval_s) per epoch begun. Fine-tuning gets
+    A fine-tuning run costs epochs x ft_epoch_s + one dev evaluation (ft_eval_s) per epoch begun + ft_overhead_s
+    (loading, features, saving the best model). Fine-tuning gets
     at most `ft_share` of the time: `max_epochs` for each of `seeds` seeds when that fits, else for fewer seeds,
     else one seed with the most whole epochs that fit, else the fraction of one epoch that fits (at least a
     twentieth). Pretraining gets the rest (at least `min_pretrain_s`). Its `eval_points` evaluations of up to
@@ -390,7 +399,7 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ft_epoch_s
                          "least 1")
 
     def cost(epochs: float) -> float:
-        return epochs * ft_epoch_s + math.ceil(epochs) * ft_eval_s
+        return epochs * ft_epoch_s + math.ceil(epochs) * ft_eval_s + ft_overhead_s
 
     room = math.inf if pretrain_s is not None else ft_share * remaining_s / 2  # both starting points, all seeds
     fitting = [n for n in range(seeds, 0, -1) if n * cost(max_epochs) <= room]
@@ -421,8 +430,9 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
     """Top-1 accuracy of masked-word prediction on held-out sentences whose masked word is known.
 
     From the prepared data's eval split (documents pretraining never saw), up to `prompts` sentences of 6 to 60
-    pieces, at least 80% of them pieces of letters, are drawn with a seeded generator; in each, one word that is a single vocabulary piece of letters is
-    replaced by [MASK] (chosen at random among such words), and the model sees the sentence alone. Also given:
+    pieces, at least 80% of them pieces of letters, are drawn with a seeded generator; in each, one word that is a
+    single vocabulary piece of letters is replaced by [MASK] (chosen at random among such words), and the model
+    sees the sentence alone. Also given:
     the accuracy of always answering the training split's most frequent such word (the unigram baseline), and the
     accuracy on prompts whose word is not among the training split's `frequent` most frequent words.
 
@@ -506,7 +516,8 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
             "top5_accuracy": sum(a in found for a, found in zip(answers, top_ids)) / n,
             "baseline_word": vocab[most_frequent],
             "baseline_accuracy": sum(a == most_frequent for a in answers) / n,
-            "rare_prompts": len(rare), "rare_top1_accuracy": (sum(correct[i] for i in rare) / len(rare)) if rare else None,
+            "rare_prompts": len(rare),
+            "rare_top1_accuracy": (sum(correct[i] for i in rare) / len(rare)) if rare else None,
             "frequent_words": frequent, "examples": shown}
 
 
@@ -567,7 +578,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         pretraining and the fine-tuning runs (`plan_budget`); a seed whose pair of runs would end past the budget
         is skipped (the first seed always runs).
     train_seconds: the pretraining budget in seconds instead (tests and quick looks; fine-tuning then runs
-        `finetune_epochs`, default 3, for every seed).
+        `finetune_epochs`, default `FINETUNE_EPOCHS`, for every seed).
+    preset: tiny (default), mini or small.
     task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
         classify` reads); both or neither. Without them the built-in task (`build_docstring_task`) is used.
     precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
@@ -595,6 +607,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         raise ValueError(f"precision must be auto, bf16 or fp32, got {precision!r}")
     if finetune_seeds < 1:
         raise ValueError(f"finetune_seeds must be at least 1, got {finetune_seeds}")
+    if preset not in ("tiny", "mini", "small"):
+        raise ValueError(f"preset must be tiny, mini or small, got {preset!r}")
     started = time.perf_counter()
     deadline = started + minutes * 60.0
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -663,7 +677,6 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         precision, why = choose_precision(device.type)
     else:
         why = "asked for on the command line"
-    preset = preset if preset in ("tiny", "mini", "small") else "mini"
 
     def recipe(**more: Any):
         return resolve_config(RECIPE, {"preset": preset, "seed": seed, "progress": progress, "precision": precision,
@@ -690,26 +703,25 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     ft_config = FinetuneConfig(kind="classify", max_seq_length=length, epochs=FINETUNE_EPOCHS, seed=seed,
                                precision=precision, progress=False, text_column=text_column,
                                pair_column=pair_column, label_column=label_column, **FINETUNE)
-    ft_speed = measure_finetune_step(scratch_dir, task_train, task_dev, ft_config, out / "finetune" / "probe")
-    ft_epoch_s = ft_speed["step_s"] * ft_speed["steps_per_epoch"]
-    # A dev evaluation: forward passes only, about a third of a training step per example.
-    ft_eval_s = ft_epoch_s / 3 * ft_speed["dev_examples"] / max(ft_speed["train_examples"], 1)
+    ft_speed = finetune_cost(task_train, task_dev, ft_config, tok_dir, speed["tokens_per_s"])
+    ft_epoch_s, ft_eval_s = ft_speed["epoch_s"], ft_speed["eval_s"]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
         remaining = deadline - time.perf_counter() - end_reserve
         plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s,
-                           seeds=finetune_seeds)
+                           seeds=finetune_seeds, ft_overhead_s=FINETUNE_OVERHEAD_S)
     else:  # a given pretraining time: every seed runs
         plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s, seeds=finetune_seeds,
                            pretrain_s=train_seconds)
         deadline = math.inf  # a test's budget is in steps and epochs, not minutes
     if finetune_epochs is not None:
         plan = dataclasses.replace(plan, finetune_epochs=finetune_epochs, finetune_run_s=(
-            finetune_epochs * ft_epoch_s + math.ceil(finetune_epochs) * ft_eval_s))
+            finetune_epochs * ft_epoch_s + math.ceil(finetune_epochs) * ft_eval_s + FINETUNE_OVERHEAD_S))
     say(f"4/7 plan: {precision} ({why}); pretraining {plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} "
-        f"steps, {plan.eval_rows} held-out rows evaluated every {plan.eval_every:,}), then {plan.finetune_seeds} seed(s) x 2 starting "
-        f"points x {plan.finetune_epochs:g} epochs of fine-tuning (~{plan.finetune_run_s:.0f} s a run)")
+        f"steps, {plan.eval_rows} held-out rows evaluated every {plan.eval_every:,}), then "
+        f"{plan.finetune_seeds} seed(s) x 2 starting points x {plan.finetune_epochs:g} epochs of fine-tuning "
+        f"(~{plan.finetune_run_s:.0f} s a run)")
     if plan.short:
         say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
             f"{plan.pretrain_s:.0f} s anyway")
@@ -894,9 +906,13 @@ def print_summary(report: dict[str, Any]) -> None:
               f"{row['last_accuracy']:>10.3f}")
     print(f"  {'majority class':<24} {ft['majority_accuracy']:>6.3f}")
     wins = sum(p > s for p, s in zip(ft["pretrained"]["accuracies"], ft["scratch"]["accuracies"]))
-    print(f"  gain from pretraining: {ft['pretrained']['accuracy'] - ft['scratch']['accuracy']:+.3f} "
+    gain = round(ft["pretrained"]["accuracy"] - ft["scratch"]["accuracy"], 3) + 0.0  # + 0.0: no "-0.000"
+    print(f"  gain from pretraining: {gain:+.3f} "
           f"(pretrained ahead on {wins} of {len(seeds)} seeds; one run's binomial standard error on this dev set: "
           f"{ft['pretrained']['accuracy_se']:.3f})")
+    first = [ft[name]["curve"][0] for name in ("pretrained", "scratch") if ft[name]["curve"]]
+    if len(first) == 2 and first[0][0] == first[1][0]:
+        print(f"  after epoch {first[0][0]:g}: pretrained {first[0][1]:.3f}, random initialisation {first[1][1]:.3f}")
     rare = (f"; {fill['rare_top1_accuracy']:.3f} on the {fill['rare_prompts']:,} words outside the "
             f"{fill['frequent_words']} most frequent" if fill["rare_top1_accuracy"] is not None else "")
     print(f"fill-mask on {fill['prompts']:,} held-out sentences: top-1 accuracy {fill['top1_accuracy']:.3f}, top-5 "

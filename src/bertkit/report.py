@@ -151,11 +151,21 @@ class Markup(str):
     """A table cell that is already HTML."""
 
 
+def _cell(value: Any) -> str:
+    if isinstance(value, Markup):
+        return f"<td>{value}</td>"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"<td class=\"num\">{_num(value, 1)}</td>"
+    if isinstance(value, str) and value[:1].isdigit():  # a figure already formatted
+        return f"<td class=\"num\">{_e(value)}</td>"
+    return f"<td>{_e(value)}</td>"
+
+
 def _table(header: list[str], rows: list[list[Any]], table_id: str | None = None) -> str:
+    """An HTML table; numbers are right-aligned (ints with thousands separators, floats with one decimal: format
+    other figures before)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(
-        f"<td class=\"num\">{_e(c)}</td>" if isinstance(c, (int, float)) or (isinstance(c, str) and c[:1].isdigit())
-        else f"<td>{c}</td>" if isinstance(c, Markup) else f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
     ident = f" id=\"{table_id}\"" if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -168,17 +178,27 @@ def _figure(stem: str, figures: dict[str, bytes]) -> str:
             f"<figcaption class=\"muted\">{_e(FIGURES[stem])}</figcaption></figure>")
 
 
+def _first_epoch(pre: dict[str, Any], scr: dict[str, Any]) -> str:
+    """The two mean curves at the first evaluation, when both have it: how much of a head start pretraining gives."""
+    if not pre.get("curve") or not scr.get("curve") or pre["curve"][0][0] != scr["curve"][0][0]:
+        return ""
+    (epoch, a), (_, b) = pre["curve"][0], scr["curve"][0]
+    return (f" After {'the first epoch' if epoch == 1 else f'{epoch:g} epochs'}: {a:.3f} pretrained, {b:.3f} from "
+            f"random initialisation (mean of the seeds).")
+
+
 def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "") -> str:
     """The page for `report` (run_pipeline's dict) with `figures` ({stem: PNG bytes}) embedded."""
     ft, fill, machine = report["finetune"], report["fill_mask"], report.get("machine", {})
     model, plan = report["model_summary"], report["plan"]
     pre, scr = ft["pretrained"], ft["scratch"]
-    gain = pre["accuracy"] - scr["accuracy"]
+    gain = round(pre["accuracy"] - scr["accuracy"], 3) + 0.0  # + 0.0 turns -0.0 into 0.0: no "-0.000"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bertkit pipeline report"
              f"</title><style>{_STYLE}</style></head><body>",
              "<h1>bertkit pipeline: raw text → pretrained → fine-tuned → evaluated</h1>",
-             f"<p class=\"muted\">{_e(report.get('minutes', '?'))} minutes on {_e(machine.get('cpu') or 'this machine')}"
-             f" ({_e(machine.get('threads'))} threads, {_e(machine.get('device'))}).{' ' + _e(note) if note else ''}</p>",
+             f"<p class=\"muted\">{_e(report.get('minutes', '?'))} minutes on "
+             f"{_e(machine.get('cpu') or 'this machine')} ({_e(machine.get('threads'))} threads, "
+             f"{_e(machine.get('device'))}).{' ' + _e(note) if note else ''}</p>",
              "<div class=\"key\">",
              f"<div>held-out masked-token accuracy<b>{_num(report['mlm_accuracy_before'])} → "
              f"{_num(report['mlm_accuracy_after'])}</b></div>",
@@ -255,7 +275,7 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               _table(["starting point", "dev accuracy, mean", "per seed", "sd over seeds", "macro-F1, mean",
                       "last epoch, mean", "seconds, all seeds"], rows, table_id="finetune-table"),
               f"<p><b>Gain from pretraining: {gain:+.3f}</b> (pretrained ahead on {wins} of {len(seeds)} "
-              f"seed{'s' if len(seeds) != 1 else ''}; {verdict}).</p>",
+              f"seed{'s' if len(seeds) != 1 else ''}; {verdict}).{_first_epoch(pre, scr)}</p>",
               _figure("finetune_accuracy", figures)]
 
     examples = []
@@ -276,7 +296,8 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
                      table_id="fill-mask-table")]
     if report.get("probes"):
         parts.append(_table(["your sentence", "model's top 5 (probability)"],
-                            [[text, ", ".join(f"{t} ({p:.2f})" for t, p in c)] for text, c in report["probes"].items()]))
+                            [[text, ", ".join(f"{t} ({p:.2f})" for t, p in c)]
+                             for text, c in report["probes"].items()]))
 
     parts += ["<h2 id=\"reproduce\">Reproduce each stage</h2>",
               "<p>The same stages with the separate verbs (the pipeline ran these settings):</p>"]
