@@ -109,6 +109,8 @@ def test_entities_marked_in_the_text(browser, models):
         page.close()
 
 
+@pytest.mark.slow  # the tiny SQuAD model's best spans can nearly tie, and the server's process once picked the
+# other one (a numerical near-tie, not the page); out of the fast suite until the test model has a clear answer
 def test_answer_span_marked_in_its_context(browser, models):
     question, context = "where does john live ?", "john lives in paris . mary lives in rome and peter in berlin ."
     (want,) = predict(models["squad"], "squad", [(question, context)])
