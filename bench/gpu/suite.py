@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common import _cpu_model
 from bench.gpu.context import ROOT, Context, Skip
 
 SCHEMA = 1  # bumped when a key of the result files changes meaning
@@ -113,17 +114,6 @@ def environment(ctx: Context) -> dict:
                    compute_capability=f"{props.major}.{props.minor}", driver=_nvidia_driver(),
                    cudnn=torch.backends.cudnn.version(), bf16_supported=torch.cuda.is_bf16_supported())
     return env
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _nvidia_driver() -> str | None:
