@@ -12,16 +12,21 @@ written once by bertkit (transformers reads it as it is). Inputs are real texts 
 sentences and WikiText-2 validation paragraphs (from ../shared/data; long ones truncated to 128 tokens by both
 servers), shuffled with a seed, each client sending its next text as soon as its previous answer is in.
 
-The servers run one after the other as subprocesses on 127.0.0.1 with the same torch thread count; the clients
-(httpx, asyncio) run in this process, on the same machine. Only a bounded number of requests is sent (--requests).
+Both servers run at once as subprocesses on 127.0.0.1 with the same torch thread count, and are loaded in turn,
+interleaved: --rounds rounds, each sending the same texts to the reference and then to bertkit (the order swapped
+every other round), so that both meet the same conditions on a shared machine. The clients (httpx, asyncio) run in
+this process, on the same machine. Only a bounded number of requests is sent (--requests per server and round).
 
-Prints one JSON line: per server the throughput (requests/s), p50 / p99 latency (ms), and the ratios
-throughput_ratio = bertkit / reference (> 1: bertkit serves more), p99_ratio = bertkit / reference (< 1: bertkit's
-slowest answers come sooner), plus how often the two servers' labels agree (same weights: ~1.0).
+Prints one JSON line: per server the throughput (requests/s over all rounds), p50 / p99 latency (ms, over all
+requests), the server process's CPU seconds per request (user + system, from /proc: what an answer costs whatever
+else the machine runs), and the ratios throughput_ratio = bertkit / reference (> 1: bertkit serves more; also per
+round), p99_ratio = bertkit / reference (< 1: bertkit's slowest answers come sooner), cpu_ratio = reference /
+bertkit CPU seconds per request; the load averages before and after; how often the two servers' labels agree (same
+weights: ~1.0).
 
-    HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 800] [--threads 2] [--quick]
+    HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 256] [--rounds 3] [--threads 1] [--quick]
 
---quick: 8 clients, 48 requests: a plumbing check, not a figure.
+--quick: 8 clients, 48 requests, one round: a plumbing check, not a figure.
 """
 
 from __future__ import annotations
@@ -143,9 +148,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
 @contextlib.contextmanager
 def server(command: list[str], port: int):
-    """Start a server subprocess and wait for its /healthz; stop it (SIGTERM) afterwards."""
+    """Start a server subprocess and wait for its /healthz; yields (its URL, its pid); stops it (SIGTERM)."""
     import httpx
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -161,7 +175,7 @@ def server(command: list[str], port: int):
             if time.time() > deadline:
                 raise SystemExit("the server did not start within 300 s")
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         try:
@@ -171,8 +185,9 @@ def server(command: list[str], port: int):
             proc.wait()
 
 
-async def load(url: str, texts: list[str], clients: int, warmup: int) -> dict:
-    """`clients` closed-loop clients send the texts (one per request) until all are answered."""
+async def load(url: str, texts: list[str], clients: int, warmup: int, pid: int | None = None) -> dict:
+    """`clients` closed-loop clients send the texts (one per request) until all are answered; with the server's
+    pid, its CPU seconds during the load too."""
     import httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -193,28 +208,43 @@ async def load(url: str, texts: list[str], clients: int, warmup: int) -> dict:
                 response.raise_for_status()
                 labels[i] = response.json()[0]["label"]
 
+        cpu = cpu_seconds(pid) if pid else None
         start = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(clients)])
         wall = time.perf_counter() - start
-    latencies.sort()
+        if cpu is not None:
+            cpu = cpu_seconds(pid) - cpu
+    return {"seconds": wall, "latencies": latencies, "cpu_seconds": cpu,
+            "labels": [labels[i] for i in range(len(texts))]}
+
+
+def summary(runs: list[dict]) -> dict:
+    """Throughput, p50 / p99 latency and CPU seconds per request over the rounds of one server."""
+    latencies = sorted(x for run in runs for x in run["latencies"])
+    seconds = sum(run["seconds"] for run in runs)
 
     def quantile(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))]
 
-    return {"requests": len(texts), "seconds": round(wall, 2), "throughput_rps": round(len(texts) / wall, 2),
-            "p50_ms": round(1000 * quantile(0.50), 1), "p99_ms": round(1000 * quantile(0.99), 1),
-            "labels": [labels[i] for i in range(len(texts))]}
+    cpu = None if any(run["cpu_seconds"] is None for run in runs) else sum(run["cpu_seconds"] for run in runs)
+    return {"requests": len(latencies), "seconds": round(seconds, 2),
+            "throughput_rps": round(len(latencies) / seconds, 2), "p50_ms": round(1000 * quantile(0.50), 1),
+            "p99_ms": round(1000 * quantile(0.99), 1),
+            "cpu_ms_per_request": None if cpu is None else round(1000 * cpu / len(latencies), 1),
+            "rounds_rps": [round(len(run["latencies"]) / run["seconds"], 2) for run in runs]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
-    parser.add_argument("--requests", type=int, default=800, help="requests per server, one text each (default 800)")
+    parser.add_argument("--requests", type=int, default=256,
+                        help="requests per server and round, one text each (default 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of both servers (default: cores)")
     parser.add_argument("--max-batch-tokens", type=int, default=2048, help="bertkit serve's budget (default 2048)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="bertkit serve's batching wait (default 5)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests: a plumbing check")
+    parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests, one round: a plumbing check")
     parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -226,40 +256,49 @@ def main() -> None:
                     log_level="warning")
         return
     if args.quick:
-        args.clients, args.requests = 8, 48
-    if args.clients > 256 or args.requests > 20000:
-        raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests")
+        args.clients, args.requests, args.rounds = 8, 48, 1
+    if args.clients > 256 or args.requests * args.rounds > 20000 or args.rounds < 1:
+        raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests per server, 1 round or more")
     texts = load_texts(args.requests, args.seed)
     warmup = min(16, len(texts))
-    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp, contextlib.ExitStack() as servers:
         model_dir = write_model(Path(tmp) / "model")
-        results = {}
         port = free_port()
         reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
                      "--threads", str(threads)]
-        log(f"reference server (transformers pipeline), {args.clients} clients, {args.requests} requests ...")
-        with server(reference, port) as url:
-            results["reference"] = asyncio.run(load(url, texts, args.clients, warmup))
+        urls = {"reference": servers.enter_context(server(reference, port))}
         port = free_port()
         bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
                    "--threads", str(threads), "--log-level", "warning", "--max-batch-tokens",
                    str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
                    "--max-queue", str(max(1024, args.clients))]
-        log("bertkit serve ...")
-        with server(bertkit, port) as url:
-            results["bertkit"] = asyncio.run(load(url, texts, args.clients, warmup))
-    ours, theirs = results["bertkit"], results["reference"]
-    agree = sum(a == b for a, b in zip(ours.pop("labels"), theirs.pop("labels"))) / len(texts)
+        urls["bertkit"] = servers.enter_context(server(bertkit, port))
+        runs: dict[str, list[dict]] = {"reference": [], "bertkit": []}
+        for r in range(args.rounds):
+            for name in ("reference", "bertkit") if r % 2 == 0 else ("bertkit", "reference"):
+                log(f"round {r + 1}/{args.rounds}: {name}, {args.clients} clients, {args.requests} requests ...")
+                url, pid = urls[name]
+                runs[name].append(asyncio.run(load(url, texts, args.clients, warmup if r == 0 else 0, pid)))
+    load_after = [round(x, 2) for x in os.getloadavg()]
+    agree = sum(a == b for ours, theirs in zip(runs["bertkit"], runs["reference"])
+                for a, b in zip(ours["labels"], theirs["labels"])) / (len(texts) * args.rounds)
+    ours, theirs = summary(runs["bertkit"]), summary(runs["reference"])
+    cpu_ratio = (round(theirs["cpu_ms_per_request"] / ours["cpu_ms_per_request"], 2)
+                 if ours["cpu_ms_per_request"] and theirs["cpu_ms_per_request"] else None)
     import torch
     import transformers
 
     print(json.dumps({
         "benchmark": "serve", "model": "all-MiniLM-L6-v2 + fresh 2-label head", "max_length": MAX_LENGTH,
-        "clients": args.clients, "requests": args.requests, "threads": threads,
+        "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
         "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms,
         "bertkit": ours, "reference": theirs,
         "throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
-        "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "label_agreement": round(agree, 4),
+        "rounds_throughput_ratio": [round(a / b, 2) for a, b in zip(ours["rounds_rps"], theirs["rounds_rps"])],
+        "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "cpu_ratio": cpu_ratio,
+        "label_agreement": round(agree, 4), "load_average_before": load_before, "load_average_after": load_after,
+        "cpus": os.cpu_count(),
         "torch": torch.__version__, "transformers": transformers.__version__}))
 
 

@@ -3,7 +3,9 @@ and the same batches.
 
 A step is what the trainer does per batch: zero the gradients, forward with the targets, backward, AdamW step
 (fused, both sides). bertkit runs it as its trainer does (the span-corruption / text-to-text objective: the decoder
-reads the targets shifted right, cross-entropy summed over the real target tokens and divided by their count);
+reads the targets shifted right, cross-entropy summed over the real target tokens and divided by their count; on
+its fast paths, packed rows (several examples per row, `bertkit.models.t5.pack`), the three attention projections
+as one matmul, oneDNN's float32 matmuls, and the output projection at the real target tokens only);
 transformers runs `model(input_ids, attention_mask, labels=...)` and backpropagates its loss (the same number).
 Train mode, dropout 0.1 on both sides, fp32 (or `--dtype bf16`: autocast on both sides), torch's default thread
 count. bertkit's model is initialised from a seed, written with `save_pretrained` and loaded by transformers'
@@ -11,10 +13,15 @@ count. bertkit's model is initialised from a seed, written with `save_pretrained
 
 Batches (`--batch`), inputs of up to S = --seq-len tokens and targets of up to T = random_spans_helper(S)'s target
 length (T5's span-corruption shapes: S 512 -> T 114, S 128 -> T 29):
-    varlen  real lengths uniform in [16, S] for the inputs and [2, T] for the targets (stratified: the midpoints of
+    varlen  random pieces, lengths uniform in [16, S] for the inputs and [2, T] for the targets (stratified: the midpoints of
             B equal slices in random order), each batch padded to its longest row, as text-to-text fine-tuning
             and packed-less span corruption give them
     dense   every row S input and T target tokens (span corruption of packed text)
+    wikitext  real text: T5's span corruption of WikiText-2 paragraphs (wiki.valid.raw lines, headings included,
+            each cut to the raw length that gives S input tokens), as unpacked span corruption of lines gives them
+    sst2    real text to text: SST-2 training sentences as "sst2 sentence: ..." -> "positive" / "negative"
+(real text is split by the cased BERT WordPiece vocabulary of --data, 28,996 pieces, about the granularity of T5's
+32k SentencePiece vocabulary, sentinels counted down from id 32099 as T5's are; the model keeps T5's 32,128 rows)
 `--batches` distinct batches are cycled, the same ones on both sides, alternated bertkit, transformers, bertkit, ...
 over the timed rounds (bench/common.py `time_alternating`). Tokens/s counts real tokens, inputs and targets.
 
@@ -41,6 +48,7 @@ except ImportError:
 
 VOCAB_SIZE = 32128  # the released T5 checkpoints' (32,100 ids padded to a multiple of 128)
 PAD, EOS, FIRST_ID = 0, 1, 3  # T5's <pad>, </s>; ordinary pieces from id 3 on
+FIRST_SENTINEL = 32099  # T5's <extra_id_0>
 MIN_INPUT, MIN_TARGET = 16, 2
 # Rows per batch at seq_len 128 (scaled by 128 / seq_len for longer ones): a step of a second or a few on 2 CPU cores.
 DEFAULT_BATCH_SIZE = {"tiny": 32, "mini": 16, "small": 8, "base": 4, "large": 2}
@@ -54,13 +62,50 @@ def stratified(low: int, high: int, rows: int, rng: np.random.Generator) -> list
     return [int(x) for x in rng.permutation(mids)]
 
 
-def make_batches(kind: str, count: int, rows: int, seq_len: int, target_len: int, vocab_size: int,
-                 seed: int) -> list[dict]:
-    """`count` batches of random pieces: input_ids / attention_mask (B, S'), labels (B, T') padded with -100, each
-    row ending with EOS; S', T' the batch's longest rows."""
+def text_pairs(kind: str, count: int, seq_len: int, data: str, seed: int) -> list[tuple[list[int], list[int]]]:
+    """`count` (input ids, target ids) of real text, each ending with EOS: see the module docstring."""
+    from pathlib import Path
+
+    from bertkit.data.spans import random_spans_helper, span_corruption
+    from bertkit.tokenizers import WordPieceTokenizer
+
     rng = np.random.default_rng(seed)
+    tokenizer = WordPieceTokenizer.from_vocab(Path(data) / "vocab" / "bert-base-cased-vocab.txt", lowercase=False)
+    if kind == "sst2":
+        lines = (Path(data) / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        rows = [lines[i].split("\t") for i in rng.choice(len(lines), count, replace=False)]
+        sources = tokenizer.encode_plain([f"sst2 sentence: {sentence}" for sentence, _ in rows])
+        targets = tokenizer.encode_plain(["positive" if label == "1" else "negative" for _, label in rows])
+        return [(ids[:seq_len - 1] + [EOS], target + [EOS]) for ids, target in zip(sources, targets)]
+    lines = [line for line in (Path(data) / "wikitext-2" / "wiki.valid.raw").read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    raw_length = random_spans_helper(seq_len)[0]
+    pairs = []
+    for ids in tokenizer.encode_plain([lines[i] for i in rng.choice(len(lines), count, replace=False)]):
+        inputs, targets = span_corruption(np.array(ids[:raw_length], dtype=np.int64), rng, FIRST_SENTINEL, EOS)
+        pairs.append((inputs.tolist(), targets.tolist()))
+    return pairs
+
+
+def make_batches(kind: str, count: int, rows: int, seq_len: int, target_len: int, vocab_size: int,
+                 seed: int, data: str = "") -> list[dict]:
+    """`count` batches: input_ids / attention_mask (B, S'), labels (B, T') padded with -100, each row ending with
+    EOS; S', T' the batch's longest rows. Random pieces (varlen, dense) or real text (wikitext, sst2)."""
+    rng = np.random.default_rng(seed)
+    pairs = text_pairs(kind, count * rows, seq_len, data, seed) if kind in ("wikitext", "sst2") else None
     batches = []
-    for _ in range(count):
+    for b in range(count):
+        if pairs is not None:
+            chunk = pairs[b * rows:(b + 1) * rows]
+            S, T = max(len(x) for x, _ in chunk), max(len(y) for _, y in chunk)
+            ids = torch.full((rows, S), PAD, dtype=torch.long)
+            mask = torch.zeros(rows, S, dtype=torch.long)
+            labels = torch.full((rows, T), -100, dtype=torch.long)
+            for r, (x, y) in enumerate(chunk):
+                ids[r, :len(x)], mask[r, :len(x)], labels[r, :len(y)] = torch.tensor(x), 1, torch.tensor(y)
+            batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels,
+                            "tokens": sum(len(x) + len(y) for x, y in chunk)})
+            continue
         if kind == "dense":
             inputs, targets = [seq_len] * rows, [target_len] * rows
         else:
@@ -112,7 +157,7 @@ def check_same_function(ours, peer, batch: dict, rows: int = 2, atol: float = 1e
 
 
 def run(presets: list[str], seq_lens: list[int], kinds: list[str], batch_size: int | None, count: int, iters: int,
-        warmup: int, seed: int, dtype: str, vocab_size: int):
+        warmup: int, seed: int, dtype: str, vocab_size: int, data: str):
     from bertkit.data.spans import random_spans_helper
     from bertkit.objectives import SpanCorruptionObjective
 
@@ -126,7 +171,7 @@ def run(presets: list[str], seq_lens: list[int], kinds: list[str], batch_size: i
                 ours, peer = model_pair(preset, vocab_size, seed)
                 optimizers = {"bertkit": torch.optim.AdamW(ours.parameters(), **ADAMW),
                               "transformers": torch.optim.AdamW(peer.parameters(), **ADAMW)}
-                batches = make_batches(kind, count, rows, seq_len, target_len, vocab_size, seed)
+                batches = make_batches(kind, count, rows, seq_len, target_len, vocab_size, seed, data)
                 check_same_function(ours, peer, batches[0])
                 position = {"bertkit": 0, "transformers": 0}
 
@@ -157,6 +202,8 @@ def run(presets: list[str], seq_lens: list[int], kinds: list[str], batch_size: i
                 best_tokens = sum(b["tokens"] for b in batches)
                 emit({"bench": "t5_train_step", "preset": preset, "seq_len": seq_len, "target_len": target_len,
                       "batch": kind, "batch_size": rows, "batches": count, "dtype": dtype,
+                      "real_token_fraction": round(best_tokens / sum(b["input_ids"].numel() + b["labels"].numel()
+                                                                     for b in batches), 3),
                       "bertkit_tokens_per_s": round(rate["bertkit"], 1),
                       "transformers_tokens_per_s": round(rate["transformers"], 1),
                       "ratio": round(rate["bertkit"] / rate["transformers"], 3),
@@ -171,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="size presets of bertkit.config.T5Config.preset (default: mini; small is t5-small)")
     parser.add_argument("--seq-len", nargs="+", type=int, default=[128], metavar="S",
                         help="longest input; targets up to random_spans_helper(S)'s length (default 128)")
-    parser.add_argument("--batch", nargs="+", choices=("varlen", "dense"), default=["varlen", "dense"],
-                        help="varlen: real lengths uniform in [16, S] and [2, T]; dense: every row full (default "
-                             "both)")
+    parser.add_argument("--batch", nargs="+", choices=("varlen", "dense", "wikitext", "sst2"),
+                        default=["wikitext", "sst2", "varlen", "dense"],
+                        help="varlen: lengths uniform in [16, S] and [2, T]; dense: every row full; wikitext, sst2: "
+                             "real text (default all four)")
+    parser.add_argument("--data", default="../shared/data",
+                        help="the shared data folder (wikitext-2, glue/SST-2, vocab) for the real-text batches")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per batch (default: per preset)")
     parser.add_argument("--batches", type=int, default=4, help="distinct batches, cycled (default 4)")
     parser.add_argument("--iters", type=int, default=None, help="timed rounds per batch and side (default 3)")
@@ -191,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if iters < 1 or warmup < 0 or args.batches < 1:
         raise SystemExit("--iters and --batches must be at least 1, --warmup at least 0")
     run(args.preset, args.seq_len, args.batch, args.batch_size, args.batches, iters, warmup, args.seed, args.dtype,
-        args.vocab_size)
+        args.vocab_size, args.data)
     return 0
 
 

@@ -1,5 +1,6 @@
 """SIGKILL at an arbitrary moment, then `--resume`: every family's pretraining logs the per-step losses of the run
-that was never interrupted, bit for bit on CPU (ModernBERT with packed documents, T5 with span corruption).
+that was never interrupted, bit for bit on CPU (ModernBERT with packed documents, T5 with span corruption, ELMo with
+its LSTM state carried across batches).
 
 BERT's own kill test is in tests/test_pretrain.py; this one drives the other recipes through the same command line.
 """
@@ -26,9 +27,13 @@ TINY = {
                         "--isolate-documents", "true"],
     "t5-mini": ["--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
                 "--max-seq-length", "32", "--dropout-rate", "0.1"],
+    # ELMo: the forward LSTMs' carried state and the sampled softmax's draws must come back too
+    "elmo-mini": ["--preset", "tiny", "--lstm-dim", "48", "--projection-dim", "16", "--max-seq-length", "9",
+                  "--sampled-softmax", "8"],
 }
 KINDS = {"modernbert-mini": ["--kind", "wordpiece", "--vocab-size", "120", "--min-frequency", "1"],
-         "t5-mini": ["--kind", "unigram", "--vocab-size", "220", "--extra-ids", "100"]}
+         "t5-mini": ["--kind", "unigram", "--vocab-size", "220", "--extra-ids", "100"],
+         "elmo-mini": ["--kind", "word", "--vocab-size", "40"]}
 STEPS = ["--max-steps", "24", "--save-every", "3", "--batch-size", "8", "--log-every", "1", "--eval-every", "0",
          "--eval-instances", "8", "--learning-rate", "2e-3", "--progress", "false"]
 
@@ -54,7 +59,7 @@ def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records if "loss" in r}
 
 
-@pytest.mark.parametrize("recipe", ["modernbert-mini", "t5-mini"])
+@pytest.mark.parametrize("recipe", ["modernbert-mini", "t5-mini", "elmo-mini"])
 def test_sigkilled_family_run_resumes_bit_identically(recipe, tmp_path):
     text = corpus(tmp_path / "corpus.txt")
     assert main(["tokenizer", "train", "--files", str(text), *KINDS[recipe], "--out", str(tmp_path / "tok"),

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import BertConfig, ModernBertConfig, T5Config
+from bertkit.config import BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
 from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
@@ -274,6 +274,41 @@ FORMATS["t5"] = Format(
     "T5", label="T5", config_class=T5Config, pooler=False, adapt=_t5_adapt)
 
 
+# ELMo (bertkit.models.elmo): transformers has no ELMo, so the names on disk are bertkit's own (no prefix); the word
+# softmax is the "lm" head, which ElmoModel (the features) drops from a pretraining directory.
+_ELMO_ENCODER = {name: name for name in (
+    "char_cnn.embedding.weight", "char_cnn.convs.{}.weight", "char_cnn.convs.{}.bias",
+    "char_cnn.highways.{}.linear.weight", "char_cnn.highways.{}.linear.bias", "char_cnn.projection.weight",
+    "char_cnn.projection.bias",
+    *(f"bilm.{side}_layers.{{}}.lstm.{tensor}_l0" for side in ("forward", "backward")
+      for tensor in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")))}
+FORMATS["elmo"] = Format("", _ELMO_ENCODER, {"lm": {"softmax.weight": "softmax.weight", "softmax.bias": "softmax.bias"}},
+                         (), "Elmo", label="ELMo", config_class=ElmoConfig, pooler=False)
+
+
+# XLNet (transformers' XLNetModel, XLNetLMHeadModel, XLNetFor*): its own config class, the encoder under
+# "transformer.". The attention tensors keep transformers' (H, N, D) shapes, so the table only renames. The LM head's
+# weight is the word embeddings (tied; a stored copy is dropped) and only its bias is stored. Sequence
+# classification and multiple choice share the summary and `logits_proj`; token classification has `classifier`.
+_XLNET_LAYER = "layer.{}."
+XLNET_ENCODER_KEYS: dict[str, str] = {
+    "word_embedding.weight": "word.weight",
+    "mask_emb": "mask_emb",
+    **{f"{_XLNET_LAYER}rel_attn.{name}": f"layers.{{}}.attn.{name}"
+       for name in ("q", "k", "v", "o", "r", "r_r_bias", "r_s_bias", "r_w_bias", "seg_embed")},
+    **_linear(_XLNET_LAYER + "rel_attn.layer_norm", "layers.{}.attn.norm"),
+    **_linear(_XLNET_LAYER + "ff.layer_norm", "layers.{}.ffn.norm"),
+    **_linear(_XLNET_LAYER + "ff.layer_1", "layers.{}.ffn.up"),
+    **_linear(_XLNET_LAYER + "ff.layer_2", "layers.{}.ffn.down"),
+}
+FORMATS["xlnet"] = Format(
+    "transformer.", XLNET_ENCODER_KEYS,
+    {"lm": {"lm_loss.bias": "lm_bias"},
+     "sequence": {**_linear("sequence_summary.summary", "summary.dense"), **_linear("logits_proj", "classifier")},
+     "token": _linear("classifier", "classifier"), "qa": _linear("qa_outputs", "qa")},
+    ("lm_loss.weight",), "XLNet", label="XLNet", config_class=XLNetConfig, pooler=False)
+
+
 def config_from_dict(raw: dict[str, Any], source: str = "config") -> BertConfig | ModernBertConfig | T5Config:
     """A config.json dict as the config class of its `model_type`'s format (BertConfig for the BERT family)."""
     fmt = FORMATS.get(raw.get("model_type") or "bert")
@@ -284,7 +319,8 @@ WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
 # Tokenizer files a re-save keeps when no tokenizer is given (WordPiece, then byte-level BPE).
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "vocab.json", "merges.txt",
+                   "word_chars.json")
 
 
 class CheckpointError(ValueError):

@@ -25,17 +25,30 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         raise ValueError(f"--cased and --strip-accents are WordPiece options; {kept}")
     if args.extra_ids is not None and args.kind != "unigram":
         raise ValueError("--extra-ids is a unigram option (T5's sentinel tokens)")
+    if args.kind == "word":
+        from bertkit.tokenizers import WordTokenizer
+
+        tok = WordTokenizer.train(iter_lines(args.files), vocab_size=args.vocab_size or 30000,
+                                  min_frequency=1 if args.min_frequency is None else args.min_frequency,
+                                  show_progress=not args.quiet)
+        tok.save(args.out)
+        print(f"wrote a {tok.vocab_size}-word vocabulary and {len(tok.chars)} characters (tokenizer.json + "
+              f"word_chars.json) to {args.out}")
+        return
     if args.min_frequency is not None and args.kind == "unigram":
         raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
     texts = iter_lines(args.files)  # file:line errors come from the corpus reader
     vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
     min_frequency = 2 if args.min_frequency is None else args.min_frequency
+    if getattr(args, "xlnet", False) and (args.kind != "unigram" or args.extra_ids is not None):
+        raise ValueError("--xlnet is a unigram option without --extra-ids (XLNet's special tokens, no sentinels)")
     if args.kind == "unigram":
         tok = UnigramTokenizer.train(texts, vocab_size=vocab_size, show_progress=not args.quiet,
-                                     extra_ids=100 if args.extra_ids is None else args.extra_ids)
+                                     extra_ids=100 if args.extra_ids is None else args.extra_ids,
+                                     xlnet=getattr(args, "xlnet", False))
         tok.save(args.out)
-        print(f"wrote a {tok.vocab_size}-token Unigram vocabulary ({tok.extra_ids} extra ids, tokenizer.json) "
-              f"to {args.out}")
+        what = "XLNet's special tokens" if getattr(args, "xlnet", False) else f"{tok.extra_ids} extra ids"
+        print(f"wrote a {tok.vocab_size}-token Unigram vocabulary ({what}, tokenizer.json) to {args.out}")
         return
     if args.kind == "bpe":
         tok = ByteLevelBPETokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency,
@@ -172,8 +185,14 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from bertkit.pretrain import init_model_dir
+    from bertkit.pretrain import init_like, init_model_dir
 
+    if args.like is not None:
+        path = init_like(args.out, args.like, seed=args.seed)
+        print(f"wrote a randomly initialised copy of {args.like}'s architecture (and tokenizer) to {path}")
+        return
+    if args.tokenizer is None:
+        raise ValueError("bertkit init needs --tokenizer (or --like MODEL_DIR to copy an architecture)")
     path = init_model_dir(args.out, args.tokenizer, preset=args.preset, seed=args.seed, model_type=args.model_type)
     name = {"bert": "BERT", "modernbert": "ModernBERT", "t5": "T5"}[args.model_type]
     print(f"wrote a randomly initialised {args.preset} {name} to {path}")
@@ -190,6 +209,18 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from bertkit.plots import plot_run
 
     for path in plot_run(args.run_dir, args.out):
+        print(path)
+
+
+def cmd_analyze_layers(args: argparse.Namespace) -> None:
+    from bertkit.analyze import analyze_layers
+
+    report = analyze_layers(args.model, args.input, args.out, names=args.name, max_seq_length=args.max_seq_length,
+                            batch_size=args.batch_size, device=args.device)
+    print(f"distance between each layer's input and output, mean over {sum(m['tokens'] for m in report['models']):,} "
+          f"tokens of {report['texts']:,} texts")
+    print(report["table"])
+    for path in report.get("files", []):
         print(path)
 
 
@@ -222,12 +253,71 @@ def cmd_finetune(args: argparse.Namespace) -> None:
     from bertkit.finetune import finetune
 
     config = _finetune_config(args)
+    if args.seeds is not None or args.lr_grid is not None:
+        return _finetune_sweep(args, config)
     results = finetune(args.kind, args.model, args.train, args.dev, args.out, config, resume=args.resume,
-                       new_heads=args.new_head)
+                       new_heads=args.new_head, eval_files=args.eval_file or ())
+    _draw_confusion(results, Path(args.out))
     if int(os.environ.get("RANK", "0")) == 0:
         summary = {k: results.get(k) for k in ("kind", "task", "metric", "best", "train_examples_per_s", "steps")}
         summary["model"] = str(Path(args.out) / "model")
         print(json.dumps(summary, default=float))
+
+
+def _draw_confusion(results: dict, out: Path, title: str = "") -> None:
+    """OUT/confusion_matrix.png when the results hold confusion matrices and matplotlib is there."""
+    if results.get("confusion_matrix") and int(os.environ.get("RANK", "0")) == 0:
+        from bertkit.plots import plot_confusion
+
+        try:
+            plot_confusion(results["confusion_matrix"], out / "confusion_matrix.png", title)
+        except ImportError as err:
+            print(f"bertkit: {err}; confusion_matrix.png not drawn", file=sys.stderr)
+
+
+def _finetune_sweep(args: argparse.Namespace, config) -> None:
+    """`finetune --seeds/--lr-grid`: one run per seed (and learning rate), the card, its figures."""
+    from bertkit.card import card_markdown, find_runs, merge_cards, parse_grid, parse_seeds, read_results
+    from bertkit.finetune import finetune_sweep
+
+    if args.resume:
+        raise ValueError("--resume: a sweep continues by itself (run the same command again); drop --resume")
+    seeds = parse_seeds(args.seeds if args.seeds is not None else str(config.seed))
+    rates = parse_grid(args.lr_grid) if args.lr_grid is not None else None
+    if rates is not None and args.learning_rate is not None:
+        raise ValueError("give either --lr/--learning-rate (one setting) or --lr-grid (a grid), not both")
+    card = finetune_sweep(args.kind, args.model, args.train, args.dev, args.out, config, seeds=seeds,
+                          learning_rates=rates, new_heads=args.new_head, eval_files=args.eval_file or (),
+                          name=args.name)
+    out = Path(args.out)
+    for run in find_runs(out):
+        _draw_confusion(read_results(run), run)
+    _draw_confusion(card, out, f"{card['name']}: {card['task']}")
+    try:
+        from bertkit.plots import plot_card
+
+        plot_card(merge_cards([card], metrics=list(card["stats"])), out / "card.png")
+    except ImportError as err:
+        print(f"bertkit: {err}; card.png not drawn", file=sys.stderr)
+    print(card_markdown(card), end="")
+
+
+def cmd_card(args: argparse.Namespace) -> None:
+    from bertkit.card import merge_cards, merged_markdown, read_card, write_card
+
+    cards = []
+    for spec in args.run_dirs:
+        name, _, path = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
+        cards.append(read_card(path, name=name or None))
+    table = merge_cards(cards, metrics=args.metric)
+    if not table["columns"]:
+        raise ValueError(f"--metric {args.metric}: no card has it")
+    print(merged_markdown(table), end="")
+    if args.out is not None:
+        from bertkit.plots import plot_card
+
+        print(write_card(args.out, table))
+        print(plot_card(table, Path(args.out) / "card.png"))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -235,7 +325,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     metrics = evaluate_predictions(args.kind, args.data, args.predictions, args.null_odds, task=args.task,
                                    text_column=args.text_column, pair_column=args.pair_column,
-                                   label_column=args.label_column, regression=args.regression)
+                                   label_column=args.label_column, regression=args.regression,
+                                   column=args.column, scheme=args.scheme)
     print(json.dumps(metrics, indent=None if args.compact else 2))
 
 
@@ -299,6 +390,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
                 shown = f"(unrecognised: {result.get('text')!r})"
             extra = f" ({result['probability']:.3f})" if "probability" in result else ""
             print(f"{shown}{extra}")
+        elif args.kind == "ner" and "entities" not in result:  # plain tags (scheme none): word/TAG
+            print(" ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"])))
         elif args.kind == "ner":
             print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
         elif args.kind == "squad":
@@ -306,6 +399,22 @@ def cmd_predict(args: argparse.Namespace) -> None:
             print(f"{result['answer'] or '(no answer)'}{score}")
         else:
             print(f"{result['choice']}: {result['text']} ({max(result['probabilities']):.3f})")
+
+
+def cmd_similarity(args: argparse.Namespace) -> None:
+    from bertkit.features import word_similarity
+
+    result = word_similarity(args.model, args.word, args.texts, max_seq_length=args.max_seq_length)
+    if args.json:
+        print(json.dumps(result))
+        return
+    for i, text in enumerate(result["texts"]):
+        print(f"[{i + 1}] {text}   (token {result['tokens'][i]!r})")
+    for layer in result["layers"]:
+        pairs = [f"{i + 1}-{j + 1} {layer['cosine'][i][j]:.4f}" for i in range(len(result["texts"]))
+                 for j in range(i + 1, len(result["texts"]))]
+        same = "  (identical vectors)" if layer["identical"] else ""
+        print(f"layer {layer['layer']}: cosine {', '.join(pairs)}{same}")
 
 
 def cmd_features(args: argparse.Namespace) -> None:
@@ -319,12 +428,18 @@ def cmd_features(args: argparse.Namespace) -> None:
     texts = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
     # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
+    tokenizer = load_tokenizer(args.model)
     with lock_directory(out.parent, name=f".{out.name}.lock"):
         features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
-                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                                            tokenizer=tokenizer)
         written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
-    print(json.dumps({"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}))
+    report = {"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}
+    if getattr(tokenizer, "kind", None) == "word":  # ELMo: what the characters of the words had to give up
+        report.update(truncated_words=tokenizer.char_stats["truncated_words"],
+                      unknown_chars=tokenizer.char_stats["unknown_chars"])
+    print(json.dumps(report))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -355,7 +470,8 @@ def add_serve_parsers(verbs) -> None:
 
     srv = verbs.add_parser("serve", help="serve a model directory over HTTP, batching concurrent requests",
                            description="Serve a model directory's task (its head's: classify, ner, squad, swag; "
-                                       "fill-mask for a pretraining checkpoint; else embeddings) on an ASGI server "
+                                       "fill-mask for a pretraining checkpoint; generate for a causal model or a "
+                                       "T5 without a task; else embeddings) on an ASGI server "
                                        "(Starlette + uvicorn): POST /v1/predict takes {\"inputs\": [...]} whose "
                                        "items are the JSON Lines objects `bertkit predict --input` reads and answers "
                                        "what `bertkit predict --json` prints for each; concurrent requests share "
@@ -592,9 +708,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "BPE; --kind unigram: T5's SentencePiece-style Unigram) from corpus files "
                                           "(text, JSON Lines, .gz).")
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
-    train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram"], default="wordpiece",
-                       help="wordpiece (vocab.txt, default), bpe (vocab.json + merges.txt, RoBERTa's) or unigram "
-                            "(tokenizer.json, T5's: <pad> </s> <unk> first, sentinels last)")
+    train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram", "word"], default="wordpiece",
+                       help="wordpiece (vocab.txt, default), bpe (vocab.json + merges.txt, RoBERTa's), unigram "
+                            "(tokenizer.json, T5's: <pad> </s> <unk> first, sentinels last) or word (ELMo's: "
+                            "whole words by frequency + word_chars.json, the characters)")
     train.add_argument("--vocab-size", type=int, default=None,
                        help="size of the vocabulary, special tokens included (default 30522; unigram 32100, its "
                             "extra ids included)")
@@ -602,6 +719,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="wordpiece / bpe: drop merges seen fewer times (default 2)")
     train.add_argument("--extra-ids", type=int, default=None,
                        help="unigram: sentinel tokens <extra_id_0>.. at the end of the vocabulary (default 100)")
+    train.add_argument("--xlnet", action="store_true",
+                       help="unigram: XLNet's layout (<unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop> at ids "
+                            "0-8, framing `A <sep> B <sep> <cls>`, padding on the left), for --objective xlnet")
     train.add_argument("--cased", action="store_true", help="wordpiece: keep case and accents (default: uncased)")
     train.add_argument("--strip-accents", action=argparse.BooleanOptionalAction, default=None,
                        help="wordpiece: strip accents (default: when uncased)")
@@ -689,8 +809,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
     pre.add_argument("--config", help="recipe: a YAML file or a built-in name (default: mini)")
     pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
-    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra, causal or t5 (span "
-                                         "corruption; a T5 encoder-decoder, Unigram shards with sentinels)")
+    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra, causal, t5 (span "
+                                         "corruption; a T5 encoder-decoder, Unigram shards with sentinels) or "
+                                         "xlnet (permutation LM; shards of an XLNet tokenizer)")
     pre.add_argument("--max-steps", type=int, help="optimizer steps")
     pre.add_argument("--max-time", type=float, help="stop after this many seconds")
     pre.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
@@ -737,9 +858,12 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Write a BertForPreTraining with BERT's initialisation (--model-type "
                                         "modernbert: a ModernBertForMaskedLM with ModernBERT's) and the given "
                                         "tokenizer (a from-scratch baseline, a start for pretraining, a student).")
-    init.add_argument("--tokenizer", required=True,
+    init.add_argument("--tokenizer",
                       help="tokenizer or model directory (any kind: vocab.txt, vocab.json + merges.txt, "
                            "tokenizer.json), or a vocab file")
+    init.add_argument("--like", metavar="MODEL_DIR",
+                      help="copy this model directory's architecture (config.json) and tokenizer, with fresh "
+                           "random weights (--seed); --tokenizer, --preset and --model-type are then not used")
     init.add_argument("--model-type", choices=["bert", "modernbert", "t5"], default="bert",
                       help="architecture (default bert; t5: a T5ForConditionalGeneration, T5's initialisation)")
     config_module = __import__("bertkit.config").config
@@ -776,6 +900,24 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="output directory (default RUN_DIR/plots)")
     plot.set_defaults(func=cmd_plot)
 
+    analyze = verbs.add_parser("analyze", help="measure what trained models do inside")
+    analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    layers = analyses.add_parser(
+        "layers", help="L2 and cosine distance between each layer's input and output (ALBERT's figure 1)",
+        description="For each model, the mean over the tokens of the input texts of the L2 distance and the cosine "
+                    "distance (1 - cos, and the angle) between each layer's input and output embeddings; several "
+                    "models are drawn side by side, as the ALBERT paper's BERT-against-ALBERT figure. Prints a "
+                    "table; with --out writes OUT/layers.json and OUT/layers.png.")
+    layers.add_argument("--model", nargs="+", required=True, help="model directories (any encoder, with tokenizer)")
+    layers.add_argument("--input", required=True, help="text file, one text per line (blank lines skipped)")
+    layers.add_argument("--out", help="output directory for layers.json and layers.png (default: print only)")
+    layers.add_argument("--name", nargs="+", help="legend names, one per --model (default: the run folder names)")
+    layers.add_argument("--max-seq-length", type=int, default=128, help="tokens per text, special ones included "
+                                                                        "(default 128)")
+    layers.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
+    layers.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    layers.set_defaults(func=cmd_analyze_layers)
+
     from bertkit.tasks import KINDS, family_for  # the task registry (no torch)
 
     kinds = list(KINDS)
@@ -794,8 +936,33 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--new-head", action="store_true",
                       help="replace a task head the model directory already has (another task's labels)")
     fine.add_argument("--quiet", action="store_true", help="no progress bar")
+    fine.add_argument("--eval-file", action="append", metavar="FILE",
+                      help="another labelled file in the dev file's format (a test set, CoLA's out-of-domain "
+                           "sentences), scored at the end with the best epoch's model (repeat for several)")
+    sweep = fine.add_argument_group("several runs and a result card (OUT/seedS/, OUT/card.json, card.md, card.png)")
+    sweep.add_argument("--seeds", metavar="LIST",
+                       help="one run per seed, e.g. 1,2,3,4,5 or 1-5, each in OUT/seedS; then the card: median, "
+                            "mean, min-max and IQR of every metric")
+    sweep.add_argument("--lr-grid", nargs="?", const="paper", metavar="LRS",
+                       help="every seed at each of these learning rates (OUT/lrX/seedS); alone: the paper's "
+                            "2e-5,3e-5,5e-5; the card reports the one with the best median dev metric")
+    sweep.add_argument("--name", help="the card's row name in `bertkit card` tables (default: the model's)")
     _add_finetune_options(fine)
     fine.set_defaults(func=cmd_finetune)
+
+    card = verbs.add_parser("card", help="merge result cards into one table and a dot-and-whisker PNG",
+                            description="Read the cards of several sweeps (`bertkit finetune --seeds ...` "
+                                        "directories, recomputed from their runs' results.json; a single run "
+                                        "directory counts as a card of one run) and print one table: rows = "
+                                        "models or variants (a sweep's --name, or NAME=DIR here), columns = task: "
+                                        "metric, cells = median [q1, q3] (min-max, n). --out also writes "
+                                        "card.json, card.md and card.png there.")
+    card.add_argument("run_dirs", nargs="+", metavar="[NAME=]RUN_DIR", help="sweep or run directories")
+    card.add_argument("--out", help="directory for card.json, card.md and card.png")
+    card.add_argument("--metric", action="append",
+                      help="metric key to show (repeat; e.g. mcc, out_of_domain_dev/mcc; default: each card's "
+                           "selection metric, on dev and on its extra files)")
+    card.set_defaults(func=cmd_card)
 
     ev = verbs.add_parser("evaluate", help="score a predictions file against a labelled data file",
                           description="Print the metrics (JSON) of a predictions file: SQuAD predictions.json (and "
@@ -811,6 +978,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--pair-column", help="classify: second-text column")
     ev.add_argument("--label-column", default="label", help="classify: label column (default label)")
     ev.add_argument("--regression", action="store_true", help="classify: numeric labels")
+    ev.add_argument("--column", type=int, help="ner: the data file's tag column (default the last)")
+    ev.add_argument("--scheme", default="auto", choices=("auto", "none"),
+                    help="ner: auto (entity tags: entity F1) or none (plain tags such as POS: token accuracy)")
     ev.add_argument("--compact", action="store_true", help="JSON on one line")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -848,6 +1018,17 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--batch-size", type=int, default=32, help="lines per forward pass (default 32)")
     feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
     feat.set_defaults(func=cmd_features)
+
+    sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",
+                           description="Print the cosine similarity of WORD's vectors (its first occurrence in each "
+                                       "text, first token) between the texts, at every layer of the model (0 = "
+                                       "embeddings, or ELMo's context-free token layer).")
+    sim.add_argument("--model", required=True, help="model directory (any encoder; ELMo included)")
+    sim.add_argument("--word", required=True, help="the word to compare, e.g. bank")
+    sim.add_argument("texts", nargs="+", help="two or more texts containing the word")
+    sim.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
+    sim.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    sim.set_defaults(func=cmd_similarity)
     add_distill_parser(verbs)
     add_serve_parsers(verbs)
     return parser

@@ -792,8 +792,196 @@ T5_PRESETS: dict[str, tuple[int, int, int, int]] = {
 }
 
 
+# ==================================================================================================================
+# XLNet
+# ==================================================================================================================
+# XLNet is a Transformer-XL encoder (relative positions and segments, memory) trained by permutation language
+# modelling, so it has its own config. Field names are transformers' XLNetConfig keys.
+XLNET_SUMMARY_TYPES = ("last", "first", "mean")  # the sequence summary: the last token (<cls>), the first, the mean
+XLNET_SUMMARY_ACTIVATIONS = (None, "tanh", "linear")  # after the summary projection ("linear": none)
+# config.json keys of transformers' XLNetConfig that change nothing bertkit computes: transformers' machinery and
+# the SQuAD beam head's sizes (bertkit's span head has no beam).
+_XLNET_IGNORED_KEYS = (_IGNORED_KEYS - {"bos_token_id", "eos_token_id", "tie_word_embeddings"}) | {
+    "start_n_top", "end_n_top", "num_labels", "n_token", "use_mems_eval", "use_mems_train", "layer_norm_epsilon"}
+
+
+@dataclass(frozen=True)
+class XLNetConfig(ConfigFile):
+    """Hyper-parameters of an XLNet; names and defaults are those of transformers' XLNetConfig (xlnet-large).
+
+    bertkit builds the bidirectional XLNet (attn_type "bi"); the Transformer-XL decoder ("uni") is refused.
+    """
+
+    vocab_size: int = _f(32000, 'rows of the token-embedding matrix (and of the tied LM head)')
+    d_model: int = _f(1024, 'H: width of every hidden state')
+    n_layer: int = _f(24, 'L: number of layers')
+    n_head: int = _f(16, 'N: attention heads; must divide d_model')
+    d_inner: int = _f(4096, 'width of the feed-forward block')
+    ff_activation: str = _f("gelu", 'feed-forward activation (transformers\' name; "gelu" is the exact GELU)')
+    attn_type: str = _f("bi", 'attention kind: "bi" (XLNet) only')
+    initializer_range: float = _f(0.02, 'standard deviation of the normal initialisation')
+    layer_norm_eps: float = _f(1e-12, 'LayerNorm epsilon')
+    dropout: float = _f(0.1, 'dropout on embeddings, positions, attention probabilities, residual branches, output')
+    mem_len: int | None = _f(512, 'hidden states kept as memory for the next segment; None or 0 = all of them')
+    reuse_len: int | None = _f(None, 'only the first reuse_len tokens of a segment go into the memory; None = all')
+    bi_data: bool = _f(False, 'the second half of the batch reads relative positions backwards (pretraining)')
+    clamp_len: int = _f(-1, 'relative distances beyond this are clamped; -1 = none')
+    same_length: bool = _f(False, 'Transformer-XL\'s equal attention length (used by attn_type "uni" only)')
+    summary_type: str = _f("last", 'the sequence summary reads the "last" token (<cls>), the "first", or the "mean"')
+    summary_use_proj: bool = _f(True, 'a dense layer (d_model -> d_model) after the summary')
+    summary_activation: str | None = _f("tanh", 'activation after that layer: "tanh", "linear" or None (none)')
+    summary_last_dropout: float = _f(0.1, 'dropout after the summary')
+    summary_first_dropout: float = _f(0.0, 'dropout before the summary projection')
+    pad_token_id: int = _f(5, 'id of the padding token (<pad>)')
+    bos_token_id: int | None = _f(1, 'beginning-of-sequence id <s>, written to config.json')
+    eos_token_id: int | None = _f(2, 'end-of-sequence id </s>, written to config.json')
+    d_head: int | None = _f(None, 'head size; None = d_model / n_head (the only value transformers accepts)')
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"XLNetConfig.{name} must be a positive integer, got {value!r}")
+        check_finite(self, ("initializer_range", "layer_norm_eps", "dropout", "summary_last_dropout",
+                            "summary_first_dropout"))
+        if self.d_model % self.n_head:
+            raise ValueError(f"XLNetConfig: n_head ({self.n_head}) must divide d_model ({self.d_model})")
+        if self.d_head is not None and self.d_head != self.d_model // self.n_head:
+            raise ValueError(f"XLNetConfig.d_head {self.d_head!r} must be d_model / n_head "
+                             f"({self.d_model // self.n_head})")
+        if self.attn_type != "bi":
+            raise ValueError(f"XLNetConfig.attn_type {self.attn_type!r} is not supported by bertkit (\"bi\" only: "
+                             f"XLNet's bidirectional attention; \"uni\" is the Transformer-XL decoder)")
+        if self.ff_activation not in ACTIVATIONS:
+            raise ValueError(f"XLNetConfig.ff_activation {self.ff_activation!r} is not supported by bertkit; choose "
+                             f"one of {ACTIVATIONS}")
+        if self.summary_type not in XLNET_SUMMARY_TYPES:
+            raise ValueError(f"XLNetConfig.summary_type {self.summary_type!r} is not supported by bertkit; choose "
+                             f"one of {XLNET_SUMMARY_TYPES}")
+        if self.summary_activation not in XLNET_SUMMARY_ACTIVATIONS:
+            raise ValueError(f"XLNetConfig.summary_activation {self.summary_activation!r} is not supported by "
+                             f"bertkit; choose one of {XLNET_SUMMARY_ACTIVATIONS}")
+        for name in ("mem_len", "reuse_len"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"XLNetConfig.{name} must be a non-negative integer or None, got {value!r}")
+        if self.reuse_len and self.mem_len and self.reuse_len > self.mem_len:
+            raise ValueError(f"XLNetConfig: reuse_len ({self.reuse_len}) does not fit in mem_len ({self.mem_len})")
+        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
+            raise ValueError(f"XLNetConfig.clamp_len must be an integer, got {self.clamp_len!r}")
+        for name in ("dropout", "summary_last_dropout", "summary_first_dropout"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"XLNetConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"XLNetConfig.{name} must be a positive number, got {getattr(self, name)!r}")
+        for name in ("bi_data", "same_length", "summary_use_proj"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"XLNetConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"XLNetConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
+                             f"(vocab_size {self.vocab_size})")
+
+    # ---- derived facts (the names the other verbs read) ------------------------------------------------------
+    @property
+    def model_type(self) -> str:
+        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
+        return "xlnet"
+
+    @property
+    def hidden_size(self) -> int:
+        return self.d_model
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the verbs feed: XLNet's relative positions have no table, so no limit of the model's
+        own; 512 (the paper's pretraining length) bounds what the verbs cut inputs to."""
+        return 512
+
+    # ---- construction --------------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "XLNetConfig":
+        """A size preset of XLNET_PRESETS (tiny, mini, small, base, large) with fields over it; the BERT spellings
+        a recipe may carry (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+        max_position_embeddings) are mapped or dropped; `model_type="xlnet"` may be among them."""
+        if overrides.pop("model_type", "xlnet") != "xlnet":
+            raise ValueError("XLNetConfig.preset builds model_type 'xlnet' only")
+        if name not in XLNET_PRESETS:
+            raise ValueError(f"unknown XLNet size preset {name!r}; choose one of {', '.join(XLNET_PRESETS)}")
+        overrides.pop("max_position_embeddings", None)  # relative positions: no table to size
+        for bert, ours in (("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
+                           ("num_attention_heads", "n_head"), ("intermediate_size", "d_inner")):
+            if bert in overrides:
+                overrides[ours] = overrides.pop(bert)
+        layers, d_model, heads, d_inner = XLNET_PRESETS[name]
+        return cls(**{"n_layer": layers, "d_model": d_model, "n_head": heads, "d_inner": d_inner, **overrides})
+
+    # ---- JSON io -------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The config as transformers' XLNetConfig takes it (d_head written out, the LM head tied)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(model_type=self.model_type, d_head=self.head_dim, tie_word_embeddings=True)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "XLNetConfig":
+        """Build from a transformers XLNet config dict; `source` names the file in errors. Unknown keys, and values
+        bertkit does not build (attn_type "uni", an untied LM head, a summary projected to the labels, ...), are
+        refused naming the key."""
+        if data.get("model_type") != "xlnet":
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not an XLNet config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = names | {"tie_word_embeddings", "summary_proj_to_labels"} | _XLNET_IGNORED_KEYS
+        unknown = sorted(k for k in data if k not in known)
+        if unknown:
+            raise ValueError(f"{source}: unknown config keys {unknown}")
+        if data.get("tie_word_embeddings", True) is not True:
+            raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
+                             f"bertkit (the LM head is the token-embedding matrix: only true)")
+        if data.get("summary_proj_to_labels", False):
+            raise ValueError(f"{source}: summary_proj_to_labels={data['summary_proj_to_labels']!r} is not supported "
+                             f"by bertkit (the summary projects to d_model: only false)")
+        fields = {name: data[name] for name in names if name in data}
+        if "vocab_size" not in fields and "n_token" in data:  # the name of old configs
+            fields["vocab_size"] = data["n_token"]
+        if fields.get("summary_activation") == "":
+            fields["summary_activation"] = None
+        if isinstance(fields.get("eos_token_id"), list):
+            fields["eos_token_id"] = fields["eos_token_id"][0] if fields["eos_token_id"] else None
+        try:
+            config = cls(**fields)
+        except (TypeError, ValueError) as err:
+            key = next((k for k in sorted(fields, key=len, reverse=True) if f".{k} " in str(err)), None)
+            raise ValueError(f"{source}: {err}" + (f" (config key {key!r})" if key else "")) from None
+        return dataclasses.replace(config, d_head=None)
+
+
+# name -> (layers L, d_model, heads, d_inner), heads of 64. base and large are the paper's XLNet-Base and -Large;
+# tiny and mini keep their proportions for CPU runs (mini: the `mini` BERT's shape).
+XLNET_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
 ARCHITECTURES: dict[str, tuple[type, dict[str, tuple]]] = {
-    "modernbert": (ModernBertConfig, MODERNBERT_PRESETS), "t5": (T5Config, T5_PRESETS)}
+    "modernbert": (ModernBertConfig, MODERNBERT_PRESETS), "t5": (T5Config, T5_PRESETS),
+    "xlnet": (XLNetConfig, XLNET_PRESETS)}
 
 
 def config_class_for(model_type: str | None) -> type:
@@ -805,3 +993,123 @@ def config_class_for(model_type: str | None) -> type:
 def presets_for(model_type: str | None) -> dict[str, tuple]:
     """The size presets `config_class_for(model_type).preset` knows."""
     return ARCHITECTURES[model_type][1] if model_type in ARCHITECTURES else PRESETS
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# ELMo (bertkit.models.elmo): a character-CNN token encoder under a bidirectional LSTM language model
+# ------------------------------------------------------------------------------------------------------------------
+# name -> (char-CNN filters ((width, count), ...), highway layers, projection P, LSTM cell size, biLSTM layers).
+# "original" is the released ELMo (Peters et al. 2018; allenai/bilm-tf options.json): 2048 filters, 2 highway
+# layers, 512-wide projections of 4096-cell LSTMs, 2 layers; tiny and mini keep its shape for CPU runs.
+ELMO_PRESETS: dict[str, tuple] = {
+    "tiny": (((1, 8), (2, 8), (3, 16)), 1, 32, 64, 2),
+    "mini": (((1, 32), (2, 32), (3, 64), (4, 128), (5, 128)), 2, 128, 512, 2),
+    "small": (((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 256)), 2, 256, 1024, 2),
+    "original": (((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)), 2, 512, 4096, 2),
+}
+
+
+@dataclass(frozen=True)
+class ElmoConfig(ConfigFile):
+    """Hyper-parameters of an ELMo biLM (bilm-tf's options.json, in bertkit's names)."""
+
+    vocab_size: int = _f(30000, 'words of the softmax (the word tokenizer\'s vocabulary)')
+    char_vocab_size: int = _f(262, 'characters of the character embedding (the word tokenizer\'s, specials '
+                                     'included)')
+    max_characters: int = _f(50, 'characters per word, begin/end-of-word marks included; longer words are cut')
+    char_embedding_dim: int = _f(16, 'width of one character\'s embedding')
+    filters: tuple = _f(ELMO_PRESETS["original"][0], 'char-CNN filters as (width, count) pairs; their counts sum '
+                                                      'to the CNN output width')
+    num_highway: int = _f(2, 'highway layers after the convolutions')
+    projection_dim: int = _f(512, 'P: the token vector and each LSTM output (one direction) after projection')
+    lstm_dim: int = _f(4096, 'memory cells per LSTM (projected down to projection_dim when larger)')
+    num_layers: int = _f(2, 'biLSTM layers (each a forward and a backward LSTM with weights of their own)')
+    cell_clip: float | None = _f(None, 'clip LSTM cell values to [-x, x] (bilm-tf: 3; None: no clipping, which '
+                                       'runs the fused nn.LSTM)')
+    proj_clip: float | None = _f(None, 'clip projected LSTM outputs to [-x, x] (bilm-tf: 3; None: no clipping)')
+    residual: bool = _f(True, 'add each biLSTM layer\'s input to its output from the second layer on')
+    dropout: float = _f(0.1, 'dropout on every LSTM layer\'s input and on the softmax input')
+    sampled_softmax: int = _f(0, 'train with a sampled softmax of this many log-uniform negative words per batch '
+                                 '(0: the full softmax; evaluation is always full)')
+    pad_token_id: int = _f(0, 'id of the padding word')
+
+    def __post_init__(self) -> None:
+        check_finite(self, ("dropout",))
+        filters = tuple(tuple(int(v) for v in f) for f in self.filters) if isinstance(self.filters, (list, tuple)) \
+            else self.filters
+        object.__setattr__(self, "filters", filters)  # JSON gives lists; the config stays hashable
+        if not filters or any(len(f) != 2 or f[0] < 1 or f[1] < 1 for f in filters):
+            raise ValueError(f"ElmoConfig.filters must be (width, count) pairs of positive integers, got "
+                             f"{self.filters!r}")
+        for name in ("vocab_size", "char_vocab_size", "max_characters", "char_embedding_dim", "projection_dim",
+                     "lstm_dim", "num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {value!r}")
+        if self.max_characters < max(w for w, _ in filters):
+            raise ValueError(f"ElmoConfig.max_characters ({self.max_characters}) is narrower than the widest "
+                             f"filter ({max(w for w, _ in filters)})")
+        if self.lstm_dim < self.projection_dim:
+            raise ValueError(f"ElmoConfig.lstm_dim ({self.lstm_dim}) must be at least projection_dim "
+                             f"({self.projection_dim})")
+        if not isinstance(self.num_highway, int) or self.num_highway < 0:
+            raise ValueError(f"ElmoConfig.num_highway must be a non-negative integer, got {self.num_highway!r}")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"ElmoConfig.{name} must be a positive number or None, got {value!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.sampled_softmax, int) or not 0 <= self.sampled_softmax < self.vocab_size:
+            raise ValueError(f"ElmoConfig.sampled_softmax must be 0 (full softmax) or a number of samples below "
+                             f"vocab_size ({self.vocab_size}), got {self.sampled_softmax!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"ElmoConfig.pad_token_id {self.pad_token_id} is outside the vocabulary")
+
+    @property
+    def model_type(self) -> str:
+        return "elmo"
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of every layer ELMo outputs: 2P (the token layer is its P-wide vector twice, as in bilm-tf)."""
+        return 2 * self.projection_dim
+
+    @property
+    def cnn_dim(self) -> int:
+        """Width of the char-CNN output (the filters' counts summed)."""
+        return sum(n for _, n in self.filters)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ElmoConfig":
+        """A size preset of ELMO_PRESETS with fields over it (`model_type="elmo"` may be among them)."""
+        if overrides.pop("model_type", "elmo") != "elmo":
+            raise ValueError("ElmoConfig.preset builds model_type 'elmo' only")
+        if name not in ELMO_PRESETS:
+            raise ValueError(f"unknown ELMo size preset {name!r}; choose one of {', '.join(ELMO_PRESETS)}")
+        filters, highway, projection, cells, layers = ELMO_PRESETS[name]
+        return cls(**{"filters": filters, "num_highway": highway, "projection_dim": projection, "lstm_dim": cells,
+                      "num_layers": layers, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["filters"] = [list(f) for f in self.filters]
+        data["model_type"] = "elmo"
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ElmoConfig":
+        if data.get("model_type") != "elmo":
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not an ELMo config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in data if k not in names | {"model_type", "architectures"})
+        if unknown:
+            raise ValueError(f"{source}: unknown config keys {unknown}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{source}: {err}") from None
+
+
+ARCHITECTURES["elmo"] = (ElmoConfig, ELMO_PRESETS)

@@ -16,6 +16,12 @@ multiple choice). What the graph computes, per served kind (`bertkit.serve.engin
 (A family without token types, DistilBERT, has no token_type_ids input.) The file's metadata says which kind it
 serves (`bertkit_kind`), so `bertkit serve --backend onnx` refuses a graph of another head.
 
+Families: the BERT family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT) and ModernBERT, whose padded path (rotary
+positions, additive masks for the global and the sliding-window layers) traces as it is once the model reads the
+attention mask as a plain 0/1 padding mask (`bertkit.models.bert.exporting`). T5 is refused (`REFUSED`): an
+encoder-decoder generates token by token, which takes an encoder graph, a decoder-step graph with its key/value
+cache, and the search loop outside ONNX.
+
 Opset 18: the oldest that the torch.export-based exporter writes, so the widest range of runtimes reads the file
 (onnxruntime 1.14 and later); nothing in a BERT needs a newer operator (LayerNormalization is opset 17).
 
@@ -34,6 +40,9 @@ import torch
 
 OPSET = 18
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# Families the export refuses, and why (appended to the refusal).
+REFUSED = {"t5": "; an encoder-decoder generates token by token, which needs an encoder graph and a decoder-step graph "
+                 "(with its key/value cache) driven by a loop outside ONNX; serve T5 with the torch backend"}
 
 
 class _Head(torch.nn.Module):
@@ -55,12 +64,16 @@ class _Head(torch.nn.Module):
 
 def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tuple[torch.nn.Module, str]:
     """(the model directory's model for `kind`, the kind), loaded as the server loads it (`bertkit.serve`)."""
-    from bertkit.config import BertConfig
+    from bertkit.config import BertConfig, ModernBertConfig
     from bertkit.serve.engine import SERVED_KINDS, detect_kind
 
     kind = kind or detect_kind(model_dir)
     if kind not in SERVED_KINDS:
         raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+    if kind == "generate":
+        raise ValueError(f"{model_dir}: generation is not exported: it runs token by token, which needs a graph per "
+                         f"step and the search loop outside ONNX; serve it with the torch backend, or export its "
+                         f"encoder with --task embeddings")
     if kind in ("classify", "ner", "squad", "swag"):
         from bertkit.finetune import load_predictor
 
@@ -73,9 +86,10 @@ def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tu
         from bertkit.features import load_encoder
 
         model = load_encoder(model_dir)
-    if not isinstance(model.config, BertConfig):
+    if not isinstance(model.config, (BertConfig, ModernBertConfig)):
         raise ValueError(f"{model_dir}: ONNX export covers the BERT family (BERT, RoBERTa, ALBERT, ELECTRA, "
-                         f"DistilBERT); this is a {model.config.model_type} model")
+                         f"DistilBERT) and ModernBERT; this is a {model.config.model_type} model" + REFUSED.get(
+                             model.config.model_type, ""))
     return model.eval(), kind
 
 
@@ -92,7 +106,7 @@ def _sample(config, kind: str, lengths: list[int], seed: int = 0) -> tuple[torch
     for i, (n, _) in enumerate(rows):
         ids[i, :n] = torch.randint(low, config.vocab_size, (n,), generator=g)
         mask[i, :n] = 1
-        if config.type_vocab_size > 1:
+        if getattr(config, "type_vocab_size", 1) > 1:
             types[i, n // 2:n] = 1
     if kind == "swag":
         shape = (len(lengths), 2, T)

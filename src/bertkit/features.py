@@ -24,9 +24,11 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from bertkit.io import atomic_write
 
@@ -34,7 +36,8 @@ COMBINE = ("concat", "sum", "none")
 
 
 def load_encoder(model_dir: str | os.PathLike):
-    """The encoder of any model directory (pretraining, task or bare), with its pooler when the weights have one."""
+    """The encoder of any model directory (pretraining, task or bare), with its pooler when the weights have one;
+    an ELMo directory gives its `ElmoModel` (the softmax left out)."""
     from bertkit.checkpoint import WeightsMismatchError
     from bertkit.models import model_class
 
@@ -91,13 +94,14 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     else:
         tokenizer = tokenizer or load_tokenizer(model_dir)
         model = load_encoder(model_dir)
+    if getattr(tokenizer, "kind", None) == "word":
+        tokenizer.open_vocabulary = True  # unknown words keep their spelling for the character encoder
     if not layers:
         raise ValueError("choose at least one layer")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model.to(device).eval()
     T = min(max_seq_length, getattr(model.config, "max_length", max_seq_length))  # T5: relative positions, no limit
-    seq2seq = getattr(model.config, "model_type", None) == "t5"  # T5's encoder takes no token types
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     features: list[np.ndarray | None] = [None] * len(encoded)
@@ -105,15 +109,14 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         chosen = order[start:start + batch_size]
         width = max(len(encoded[i]) for i in chosen)
         ids = torch.full((len(chosen), width), tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
+        mask, types = torch.zeros_like(ids), torch.zeros_like(ids)
         for row, i in enumerate(chosen):
             ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
             mask[row, :len(encoded[i])] = 1
-        if seq2seq:
-            out = model(ids.to(device), mask.to(device), output_hidden_states=True)
-        else:
-            out = model(ids.to(device), mask.to(device), torch.zeros_like(ids).to(device), output_hidden_states=True)
-        combined = combine_layers(out.hidden_states, layers, combine).float().cpu().numpy()
+            # the tokenizer's own segment ids (all 0 for one text, except XLNet's <cls>, segment 2)
+            types[row, :len(encoded[i])] = torch.tensor(encoded[i].token_type_ids)
+        hidden = encoder_hidden_states(model, ids.to(device), mask.to(device), types.to(device), tokenizer)
+        combined = combine_layers(hidden, layers, combine).float().cpu().numpy()
         for row, i in enumerate(chosen):
             features[i] = combined[row, :len(encoded[i])]
     return features, [e.tokens for e in encoded]  # type: ignore[return-value]
@@ -175,3 +178,423 @@ def read_features(path: str | os.PathLike) -> tuple[list[np.ndarray], list[list[
     else:
         raise ValueError(f"{path}: not a .safetensors, .npz or .npy features file")
     return [padded[i, :n] for i, n in enumerate(lengths.tolist())], tokens
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Hidden states of any encoder, the scalar mix, and task models on (frozen) encoder layers
+# ------------------------------------------------------------------------------------------------------------------
+def encoder_hidden_states(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          token_type_ids: torch.Tensor | None = None, tokenizer=None) -> tuple[torch.Tensor, ...]:
+    """Every layer of `encoder` for a batch: (embeddings, layer 1, ..., layer L), each (B, T, H).
+
+    BERT family, ModernBERT: their hidden states; T5: its encoder's (no token types); ELMo: the token layer and each
+    biLSTM layer, the word ids spelt in characters by `tokenizer` (a `WordTokenizer`). ValueError naming
+    `hidden_states` for an encoder that gives none.
+    """
+    from bertkit.models import ElmoModel
+
+    if isinstance(encoder, ElmoModel):
+        if tokenizer is None or not hasattr(tokenizer, "char_ids_of"):
+            raise ValueError("an ELMo encoder reads characters: give it its word tokenizer (the model directory's)")
+        chars = torch.from_numpy(tokenizer.char_ids_of(input_ids.cpu().numpy())).to(input_ids.device)
+        return encoder(chars, attention_mask).hidden_states
+    name = getattr(getattr(encoder, "config", None), "model_type", None) or type(encoder).__name__
+    try:
+        if name == "t5":
+            out = encoder(input_ids, attention_mask, output_hidden_states=True)
+        else:
+            out = encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+    except TypeError:  # a forward without the output_hidden_states switch
+        out = None
+    hidden = getattr(out, "hidden_states", None)
+    if not hidden:
+        raise ValueError(f"the {name} encoder gives no hidden_states to read; a feature-based (--frozen) run and a "
+                         f"task model on encoder layers need every layer's output")
+    return tuple(hidden)
+
+
+def parse_layers(spec: str | Sequence[int] | None, count: int, what: str = "--layers") -> list[int]:
+    """Layer indices from "-1,-2,-3,-4", "all" (None: all) or a list, checked against the `count` hidden states
+    (0 = embeddings / ELMo's token layer); ValueError naming `what` and the model's layers otherwise."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return list(range(count))
+    if isinstance(spec, str):
+        try:
+            spec = [int(x) for x in spec.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{what} {spec!r}: give comma-separated layer indices (e.g. -1,-2,-3,-4) or all") from None
+    layers = list(spec)
+    if not layers:
+        raise ValueError(f"{what}: choose at least one layer")
+    for layer in layers:
+        if not -count <= layer < count:
+            raise ValueError(f"{what}: layer {layer} does not exist: the model has {count - 1} layers above its "
+                             f"embeddings (indices {-count}..{count - 1}, 0 = embeddings)")
+    return [layer % count for layer in layers]
+
+
+class ScalarMix(nn.Module):
+    """ELMo's task-specific layer weighting: gamma * sum_j softmax(s)_j * h_j over L layers (Peters et al. 2018,
+    eq. 1), with s and gamma learned; with `layer_norm` each layer is first normalised over its real tokens (the
+    mask) and features, as AllenNLP's ScalarMix does. Works on the layers of any model."""
+
+    def __init__(self, num_layers: int, layer_norm: bool = False) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"a scalar mix needs at least one layer, got {num_layers}")
+        self.scalars = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+        self.layer_norm = layer_norm
+
+    def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
+        """layers: L tensors (B, T, H); mask: (B, T), 1 on real tokens (for the layer norm) -> (B, T, H)."""
+        if len(layers) != len(self.scalars):
+            raise ValueError(f"this scalar mix weighs {len(self.scalars)} layers, got {len(layers)}")
+        weights = torch.softmax(self.scalars, dim=0)
+        total = 0.0
+        for w, h in zip(weights, layers):
+            if self.layer_norm:
+                keep = (mask if mask is not None else torch.ones(h.shape[:2], device=h.device)).ne(0)
+                keep = keep[..., None].to(h.dtype)
+                n = keep.sum() * h.shape[-1]
+                mean = (h * keep).sum() / n
+                var = (((h - mean) * keep) ** 2).sum() / n
+                h = (h - mean) / torch.sqrt(var + 1e-12)
+            total = total + w * h
+        return self.gamma * total
+
+
+TASK_MODELS = ("linear", "bilstm")
+TASK_COMBINE = ("concat", "sum", "scalar-mix")
+# The BERT paper's table 7 (feature-based NER on frozen BERT) as --layers / --combine settings.
+TABLE7 = {"embeddings": ("0", "concat"), "second-to-last": ("-2", "concat"), "last": ("-1", "concat"),
+          "weighted-sum-last-four": ("-1,-2,-3,-4", "scalar-mix"), "concat-last-four": ("-1,-2,-3,-4", "concat"),
+          "weighted-sum-all": ("all", "scalar-mix")}
+
+
+class FeatureCache:
+    """Every layer of a frozen encoder per input, computed once: {key of the input's real ids and token types:
+    (T, L, H) float16}. Saved to / loaded from a .safetensors file whose metadata names the encoder (a file made by
+    another model is refused)."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.rows: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def key(ids: torch.Tensor, types: torch.Tensor | None) -> str:
+        import hashlib
+
+        digest = hashlib.sha1(ids.cpu().numpy().astype(np.int64).tobytes())
+        if types is not None:
+            digest.update(types.cpu().numpy().astype(np.int64).tobytes())
+        return digest.hexdigest()
+
+    def load(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            found = (handle.metadata() or {}).get("encoder")
+            if found != self.fingerprint:
+                raise ValueError(f"{path}: a feature cache of another encoder ({found}, not {self.fingerprint}); "
+                                 f"give another --feature-cache file")
+            self.rows.update({k: handle.get_tensor(k) for k in handle.keys()})
+
+    def save(self, path: Path) -> None:
+        from safetensors.torch import save
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, save({k: v.contiguous() for k, v in self.rows.items()},
+                                metadata={"encoder": self.fingerprint}))
+
+
+def encoder_fingerprint(model_dir: str | os.PathLike) -> str:
+    """What identifies a model directory's encoder for a feature cache: SHA-256 of its config and weights files."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:24]
+
+
+class FeatureTaskModel(nn.Module):
+    """A task model on an encoder's layers: the chosen layers combined (concat, sum or a scalar mix) -> dropout ->
+    an optional 2-layer BiLSTM -> the task head. Answers the task families as their own models do:
+    `model(input_ids, attention_mask, token_type_ids).logits`, (B, C) for "sequence" (mean and max over the real
+    tokens), (B, T, C) for "token", (B, T, 2) for "qa".
+
+    frozen: the encoder's weights never change (no gradient, eval mode, so no dropout), and its layers are computed
+    once per distinct input (`cache`); only the mix, the BiLSTM and the head train. Not frozen: the encoder trains
+    with them (the BERT paper's ablation "+ BiLSTM" on a fine-tuned model), and nothing is cached.
+    """
+
+    def __init__(self, encoder: nn.Module, tokenizer, role: str, num_labels: int, num_hidden: int, width: int,
+                 layers: Sequence[int], combine: str = "scalar-mix", task_model: str = "bilstm",
+                 lstm_hidden: int = 256, dropout: float = 0.1, frozen: bool = True, mix_layer_norm: bool = False,
+                 cache: FeatureCache | None = None, labels: Sequence[str] | None = None,
+                 regression: bool = False) -> None:
+        super().__init__()
+        if role not in ("sequence", "token", "qa"):
+            raise ValueError(f"a task model on encoder layers does {', '.join(('sequence', 'token', 'qa'))} "
+                             f"tasks, not {role!r} (multiple choice is fine-tuned whole)")
+        if combine not in TASK_COMBINE:
+            raise ValueError(f"--combine must be one of {', '.join(TASK_COMBINE)}, got {combine!r}")
+        if task_model not in TASK_MODELS:
+            raise ValueError(f"--task-model must be one of {', '.join(TASK_MODELS)}, got {task_model!r}")
+        self.encoder, self.tokenizer, self.role, self.frozen = encoder, tokenizer, role, frozen
+        self.config = encoder.config
+        self.layers = parse_layers(list(layers), num_hidden)
+        self.num_hidden, self.combine, self.task_model = num_hidden, combine, task_model
+        self.num_labels, self.regression = num_labels, regression
+        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.settings = {"layers": self.layers, "combine": combine, "task_model": task_model,
+                         "lstm_hidden": lstm_hidden, "frozen": frozen, "mix_layer_norm": mix_layer_norm,
+                         "role": role, "num_labels": num_labels, "regression": regression}
+        self.cache = cache if frozen else None
+        if frozen:
+            for p in self.encoder.parameters():
+                p.requires_grad_(False)
+            self.encoder.eval()  # from the start: the cache is filled before training begins, without dropout
+        self.mix = ScalarMix(len(self.layers), mix_layer_norm) if combine == "scalar-mix" else None
+        features = width * len(self.layers) if combine == "concat" else width
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = (nn.LSTM(features, lstm_hidden, num_layers=2, bidirectional=True, batch_first=True,
+                             dropout=dropout) if task_model == "bilstm" else None)
+        out = 2 * lstm_hidden if self.lstm is not None else features
+        outputs = {"sequence": num_labels, "token": num_labels, "qa": 2}[role]
+        self.head = nn.Linear(2 * out if role == "sequence" else out, outputs)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen:
+            self.encoder.eval()  # a frozen encoder never drops out: its features are fixed
+        return self
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The tensors training changes (mix, BiLSTM, head); with a frozen encoder, all but the encoder's."""
+        return {k: v for k, v in self.state_dict().items() if not (self.frozen and k.startswith("encoder."))}
+
+    def all_layers(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """(B, T, L, H): every layer of the encoder; from the cache where a row is there (frozen). A frozen encoder's
+        layers are read at the cache's float16 precision, cached or not, so that the model answers the same with and
+        without its cache (a model directory read back for prediction has none)."""
+        if self.cache is None:
+            if self.frozen:
+                with torch.no_grad():
+                    hidden = encoder_hidden_states(self.encoder, input_ids, attention_mask, token_type_ids,
+                                                   self.tokenizer)
+                return torch.stack(hidden, dim=2).to(torch.float16).float()
+            hidden = encoder_hidden_states(self.encoder, input_ids, attention_mask, token_type_ids, self.tokenizer)
+            return torch.stack(hidden, dim=2)
+        lengths = attention_mask.ne(0).sum(-1).tolist()
+        keys = [FeatureCache.key(input_ids[b, :n], None if token_type_ids is None else token_type_ids[b, :n])
+                for b, n in enumerate(lengths)]
+        missing = [b for b, k in enumerate(keys) if k not in self.cache.rows]
+        if missing:
+            rows = torch.tensor(missing, device=input_ids.device)
+            width = max(lengths[b] for b in missing)
+            with torch.no_grad():
+                hidden = encoder_hidden_states(self.encoder, input_ids[rows, :width], attention_mask[rows, :width],
+                                               None if token_type_ids is None else token_type_ids[rows, :width],
+                                               self.tokenizer)
+            stacked = torch.stack(hidden, dim=2).to(torch.float16).cpu()  # (M, T, L, H)
+            for i, b in enumerate(missing):
+                self.cache.rows[keys[b]] = stacked[i, :lengths[b]].clone()
+        B, T = input_ids.shape
+        first = self.cache.rows[keys[0]]
+        out = torch.zeros(B, T, *first.shape[1:], dtype=torch.float32)
+        for b, k in enumerate(keys):
+            out[b, :lengths[b]] = self.cache.rows[k].float()
+        return out.to(input_ids.device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None):
+        from bertkit.models import TaskOutput
+
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        chosen = self.all_layers(input_ids, attention_mask, token_type_ids)[:, :, self.layers]  # (B, T, k, H)
+        if self.combine == "concat":
+            x = chosen.flatten(2)
+        elif self.combine == "sum":
+            x = chosen.sum(2)
+        else:
+            x = self.mix(list(chosen.unbind(2)), attention_mask)
+        x = self.dropout(x)
+        real = attention_mask.ne(0)
+        if self.lstm is not None:
+            lengths = real.sum(-1).clamp(min=1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            x, _ = self.lstm(packed)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=input_ids.shape[1])
+            x = self.dropout(x)
+        if self.role == "sequence":
+            keep = real[..., None].to(x.dtype)
+            mean = (x * keep).sum(1) / keep.sum(1).clamp(min=1)
+            top = x.masked_fill(~real[..., None], float("-inf")).max(1).values
+            logits = self.head(torch.cat([mean, top], dim=-1))  # (B, C)
+        else:
+            logits = self.head(x)  # (B, T, C) or (B, T, 2)
+        return TaskOutput(None, logits)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "FeatureTaskModel":
+        """Read back what `save_pretrained` wrote (the encoder directory with task_model.json and .safetensors)."""
+        from safetensors.torch import load_file
+
+        from bertkit.checkpoint import load_state_strict
+        from bertkit.tokenizers import load_tokenizer
+
+        directory = Path(directory)
+        if not (directory / "task_model.json").is_file():
+            raise FileNotFoundError(f"{directory}: no task_model.json; not a task model on encoder layers")
+        settings = json.loads((directory / "task_model.json").read_text(encoding="utf-8"))
+        tokenizer = load_tokenizer(directory)
+        if getattr(tokenizer, "kind", None) == "word":
+            tokenizer.open_vocabulary = True
+        encoder = load_encoder(directory).eval()
+        count, width = encoder_shape(encoder, tokenizer)
+        model = cls(encoder, tokenizer, settings["role"], settings["num_labels"], count, width, settings["layers"],
+                    settings["combine"], settings["task_model"], settings["lstm_hidden"], 0.0, settings["frozen"],
+                    settings["mix_layer_norm"], None, settings.get("labels"), settings.get("regression", False))
+        state = {**{k: v for k, v in model.state_dict().items() if k.startswith("encoder.")},
+                 **load_file(str(directory / "task_model.safetensors"))}
+        load_state_strict(model, state, source=str(directory / "task_model.safetensors"))
+        return model
+
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
+        """The encoder as a model directory (its config.json and weights, as trained) with the task model beside it:
+        task_model.safetensors (mix, BiLSTM, head) and task_model.json (the settings and labels)."""
+        from safetensors.torch import save
+
+        directory = Path(directory)
+        self.encoder.save_pretrained(directory, tokenizer=tokenizer)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()
+                 if not k.startswith("encoder.")}
+        atomic_write(directory / "task_model.safetensors", save(state))
+        atomic_write(directory / "task_model.json",
+                     json.dumps({**self.settings, "labels": self.labels}, indent=2) + "\n")
+
+
+def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config, num_labels: int = 2,
+                     labels: Sequence[str] | None = None, regression: bool = False,
+                     train_inputs: Sequence[dict] = ()) -> tuple[FeatureTaskModel, dict]:
+    """The task model a `bertkit finetune --frozen` (or `--task-model bilstm`) run trains on `model_dir`'s encoder,
+    from a FinetuneConfig's frozen, layers, combine, task_model, lstm_hidden, mix_layer_norm, feature_cache and
+    dropout. Returns (model, facts for results.json: encoder and cache timings)."""
+    import time
+
+    from bertkit.models import ElmoModel
+
+    encoder = load_encoder(model_dir)
+    count, width = encoder_shape(encoder, tokenizer)
+    # Frozen: every layer by default (ELMo's scalar mix of all of them); trained with the encoder: its last layer.
+    layers = parse_layers(config.layers if config.layers is not None else ("all" if config.frozen else "-1"), count)
+    facts: dict[str, Any] = {"encoder_layers": count, "layers": layers, "combine": config.combine,
+                             "task_model": config.task_model, "frozen": config.frozen,
+                             "encoder_parameters": sum(p.numel() for p in encoder.parameters())}
+    cache = None
+    if config.frozen and (config.feature_cache or "memory") != "off":
+        cache = FeatureCache(encoder_fingerprint(model_dir))
+        path = None if (config.feature_cache or "memory") == "memory" else Path(config.feature_cache)
+        if path is not None and path.is_file():
+            started = time.perf_counter()
+            cache.load(path)
+            facts["feature_cache_load_s"] = round(time.perf_counter() - started, 3)
+        facts["feature_cache"] = str(path) if path else "memory"
+    model = FeatureTaskModel(encoder, tokenizer, role, num_labels, count, width, layers, config.combine,
+                             config.task_model, config.lstm_hidden,
+                             0.1 if config.dropout is None else config.dropout, config.frozen,
+                             config.mix_layer_norm, cache, labels, regression)
+    if cache is not None and train_inputs:
+        started = time.perf_counter()
+        before = len(cache.rows)
+        fill_cache(model, train_inputs, tokenizer.pad_id, config.eval_batch_size)
+        facts["feature_cache_fill_s"] = round(time.perf_counter() - started, 3)
+        facts["feature_cache_rows_computed"] = len(cache.rows) - before
+        if path is not None and len(cache.rows) > before:
+            cache.save(path)
+    if isinstance(encoder, ElmoModel):
+        facts["char_stats"] = dict(getattr(tokenizer, "char_stats", {}))
+    return model, facts
+
+
+@torch.no_grad()
+def encoder_shape(encoder, tokenizer) -> tuple[int, int]:
+    """(number of hidden states, their width) of an encoder, from a one-token probe."""
+    probe = torch.tensor([[tokenizer.cls_id if tokenizer.cls_id is not None else 0]])
+    was_training = encoder.training
+    hidden = encoder_hidden_states(encoder.eval(), probe, torch.ones_like(probe), torch.zeros_like(probe), tokenizer)
+    encoder.train(was_training)
+    return len(hidden), hidden[0].shape[-1]
+
+
+@torch.no_grad()
+def fill_cache(model: FeatureTaskModel, inputs: Sequence[dict], pad_id: int, batch_size: int) -> None:
+    """Run the frozen encoder once over every input (batched by length) so that training only reads the cache."""
+    from bertkit.taskrun import collate
+
+    order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]["input_ids"]))
+    for start in range(0, len(order), batch_size):
+        chosen = [{k: inputs[i][k] for k in ("input_ids", "token_type_ids")} for i in order[start:start + batch_size]]
+        batch = collate(chosen, pad_id)
+        model.all_layers(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Contextual vectors of one word in several texts
+# ------------------------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def word_similarity(model_dir: str | os.PathLike, word: str, texts: Sequence[str],
+                    max_seq_length: int = 512) -> dict[str, Any]:
+    """The vectors of `word` (its first occurrence, first piece) in each text at every layer, and their pairwise
+    cosine similarities per layer: {"word", "texts", "tokens" (the token used in each text), "layers": [{"layer",
+    "cosine": N x N, "identical": whether the vectors are exactly equal}]}. ValueError naming the text where the
+    word does not occur."""
+    from bertkit.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    if getattr(tokenizer, "kind", None) == "word":
+        tokenizer.open_vocabulary = True
+    encoder = load_encoder(model_dir).eval()
+    positions, tokens, hidden_all = [], [], []
+    for i, text in enumerate(texts):
+        enc = tokenizer.encode_batch([text], max_length=max_seq_length)[0]
+        pos = _word_position(enc, text, word)
+        if pos is None:
+            raise ValueError(f"--word {word!r} does not occur in text {i + 1} ({text!r})")
+        ids = torch.tensor([enc.input_ids])
+        hidden = encoder_hidden_states(encoder, ids, torch.ones_like(ids), torch.zeros_like(ids), tokenizer)
+        hidden_all.append([h[0, pos].float() for h in hidden])
+        tokens.append(enc.tokens[pos])
+    n_layers = len(hidden_all[0]) if hidden_all else 0
+    result: dict[str, Any] = {"word": word, "texts": list(texts), "tokens": tokens, "layers": []}
+    for layer in range(n_layers):
+        vectors = torch.stack([h[layer] for h in hidden_all])  # (N, H)
+        unit = torch.nn.functional.normalize(vectors, dim=-1)
+        result["layers"].append({"layer": layer, "cosine": (unit @ unit.T).tolist(),
+                                 "identical": bool(all(torch.equal(vectors[0], v) for v in vectors[1:]))})
+    return result
+
+
+def _word_position(enc, text: str, word: str) -> int | None:
+    """Index in an encoding of `text` of the first token of the first whole-word occurrence of `word`
+    (case-insensitive), None when absent or cut off."""
+    import re
+
+    match = re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, flags=re.IGNORECASE)
+    if match is None:
+        return None
+    for i, (seq, (start, end)) in enumerate(zip(enc.sequence_ids, enc.offsets)):
+        if seq == 0 and start <= match.start() < max(end, start + 1):
+            return i
+    return None

@@ -28,18 +28,30 @@ with, loadable by transformers), its dev predictions beside it (OUT/predictions.
 in the official format; OUT/dev_predictions.txt or .conll otherwise), and OUT/results.json holds every epoch's
 metrics, the best, the resolved config and the training throughput.
 
+When the run ends, `score_best` scores the best epoch's model on any extra labelled files (`eval_files`: a test
+set, CoLA's out-of-domain sentences) and, for a classifier, writes the confusion matrices (OUT/confusion_matrix.json).
+`finetune_sweep` repeats the run over seeds (and a learning-rate grid) and writes the result card (`bertkit.card`).
+
+A causal (GPT-style) model fine-tuned for glue or classify reads the last real token and, unless
+config.lm_weight is 0, keeps GPT-1's auxiliary language-modelling loss (`bertkit.models.heads`,
+`bertkit.tasks.classify.SequenceClassificationTask`).
+
 `predict` (labels with probabilities, entity spans, answers, choices) and `evaluate_predictions` (metrics of a
 predictions file against a data file, SQuAD with the official scripts' keys) ask the same families.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit.taskrun import (TASK_FILE, EpochBatches, FinetuneConfig, collate, config_fields, forward_all,
@@ -50,13 +62,14 @@ from bertkit.tasks.ner import split_words, tags_to_spans
 
 # Names that lived here before the task run moved to bertkit.taskrun and the families to bertkit.tasks.
 __all__ = ["KINDS", "TASK_FILE", "EpochBatches", "FinetuneConfig", "collate", "config_fields", "evaluate_predictions",
-           "finetune", "forward_all", "load_predictor", "load_task_model", "predict", "read_task_info", "split_words",
-           "tags_to_spans"]
+           "finetune", "finetune_sweep", "forward_all", "load_predictor", "load_task_model", "predict",
+           "read_task_info", "score_best", "split_words", "tags_to_spans"]
 
 
 def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike, dev_path: str | os.PathLike,
              out_dir: str | os.PathLike, config: FinetuneConfig | None = None, *, resume: bool = False,
-             new_heads: bool = False, stop_after_steps: int | None = None) -> dict[str, Any]:
+             new_heads: bool = False, stop_after_steps: int | None = None,
+             eval_files: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
     """Fine-tune the encoder in `model_dir` on a task and keep the best epoch's model; see the module docstring.
 
     Args:
@@ -71,24 +84,52 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         new_heads: replace a head the directory already has (another task's, another number of labels).
         stop_after_steps: stop after this many optimizer steps as if interrupted (the schedule still spans every
             epoch); a later call with resume=True continues. For tests and time-sliced runs.
+        eval_files: more labelled files in the dev file's format (a test set, CoLA's out-of-domain sentences),
+            scored once at the end with the best epoch's model: results.json "eval_files" {file stem: metrics}.
     Returns:
         The content of results.json: {"epochs": [{"epoch", "step", metrics...}], "best": {...},
-        "train_examples_per_s", "config", ...}.
+        "train_examples_per_s", "train_tokens_per_s", "wall_seconds", "config", ...}; a classifier's (glue,
+        classify) also "confusion_matrix" {"labels", "dev", file stem: rows = gold, columns = predicted}, written
+        to OUT/confusion_matrix.json too.
     """
+    import time
+
+    started = time.perf_counter()
     from bertkit.io import writer_lock
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    names = [Path(p).stem for p in eval_files]
+    if len(set(names)) < len(names) or "dev" in names:
+        raise ValueError(f"--eval-file: the files' names must differ from each other and from 'dev' ({names})")
+    for path in eval_files:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--eval-file {path}: no such file")
     data = load_task_data(kind, model_dir, train_path, dev_path, config)
     config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
-    cls = model_class(family, model_dir)  # the architecture's task model: BertFor..., ModernBertFor...
-    model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
-    if tokenizer.vocab_size > model.config.vocab_size:
+    feature_facts = None
+    if config.frozen or config.task_model == "bilstm" or _is_elmo(model_dir):
+        # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them.
+        from bertkit.features import FeatureTaskModel, build_task_model
+
+        if not (config.frozen or config.task_model == "bilstm"):
+            raise ValueError(f"{model_dir} holds an ELMo model, whose layers feed a task model: add --frozen "
+                             f"(and --task-model bilstm for the ELMo paper's task models)")
+        kwargs = family.model_kwargs()
+        model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
+                                                num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
+                                                regression=kwargs.get("regression", False),
+                                                train_inputs=[*data.train_features, *data.dev_features])
+        cls = FeatureTaskModel  # what reads the best epoch's directory back
+    else:
+        cls = model_class(family, model_dir)  # the architecture's task model: BertFor..., ModernBertFor...
+        model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
+    if feature_facts is None and tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
 
@@ -100,12 +141,112 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
 
     summary = {"kind": kind, "task": config.task, "model_dir": str(model_dir), "train": str(train_path),
                "dev": str(dev_path)}
+    if feature_facts is not None:
+        summary["features"] = feature_facts
     resolved = {"kind": kind, "model_dir": str(model_dir), "train": str(train_path), "dev": str(dev_path),
                 "finetune": config.to_dict(), "model_config": model.config.to_dict()}
+    objective = family.objective()
+    if (kind in ("glue", "classify") and getattr(model.config, "causal", False) and config.lm_weight
+            and feature_facts is None):  # a task model on the layers has no LM head to score with
+        objective = objective.with_language_model(config.lm_weight)  # GPT-1's L2 + 0.5 L1
     with writer_lock(out_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
-        return run_task(data, model, family.objective(), out_dir, dist_info=dist_info, device=device,
-                        resume=resume, stop_after_steps=stop_after_steps, summary=summary, resolved=resolved,
-                        banner=banner)
+        results = run_task(data, model, objective, out_dir, dist_info=dist_info, device=device,
+                           resume=resume, stop_after_steps=stop_after_steps, summary=summary, resolved=resolved,
+                           banner=banner)
+        if not dist_info.is_main or stop_after_steps is not None:
+            return results
+        return score_best(data, cls, out_dir, eval_files, results, time.perf_counter() - started, device)
+
+
+def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike], results: dict[str, Any],
+               wall_seconds: float, device) -> dict[str, Any]:
+    """The finished run's results.json completed: the wall time, the best epoch's model scored on each extra
+    evaluation file, and for a classifier the confusion matrices (dev and every file; also confusion_matrix.json).
+    """
+    from bertkit.io import atomic_write
+    from bertkit.taskrun import model_outputs
+    from bertkit.tasks.metrics import confusion_matrix
+
+    family, tokenizer, batch = data.family, data.tokenizer, data.config.eval_batch_size
+    classifier = (data.kind in ("glue", "classify") and not getattr(family, "regression", True)
+                  and not getattr(family, "generates", False))
+    results = {**results, "wall_seconds": round(wall_seconds, 3)}
+    if not (classifier or eval_files):
+        atomic_write(out_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
+        return results
+    model = cls.from_pretrained(out_dir / "model").to(device).eval()
+    sets = [("dev", data.dev_examples, data.dev_features)]
+    for path in eval_files:
+        examples = family.read(path, training=False)
+        sets.append((Path(path).stem, examples, family.features(examples, tokenizer, training=False)))
+    matrices: dict[str, Any] = {"labels": list(family.labels)} if classifier else {}
+    scored = {}
+    for name, examples, features in sets:
+        logits = model_outputs(family, model, features, tokenizer.pad_id, batch)
+        if name != "dev":
+            scored[name] = family.evaluate(examples, features, logits)[0]
+        if classifier:
+            matrices[name] = confusion_matrix(np.stack(logits).argmax(-1), [f["label"] for f in features],
+                                              len(family.labels))
+    if eval_files:
+        results["eval_files"] = scored
+    if classifier:
+        results["confusion_matrix"] = matrices
+        atomic_write(out_dir / "confusion_matrix.json", json.dumps(matrices, indent=2) + "\n")
+    atomic_write(out_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
+    return results
+
+
+def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike,
+                   dev_path: str | os.PathLike, out_dir: str | os.PathLike, config: FinetuneConfig | None = None, *,
+                   seeds: Sequence[int], learning_rates: Sequence[float] | None = None, new_heads: bool = False,
+                   eval_files: Sequence[str | os.PathLike] = (), name: str | None = None) -> dict[str, Any]:
+    """One fine-tuning run per seed (and learning rate of a grid), each a full run directory of its own under
+    out_dir (`bertkit.card.run_dir_name`: seedS, or lrX/seedS), then the card (out_dir/card.json, card.md; see
+    bertkit.card). A run directory that already holds a finished run is kept as it is, so an interrupted sweep
+    continues where it stopped when called again. Returns the card."""
+    from bertkit.card import card_from_runs, read_results, run_dir_name, write_card
+
+    config = config or FinetuneConfig(kind=kind)
+    if not seeds:
+        raise ValueError("--seeds: give at least one seed")
+    out_dir = Path(out_dir)
+    runs = []
+    for lr in (learning_rates or [None]):
+        for seed in seeds:
+            run_dir = out_dir / run_dir_name(seed, lr)
+            runs.append(run_dir)
+            setting = dataclasses.replace(config, seed=seed, learning_rate=config.learning_rate if lr is None else lr)
+            try:
+                done = read_results(run_dir)
+            except (FileNotFoundError, ValueError):
+                done = {}
+            if "wall_seconds" in done:  # finished before: a resumed sweep, if it is this sweep's run
+                _same_setting(run_dir, done.get("config") or {}, setting.to_dict())
+                continue
+            print(f"sweep: {run_dir}", flush=True)
+            finetune(kind, model_dir, train_path, dev_path, run_dir, setting, resume=(run_dir / "checkpoints").is_dir(),
+                     new_heads=new_heads, eval_files=eval_files)
+    card = card_from_runs(runs, root=out_dir, name=name)
+    if int(os.environ.get("RANK", "0")) == 0:  # one writer in a distributed sweep
+        write_card(out_dir, card)
+    return card
+
+
+def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
+    """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
+    only changes how a run is shown or checkpointed does not count)."""
+    ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size")
+    for key, value in wanted.items():
+        if key not in ignored and key in done and done[key] != value:
+            raise ValueError(f"{run_dir} holds a finished run with {key} {done[key]!r}, not {value!r}; give the "
+                             f"sweep another --out (or remove that run)")
+
+
+def _is_elmo(model_dir: Path) -> bool:
+    from bertkit.checkpoint import CONFIG_NAME, read_config
+
+    return (model_dir / CONFIG_NAME).is_file() and read_config(model_dir).get("model_type") == "elmo"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -189,6 +330,8 @@ def load_predictor(model_dir: str | os.PathLike, kind: str | None = None, *, max
     model_dir = Path(model_dir)
     if (model_dir / "config.json").is_file() and read_config(model_dir).get("model_type") == "t5":
         return _text_to_text_predictor(model_dir, kind, max_seq_length, batch_size, device)
+    if (model_dir / "task_model.json").is_file():  # bertkit.features.FeatureTaskModel.save_pretrained
+        return _feature_task_predictor(model_dir, kind, max_seq_length, batch_size, device)
     kind = _kind_of(model_dir, kind)
     family_class = family_for(kind)
     info = read_task_info(model_dir)
@@ -198,12 +341,47 @@ def load_predictor(model_dir: str | os.PathLike, kind: str | None = None, *, max
         raise ValueError(f"{model_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
                          f"{family_class.model_class_name}; fine-tune it for {kind} first (bertkit finetune {kind})")
     model = model_class(family_class, model_dir).from_pretrained(model_dir).to(device).eval()
-    length = min(max_seq_length or info.get("max_seq_length") or FinetuneConfig(kind=kind).seq_length,
-                 model.config.max_length)
-    config = FinetuneConfig(kind=kind, max_seq_length=length, eval_batch_size=batch_size,
-                            **{k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length",
-                                                    "n_best_size") if k in info})
+    config = _prediction_config(kind, info, model, max_seq_length, batch_size)
     return Predictor(kind, model, tokenizer, config, info, family_class)
+
+
+def _prediction_config(kind: str, info: dict[str, Any], model, max_seq_length: int | None,
+                       batch_size: int) -> FinetuneConfig:
+    """The settings a loaded task model predicts with: its fine-tuning length (or `max_seq_length`) within the
+    model's positions, and the SQuAD settings of its finetune.json."""
+    length = min(max_seq_length or info.get("max_seq_length") or FinetuneConfig(kind=kind).seq_length,
+                 getattr(model.config, "max_length", sys.maxsize))  # ELMo reads any length
+    return FinetuneConfig(kind=kind, max_seq_length=length, eval_batch_size=batch_size,
+                          **{k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length",
+                                                  "n_best_size") if k in info})
+
+
+def _trained_kind(model_dir: Path, kind: str | None, trained: str) -> str:
+    """The prediction kind of a directory fine-tuned for `trained`; ValueError when `kind` asks for another."""
+    if kind is not None and prediction_kind(kind) != prediction_kind(trained):
+        raise ValueError(f"{model_dir} was fine-tuned for {trained}: it predicts as {prediction_kind(trained)}, "
+                         f"not {kind}")
+    return prediction_kind(trained)
+
+
+def _feature_task_predictor(model_dir: Path, kind: str | None, max_seq_length: int | None, batch_size: int,
+                            device: str) -> Predictor:
+    """`load_predictor` for a task model on encoder layers (what a `--frozen` or `--task-model bilstm` run keeps:
+    the encoder directory with task_model.json and task_model.safetensors beside it, `bertkit.features`); the kind
+    it was fine-tuned for comes from its finetune.json, the labels from task_model.json."""
+    from bertkit.features import FeatureTaskModel
+
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
+    info = read_task_info(model_dir)
+    if "kind" not in info:
+        raise ValueError(f"{model_dir}: a task model on encoder layers without its {TASK_FILE} (the kind it was "
+                         f"fine-tuned for); use the model directory a bertkit finetune run wrote")
+    kind = _trained_kind(model_dir, kind, info["kind"])
+    model = FeatureTaskModel.from_pretrained(model_dir).to(device).eval()
+    config = _prediction_config(kind, info, model, max_seq_length, batch_size)
+    # The model's own tokenizer: an ELMo model's open-vocabulary word ids are spelt out by the tokenizer that gave them
+    return Predictor(kind, model, model.tokenizer, config, info, family_for(kind))
 
 
 def _text_to_text_predictor(model_dir: Path, kind: str | None, max_seq_length: int | None, batch_size: int,
@@ -223,9 +401,7 @@ def _text_to_text_predictor(model_dir: Path, kind: str | None, max_seq_length: i
                          f"finetune.json); fine-tune it first (bertkit finetune glue|classify|squad), or write "
                          f"free text with bertkit generate --model {model_dir}")
     trained = info["kind"]
-    if kind is not None and prediction_kind(kind) != prediction_kind(trained):
-        raise ValueError(f"{model_dir} was fine-tuned for {trained}: it predicts as {prediction_kind(trained)}, "
-                         f"not {kind}")
+    _trained_kind(model_dir, kind, trained)
     config = FinetuneConfig(kind=trained, task=info.get("task"), eval_batch_size=batch_size,
                             max_seq_length=max_seq_length or info.get("max_seq_length"),
                             max_target_length=info.get("max_target_length"),
@@ -241,7 +417,8 @@ def _text_to_text_predictor(model_dir: Path, kind: str | None, max_seq_length: i
 def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_path: str | os.PathLike,
                          null_odds_path: str | os.PathLike | None = None, task: str | None = None, *,
                          text_column: str = "text", pair_column: str | None = None, label_column: str = "label",
-                         regression: bool = False) -> dict[str, Any]:
+                         regression: bool = False, column: int | None = None,
+                         scheme: str = "auto") -> dict[str, Any]:
     """Metrics of a predictions file against a labelled data file (the family's `evaluate_file`).
 
     squad: predictions.json ({qid: answer}) and optionally null_odds.json; exactly the official scripts' output
@@ -250,7 +427,8 @@ def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_pa
     glue (task required) / classify (columns as for fine-tuning): one label per line, or a GLUE submission TSV
         (`index<TAB>prediction`); the task's GLUE metrics, or accuracy and macro-F1 (pearson, spearmanr, mse).
     ner: a CoNLL file whose last column is the predicted tag, words in the data file's order; entity-level
-        precision, recall, F1 (conlleval rules) and per-type scores.
+        precision, recall, F1 (conlleval rules) and per-type scores; with scheme "none" (plain tags such as POS,
+        the data file's tags in `column`) token accuracy.
     swag: one chosen ending index (0-3) per line; accuracy.
     """
     if kind not in KINDS:
@@ -258,5 +436,6 @@ def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_pa
     if kind == "glue" and task is None:
         raise ValueError("glue evaluation needs the task name (--task)")
     config = FinetuneConfig(kind=kind, task=task if kind == "glue" else None, text_column=text_column,
-                            pair_column=pair_column, label_column=label_column, regression=regression)
+                            pair_column=pair_column, label_column=label_column, regression=regression,
+                            column=column, scheme=scheme)
     return family_for(kind)(config).evaluate_file(data_path, predictions_path, null_odds_path)

@@ -41,8 +41,21 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
         raise ValueError(f"no {tokenizer.id_to_token(tokenizer.mask_id)} token in {text!r}")
     device = next(model.parameters()).device
     ids = torch.tensor([enc.input_ids], device=device)
-    logits = model(ids, torch.ones_like(ids), torch.tensor([enc.token_type_ids], device=device)).prediction_logits
-    probs = logits[0, positions].float().softmax(-1)  # (M, V)
+    types = torch.tensor([enc.token_type_ids], device=device)
+    if model.config.model_type == "xlnet":
+        # XLNet predicts through its query stream: every mask position hidden from every token (itself included),
+        # one target row per mask
+        T, M = ids.shape[1], len(positions)
+        perm_mask = torch.zeros(1, T, T, device=device)
+        perm_mask[0, :, positions] = 1.0
+        mapping = torch.zeros(1, M, T, device=device)
+        mapping[0, torch.arange(M), torch.tensor(positions)] = 1.0
+        with torch.no_grad():
+            logits = model(ids, torch.ones_like(ids), types, perm_mask=perm_mask, target_mapping=mapping).logits
+        probs = logits[0].float().softmax(-1)  # (M, V)
+    else:
+        logits = model(ids, torch.ones_like(ids), types).prediction_logits
+        probs = logits[0, positions].float().softmax(-1)  # (M, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[{"token": tokenizer.id_to_token(int(i)), "id": int(i), "probability": float(p)}
              for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]

@@ -23,6 +23,10 @@ OBJECTIVES = {
     "albert": ("sop", "sop"),
     "roberta": ("full-sentences", None),
     "roberta-doc": ("doc-sentences", None),
+    # RoBERTa's two NSP formats (Liu et al., 2019, table 2), on a BERT model (an NSP head): segment pairs are BERT's
+    # own instances; sentence pairs hold one natural sentence each.
+    "roberta-segment-pair": ("nsp", "nsp"),
+    "roberta-sentence-pair": ("sentence-pair", "nsp"),
 }
 
 
@@ -79,8 +83,14 @@ def evaluate_pretraining(model: torch.nn.Module, objective: MaskedLMObjective, b
         metrics["perplexity"] = float(torch.tensor(metrics["mlm_loss"]).exp())
     elif "lm_loss" in metrics:  # the causal LM's next-token perplexity
         metrics["perplexity"] = float(torch.tensor(metrics["lm_loss"]).exp())
+    elif "plm_loss" in metrics:  # XLNet: the perplexity of the predicted tokens
+        metrics["perplexity"] = float(torch.tensor(metrics["plm_loss"]).exp())
     elif "span_loss" in metrics:  # T5: the perplexity of the targets (sentinels, dropped spans, EOS)
         metrics["perplexity"] = float(torch.tensor(metrics["span_loss"]).exp())
+    elif "forward_loss" in metrics:  # ELMo: each direction's word perplexity, and their geometric mean
+        for side in ("forward", "backward"):
+            metrics[f"{side}_perplexity"] = float(torch.tensor(metrics[f"{side}_loss"]).exp())
+        metrics["perplexity"] = float(torch.tensor((metrics["forward_loss"] + metrics["backward_loss"]) / 2).exp())
     return metrics
 
 
@@ -167,22 +177,107 @@ class SpanCorruptionObjective:
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         labels = batch["labels"]
-        plain = getattr(model, "module", model)  # DistributedDataParallel wraps the model
-        # Logits only (no labels): the loss here is a sum, so that the trainer averages over the global batch.
-        logits = model(batch["input_ids"], batch["attention_mask"],
-                       decoder_input_ids=plain.shift_right(labels)).logits  # (B, T, V)
-        at = labels != IGNORE_INDEX
-        scores, targets = logits[at].float(), labels[at]  # (N, V), (N,)
+        # The logits at the real labels only (packed on the fast path); the loss here is a sum, so that the trainer
+        # averages over the global batch.
+        scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
+        targets = labels[labels != IGNORE_INDEX]  # (N,), scores (N, V)
         n = targets.new_tensor(targets.numel(), dtype=torch.float32)
         return {"span_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "span_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
 
 
+@dataclass
+class BiLMObjective:
+    """ELMo's biLM on a `bertkit.models.ElmoLanguageModel`: the forward LSTMs predict each next word, the backward
+    LSTMs each previous word, both through the shared softmax; the two losses are logged apart
+    (`forward_loss`, `backward_loss`) and their sum is optimised.
+
+    The batches are word windows (`bertkit.data.lmstream.WordWindowStream`: input_ids (B, T + 1)); `char_table`
+    (V, W) spells every word id in characters (`WordTokenizer.char_table`). lstm_state "carry": the forward LSTMs
+    start each batch from the state the previous batch left (the lanes continue), as bilm-tf trains; the state
+    goes into the batch's data position, so a resumed run continues with it. "reset": every batch starts from
+    zeros. The backward LSTMs always start from zeros at the window's right end: a state carried from the previous
+    window would come from the text before, which the backward direction must never see. Evaluation resets.
+    """
+
+    char_table: torch.Tensor
+    lstm_state: str = "carry"
+
+    def __post_init__(self) -> None:
+        if self.lstm_state not in ("carry", "reset"):
+            raise ValueError(f"lstm_state must be carry or reset, got {self.lstm_state!r}")
+        self.carried = None
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        real = batch["attention_mask"].ne(0)
+        n = float((real[:, 1:] & real[:, :-1]).sum())
+        return {"forward_loss": n, "backward_loss": n}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        ids = batch["input_ids"]
+        self.char_table = self.char_table.to(ids.device)
+        chars = self.char_table[ids]  # (B, T+1, W)
+        training = model.training
+        state = None
+        if training and self.lstm_state == "carry":
+            if "_carried" in batch:  # a resumed run: the state the checkpoint kept
+                carried = batch["_carried"]
+                self.carried = [(h.to(ids.device), c.to(ids.device)) for h, c in zip(carried["h"], carried["c"])]
+            if self.carried is not None and self.carried[0][0].shape[0] == ids.shape[0]:
+                state = self.carried
+        out = model(chars, ids, batch["attention_mask"], state)
+        if training and self.lstm_state == "carry":
+            self.carried = out.state
+            if isinstance(batch.get("_state"), dict):  # checkpointed with the data position
+                batch["_state"]["carried"] = {"h": [h.cpu() for h, _ in out.state], "c": [c.cpu() for _, c in out.state]}
+        return {"forward_loss": (out.forward_loss, out.forward_count),
+                "backward_loss": (out.backward_loss, out.backward_count)}
+
+
+class PermutationLMObjective:
+    """XLNet's permutation LM on a `bertkit.models.XLNetLMHeadModel`: the query stream predicts each target token
+    from the tokens before it in the factorisation order (the "xlnet" batches of `bertkit.data.loader`: perm_mask,
+    target_mapping, labels (B, P)), with the memory the previous segment of each row left.
+
+    The memory lives here between micro-batches, and a copy rides in the batch's data position, which the trainer
+    saves with every checkpoint: a resumed run starts with the memory the uninterrupted run had (this rank's; under
+    DDP the other ranks start theirs afresh at a resume). Rows that start afresh (`first_segment`) have none.
+    Held-out batches (without a data position) use and leave no memory.
+    """
+
+    def __init__(self) -> None:
+        self.mems: list[torch.Tensor] | None = None
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"plm_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        training = "_state" in batch
+        mems = None
+        if training and not batch.get("first_segment", False):
+            mems = batch.get("mems", self.mems)
+            device = batch["input_ids"].device
+            mems = None if mems is None or mems[0].shape[0] != batch["input_ids"].shape[0] else \
+                [m.to(device) for m in mems]
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], mems=mems,
+                    perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"], use_mems=training)
+        if training:
+            self.mems = out.mems
+            batch["_state"]["mems"] = out.mems  # saved with the data position at a checkpoint
+        labels = batch["labels"].reshape(-1)  # (B * P,), IGNORE_INDEX past each row's targets
+        scores = out.logits.reshape(labels.numel(), -1).float()  # (B * P, V): no copy of the labelled rows
+        n = (labels != IGNORE_INDEX).sum().float()
+        return {"plm_loss": (F.cross_entropy(scores, labels, ignore_index=IGNORE_INDEX, reduction="sum"), n),
+                "plm_accuracy": ((scores.argmax(-1) == labels).sum().float(), n)}
+
+
 # Objectives that train another model than BertForPreTraining: name -> (instance kind, pair task), as OBJECTIVES.
 FAMILY_OBJECTIVES = {
+    "xlnet": ("xlnet", None),  # permutation LM segments (bertkit.data.permutation)
     "electra": ("full-sentences", None),
     "causal": ("full-sentences", None),
     "t5": ("spans", None),
+    "elmo": ("words", None),  # word windows (bertkit.data.lmstream), not instances of bertkit.data.loader
 }
 
 
@@ -207,6 +302,13 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
                          f"it only: objective {name!r} with model_type {config.model_type!r}")
     if name == "t5":
         return T5ForConditionalGeneration(config), SpanCorruptionObjective()
+    if (name == "xlnet") != (config.model_type == "xlnet"):
+        raise ValueError(f"the xlnet objective (permutation LM) trains an XLNet and an XLNet model trains with it "
+                         f"only: objective {name!r} with model_type {config.model_type!r}")
+    if name == "xlnet":
+        from bertkit.models import XLNetLMHeadModel
+
+        return XLNetLMHeadModel(config), PermutationLMObjective()
     if name == "causal":
         if not getattr(config, "causal", False):  # only BertConfig has the switch (ModernBERT: an encoder only)
             raise ValueError("the causal objective needs a causal model: " + (

@@ -187,3 +187,103 @@ def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = Non
         _draw(name, axes_keys, series, path)
         written.append(path)
     return written
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Result cards and confusion matrices
+# ------------------------------------------------------------------------------------------------------------------
+def plot_card(table: dict, path: str | os.PathLike) -> Path:
+    """Draw a merged card (`bertkit.card.merge_cards`) as dot-and-whisker plots, one panel per column (task:
+    metric): for every row (model, variant) a dot at the median, a thick bar over the interquartile range and a
+    thin whisker from min to max. Returns the PNG's path."""
+    Figure, FigureCanvasAgg = _matplotlib()
+    columns, rows = table["columns"], table["rows"]
+    if not columns:
+        raise ValueError("the card has no column to draw")
+    n = len(columns)
+    cols = min(n, 3)
+    fig = Figure(figsize=(4.2 * cols, (1.2 + 0.45 * len(rows)) * math.ceil(n / cols)), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, column in enumerate(columns):
+        ax = fig.add_subplot(math.ceil(n / cols), cols, i + 1)
+        for y, row in enumerate(rows):
+            s = table["cells"].get(row, {}).get(column)
+            if s is None:
+                continue
+            ax.plot([s["min"], s["max"]], [y, y], color="0.5", linewidth=1)
+            ax.plot([s["q1"], s["q3"]], [y, y], color="C0", linewidth=5, solid_capstyle="butt")
+            ax.plot([s["median"]], [y], "o", color="C3", markersize=6)
+        ax.set_yticks(range(len(rows)), rows if i % cols == 0 else [""] * len(rows))
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.invert_yaxis()
+        ax.set_title(column, fontsize="medium")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("median (dot), interquartile range (bar), min-max (whisker)", fontsize="small")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    return path
+
+
+def plot_confusion(matrices: dict, path: str | os.PathLike, title: str = "") -> Path:
+    """Draw confusion matrices ({"labels": [...], NAME: rows = gold, columns = predicted, ...}, as results.json
+    and cards hold them) as annotated heat maps, one panel per NAME (dev, each extra file), gold on the vertical
+    axis and predictions across. Returns the PNG's path."""
+    Figure, FigureCanvasAgg = _matplotlib()
+    labels = [str(x) for x in matrices["labels"]]
+    names = [k for k in matrices if k not in ("labels", "runs")]
+    size = max(3.2, 0.6 * len(labels) + 2)
+    fig = Figure(figsize=(size * len(names), size), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, name in enumerate(names):
+        counts = matrices[name]
+        ax = fig.add_subplot(1, len(names), i + 1)
+        ax.imshow(counts, cmap="Blues")
+        top = max(max(row) for row in counts) or 1
+        for r, row in enumerate(counts):
+            for c, value in enumerate(row):
+                ax.text(c, r, str(value), ha="center", va="center", color="white" if value > top / 2 else "black")
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xlabel("predicted label")
+        ax.set_ylabel("true label")
+        ax.set_title(name + (f" (summed over {matrices['runs']} runs)" if "runs" in matrices else ""),
+                     fontsize="medium")
+    if title:
+        fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Layer distances (the ALBERT paper's equilibrium figure)
+# ------------------------------------------------------------------------------------------------------------------
+def plot_layer_distances(results: list[dict], names: list[str], path: str | os.PathLike) -> Path:
+    """Draw `bertkit.analyze.layer_distances` results of several models side by side: the L2 distance and the
+    cosine distance (1 - cos) between each layer's input and output embeddings against the layer, one line per
+    model (as figure 1 of the ALBERT paper). Written atomically; returns the PNG's path."""
+    import io
+
+    from bertkit.io import atomic_write
+
+    Figure, FigureCanvasAgg = _matplotlib()
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, (key, label) in enumerate((("l2", "L2 distance"), ("cosine_distance", "cosine distance (1 - cos)"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for name, result in zip(names, results):
+            ax.plot(range(1, result["layers"] + 1), result[key], marker="o", markersize=4, label=name)
+        ax.set_xlabel("layer")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} between each layer's input and output", fontsize="medium")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    atomic_write(path, buffer.getvalue())
+    return path

@@ -42,8 +42,10 @@ class DataConfig:
     """What the model sees: objective, instance creation, masking and batch size."""
 
     objective: str = _f("bert", "bert (MLM+NSP), albert (MLM+SOP), roberta (MLM, FULL-SENTENCES), roberta-doc "
-                                "(MLM, DOC-SENTENCES), electra (replaced-token detection), causal (next-token LM), "
-                                "t5 (T5's span corruption; a T5 encoder-decoder)")
+                                "(MLM, DOC-SENTENCES), roberta-segment-pair / roberta-sentence-pair (MLM+NSP on "
+                                "segment or single-sentence pairs: RoBERTa's NSP rows; a BERT model), electra "
+                                "(replaced-token detection), causal (next-token LM), t5 (T5's span corruption; a T5 "
+                                "encoder-decoder), xlnet (permutation LM; an XLNet, shards with <cls>/<sep>)")
     max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included (t5: the corrupted input, EOS "
                                   "included)")
     short_seq_prob: float = _f(0.1, "fraction of NSP/SOP instances with a shorter random target length")
@@ -60,6 +62,10 @@ class DataConfig:
     rtd_weight: float = _f(50.0, "ELECTRA: weight of the discriminator loss against the generator's MLM loss")
     generator_fraction: float = _f(0.25, "ELECTRA: generator hidden size as a fraction of the discriminator's")
     mean_noise_span_length: float = _f(3.0, "T5: mean length of a corrupted span")
+    partial_k: int = _f(7, "XLNet: predict about 1/K of the tokens, each span with (K - 1) x its length of context "
+                           "(the paper's K = 7); max_predictions_per_seq is the exact count")
+    lstm_state: str = _f("carry", "elmo: carry the forward LSTMs' state from one batch of word windows to the next "
+                                  "(the lanes continue, as bilm-tf trains) or reset it every batch")
 
     def __post_init__(self) -> None:
         check_finite(self, ("short_seq_prob", "mask_prob", "rtd_weight", "generator_fraction",
@@ -91,7 +97,7 @@ class DataConfig:
 
 
 # Objectives that imply an architecture: `--objective t5` alone builds a T5 (the recipe's model_type may say so too).
-OBJECTIVE_MODEL_TYPES = {"t5": "t5"}
+OBJECTIVE_MODEL_TYPES = {"t5": "t5", "xlnet": "xlnet", "elmo": "elmo"}
 
 
 def model_type_of(model: dict[str, Any], objective: str) -> str | None:
@@ -108,10 +114,19 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         model_type = model_type_of(self.model, self.data.objective)
+        if (model_type == "elmo") != (self.data.objective == "elmo"):
+            raise ValueError(f"the elmo objective (a biLM over words) trains an ELMo model, and an ELMo model "
+                             f"pretrains with it only: objective {self.data.objective!r} with model_type "
+                             f"{model_type!r}")
+        if self.data.lstm_state not in ("carry", "reset"):
+            raise ValueError(f"lstm_state must be carry or reset, got {self.data.lstm_state!r}")
         if (model_type == "t5") != (self.data.objective == "t5"):
             raise ValueError(f"the t5 objective (span corruption) trains a T5 encoder-decoder, and a T5 model "
                              f"pretrains with it only: objective {self.data.objective!r} with model_type "
                              f"{model_type!r}")
+        if (model_type == "xlnet") != (self.data.objective == "xlnet"):
+            raise ValueError(f"the xlnet objective (permutation LM) trains an XLNet, and an XLNet model pretrains "
+                             f"with it only: objective {self.data.objective!r} with model_type {model_type!r}")
         if model_type == "modernbert" and self.data.objective not in ("roberta", "roberta-doc"):
             why = ("a sentence-pair head (NSP / SOP), which ModernBERT does not have"
                    if self.data.objective in OBJECTIVES else "a BERT-family model (BertConfig)")
@@ -191,14 +206,14 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 
 def field_help() -> dict[str, list[tuple[str, Any, str]]]:
     """Every settable field by section: (name, default, help), for `bertkit pretrain --help`."""
-    from bertkit.config import T5Config
+    from bertkit.config import ElmoConfig, T5Config
 
     out: dict[str, list[tuple[str, Any, str]]] = {}
     from bertkit.config import ModernBertConfig
 
     for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig),
                          ("model (modernbert: model_type modernbert)", ModernBertConfig),
-                         ("model (t5: objective t5)", T5Config)):
+                         ("model (t5: objective t5)", T5Config), ("model (elmo: objective elmo)", ElmoConfig)):
         rows = []
         for f in dataclasses.fields(cls):
             rows.append((f.name, f.default, f.metadata.get("help", "")))
@@ -253,7 +268,8 @@ def random_token_ids(tokenizer) -> np.ndarray:
                     dtype=np.int64)
 
 
-def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the tokenizer"):
+def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the tokenizer",
+                   model: dict[str, Any] | None = None):
     """The loader's `StreamOptions` for a recipe's data section: the objective's instances, lengths, masking,
     document isolation and static copies. Pretraining and MLM distillation both read their stream through this.
 
@@ -263,7 +279,9 @@ def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the t
 
     instances, _ = ALL_OBJECTIVES[data.objective]
     spans = {}
-    if instances == "spans":
+    if instances == "xlnet":
+        spans = xlnet_stream_fields(data, tokenizer, source, model or {})
+    elif instances == "spans":
         spans = dict(noise_density=data.mask_prob, mean_noise_span_length=data.mean_noise_span_length,
                      **span_sentinels(tokenizer, source))
     options = dict(instances=instances, max_seq_length=data.max_seq_length, short_seq_prob=data.short_seq_prob,
@@ -273,10 +291,26 @@ def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the t
     try:
         return StreamOptions(**options)
     except ValueError as err:
-        if not spans:
+        if not spans or instances == "xlnet":
             raise
         raise ValueError(f"{source}: {err}; train a tokenizer with more (bertkit tokenizer train --kind unigram "
                          f"--extra-ids 100) or lower --max-seq-length") from None
+
+
+def xlnet_stream_fields(data: DataConfig, tokenizer, source: str | Path, model: dict[str, Any]) -> dict[str, Any]:
+    """The XLNet stream's fields: reuse_len (the recipe model section's, 0 when absent) and partial_k; ValueError
+    naming `source` when the tokenizer has no <cls> or <sep> (XLNet's segments end `<sep> <cls>`)."""
+    if tokenizer is not None and (tokenizer.cls_id is None or tokenizer.sep_id is None):
+        raise ValueError(f"{source}: the xlnet objective frames segments `A <sep> B <sep> <cls>`, and this "
+                         f"{getattr(tokenizer, 'kind', '')} tokenizer has no "
+                         f"{'<cls>' if tokenizer.cls_id is None else '<sep>'} token; prepare the corpus with an XLNet "
+                         f"tokenizer (bertkit tokenizer train --kind unigram --xlnet)")
+    if data.partial_k < 2:
+        raise ValueError(f"partial_k must be at least 2, got {data.partial_k}")
+    if model.get("reuse_len") and "mem_len" in model and not model["mem_len"]:
+        raise ValueError(f"mem_len {model['mem_len']!r} with reuse_len {model['reuse_len']}: the memory would grow "
+                         f"by reuse_len tokens every segment without bound; set mem_len (e.g. 2 x reuse_len)")
+    return {"reuse_len": int(model.get("reuse_len") or 0), "partial_k": data.partial_k}
 
 
 def span_sentinels(tokenizer, source: str | Path) -> dict[str, int]:
@@ -326,10 +360,14 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
     d = config.data
     if model_type_of(config.model, d.objective) == "t5":
         return _build_t5(config, vocab_size, init_from, tokenizer, T5ForConditionalGeneration)
+    if d.objective == "elmo":
+        return _build_elmo(config, vocab_size, init_from, tokenizer)
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
     if tokenizer is not None:
         overrides.update(_special_token_fields(tokenizer, config.model))
     overrides.update(config.model)
+    if model_type_of(config.model, d.objective) == "xlnet":  # `--objective xlnet` alone builds an XLNet
+        overrides["model_type"] = "xlnet"
     if overrides.get("padding_offset_positions") and "max_position_embeddings" not in config.model:
         # RoBERTa's table also holds the pad_token_id + 1 offset rows (514 for 512 positions with <pad> = 1).
         overrides["max_position_embeddings"] += overrides.get("pad_token_id", 0) + 1
@@ -361,6 +399,32 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
                              f"{model.config.model_type} model does not have; use the roberta objective")
         model = continued_model(model, config, init_from)
     return model, objective
+
+
+def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
+    """(ElmoLanguageModel, BiLMObjective) for the elmo objective: the preset's sizes, the word tokenizer's
+    vocabulary, characters and word width (`init_from`: continue an ELMo directory)."""
+    from bertkit.config import ElmoConfig
+    from bertkit.models import ElmoLanguageModel
+    from bertkit.objectives import BiLMObjective
+
+    if tokenizer is not None and getattr(tokenizer, "kind", None) != "word":
+        raise ValueError(f"the elmo objective reads words and their characters: prepare the corpus with a word "
+                         f"tokenizer (bertkit tokenizer train --kind word), not a {tokenizer.kind} one")
+    fields: dict[str, Any] = {"vocab_size": vocab_size}
+    if tokenizer is not None:
+        fields.update(char_vocab_size=tokenizer.char_vocab_size, max_characters=tokenizer.max_characters,
+                      pad_token_id=tokenizer.pad_id)
+    fields.update({k: v for k, v in config.model.items() if k != "model_type"})
+    model = ElmoLanguageModel(ElmoConfig.preset(config.preset, **fields))
+    if init_from is not None:
+        model = ElmoLanguageModel.from_pretrained(init_from)
+        if model.config.vocab_size != vocab_size:
+            raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
+                             f"tokenizer ({vocab_size})")
+    table = torch.from_numpy(tokenizer.char_table()) if tokenizer is not None else \
+        torch.zeros(vocab_size, model.config.max_characters, dtype=torch.long)
+    return model, BiLMObjective(table, config.data.lstm_state)
 
 
 def continued_model(model, config: PretrainConfig, init_from: str | Path):
@@ -473,6 +537,32 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     fields.update(overrides)
     config = config_class_for(None if model_type == "bert" else model_type).preset(preset, **fields)
     model = ROLE_CLASSES[type(config)]["seq2seq" if model_type == "t5" else "pretraining"](config)
+    model.save_pretrained(out_dir, tokenizer=tokenizer)
+    return Path(out_dir)
+
+
+def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Path:
+    """Write a randomly initialised model of exactly `source_dir`'s architecture (its config.json, any family
+    bertkit loads) with its tokenizer: the "same model from scratch" of a pretrained-versus-random comparison.
+
+    The weights are the architecture's own initialisation from `seed`; nothing of the source's weights is read.
+    Written as the pretraining model (BERT: BertForPreTraining, a causal config: BertForCausalLM, ModernBERT: its
+    masked LM, T5: the encoder-decoder), so every verb that takes the source takes the copy.
+    """
+    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
+    from bertkit.models import BertForCausalLM, class_for
+    from bertkit.tokenizers import load_tokenizer
+
+    source_dir = Path(source_dir)
+    if not (source_dir / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"--like {source_dir}: no {CONFIG_NAME}; not a model directory")
+    config = config_from_dict(read_config(source_dir), source=str(source_dir / CONFIG_NAME))
+    tokenizer = load_tokenizer(source_dir)
+    torch.manual_seed(seed)
+    if getattr(config, "causal", False):
+        model = BertForCausalLM(config)
+    else:
+        model = class_for(config, "seq2seq" if config.model_type == "t5" else "pretraining", str(source_dir))(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
 
@@ -731,14 +821,28 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                              f"{'; '.join(changes)}. Resume with the original settings, or start a new run in "
                              f"another directory")
 
-    options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir)
-    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
-    random_ids = random_token_ids(tokenizer)
-    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
-                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids)
-
     evaluate = None
-    if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
+    if d.objective == "elmo":  # word windows in lanes (bertkit.data.lmstream), not masked instances
+        from bertkit.data.lmstream import WordWindowStream, fixed_windows
+
+        stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
+                                  seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size)
+        if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
+            eval_stream = WordWindowStream(ShardedCorpus(data_dir, "eval", verify=verify_data), tokenizer.cls_id,
+                                           tokenizer.sep_id, d.max_seq_length - 1, min(d.batch_size, 64),
+                                           shuffle=False)
+            eval_batches = fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
+            evaluate = lambda m: evaluate_pretraining(m, objective, eval_batches)  # noqa: E731 - the fixed batches
+    else:
+        options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
+        special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id,
+                             mask=tokenizer.mask_id)
+        random_ids = random_token_ids(tokenizer)
+        stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size,
+                                   seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size,
+                                   random_ids=random_ids)
+
+    if d.objective != "elmo" and "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
         eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data)
         eval_stream = PretrainingStream(eval_corpus, dataclasses.replace(options, dupe_factor=None), special,
                                         tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)

@@ -62,6 +62,7 @@ class FinetuneConfig:
     eval_batch_size: int = _f(64, "examples per forward pass when evaluating and predicting")
     warmup_ratio: float = _f(0.1, "linear warm-up over this fraction of the steps, then linear decay to 0")
     weight_decay: float = _f(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    optimizer: str = _f("adamw", "adamw or lamb (AdamW's update scaled per tensor by ||w|| / ||update||)")
     max_grad_norm: float = _f(1.0, "clip the global gradient norm to this (0 = no clipping)")
     adam_epsilon: float = _f(1e-6, "AdamW epsilon (BERT's 1e-6; torch's and transformers' default is 1e-8)")
     dropout: float | None = _f(None, "hidden and attention dropout (default: the model's config, 0.1 for BERT)")
@@ -73,8 +74,29 @@ class FinetuneConfig:
     pair_column: str | None = _f(None, "classify: column (key) of the second text of a pair")
     label_column: str = _f("label", "classify: column (key) of the label")
     regression: bool = _f(False, "classify: the label is a number (mean squared error, Pearson/Spearman)")
+    lm_weight: float = _f(0.5, "causal (GPT-style) models, glue/classify: weight of GPT-1's auxiliary language-"
+                               "modelling loss on the task's inputs during fine-tuning (0 = off)")
+    column: int | None = _f(None, "ner: the CoNLL column of the tags, from 0 = the word (default: the last; "
+                                  "CoNLL-2003: 1 POS, 2 chunks, 3 entities)")
+    scheme: str = _f("auto", "ner: auto (entity tags, IOB1/BIO/IOBES as the training file has them; entity F1) or "
+                             "none (a plain tag set such as POS, each tag a label; token accuracy)")
     save_every: int = _f(0, "write a resume checkpoint every N steps (0 = every epoch)")
     log_every: int = _f(10, "write a training metrics line every N steps")
+    frozen: bool = _f(False, "feature-based: the encoder's weights stay fixed and only a task model on its layers "
+                             "trains (--layers, --combine, --task-model); the layers are computed once per input")
+    layers: str | None = _f(None, "frozen / bilstm task model: the encoder layers it reads, comma-separated "
+                                  "(0 = embeddings or ELMo's token layer, -1 = last; write --layers=-1,-2,-3,-4) "
+                                  "or all (default: all when frozen, else the last)")
+    combine: str = _f("scalar-mix", "frozen / bilstm task model: concat, sum or scalar-mix (ELMo's learned "
+                                    "softmax-weighted sum times a scale) of the chosen layers")
+    task_model: str = _f("linear", "linear (the family's usual head; with --frozen a linear layer on the combined "
+                                   "layers) or bilstm (a 2-layer BiLSTM, then the head); bilstm without --frozen "
+                                   "trains the encoder too")
+    lstm_hidden: int = _f(256, "bilstm task model: hidden size of each direction")
+    mix_layer_norm: bool = _f(False, "scalar mix: normalise each layer first (the ELMo paper's variant)")
+    feature_cache: str | None = _f(None, "frozen: where the encoder's layers are kept once computed: memory "
+                                         "(default), off (run the encoder every step), or a .safetensors file "
+                                         "reused by later runs on the same model")
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     progress: bool = _f(True, "show a progress bar")
 
@@ -98,16 +120,24 @@ class FinetuneConfig:
         if self.max_target_length is not None and self.max_target_length < 2:
             raise ValueError(f"max_target_length must be at least 2 (a token and EOS), got {self.max_target_length}")
         # NaN fails every comparison and infinity passes the lower bounds: finiteness first.
-        check_finite(self, ("epochs", "learning_rate", "adam_epsilon", "weight_decay", "max_grad_norm", "warmup_ratio")
+        check_finite(self, ("epochs", "learning_rate", "adam_epsilon", "weight_decay", "max_grad_norm", "warmup_ratio",
+                            "lm_weight")
                      + (("dropout",) if self.dropout is not None else ()))
         for name in ("epochs", "learning_rate", "adam_epsilon"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name, zero in (("weight_decay", "none"), ("max_grad_norm", "no clipping")):
+        for name, zero in (("weight_decay", "none"), ("max_grad_norm", "no clipping"), ("lm_weight", "off")):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative (0 = {zero}), got {getattr(self, name)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.column is not None and (isinstance(self.column, bool) or not isinstance(self.column, int)
+                                        or self.column < 1):
+            raise ValueError(f"column must be a tag column of at least 1 (column 0 is the word), got {self.column!r}")
+        if self.scheme not in ("auto", "none"):
+            raise ValueError(f"scheme must be auto or none, got {self.scheme!r}")
+        if self.optimizer not in ("adamw", "lamb"):
+            raise ValueError(f"optimizer must be adamw or lamb, got {self.optimizer!r}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.batch_size % self.grad_accumulation:
@@ -117,6 +147,14 @@ class FinetuneConfig:
             raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.save_every < 0:
             raise ValueError(f"save_every must be 0 (every epoch) or positive, got {self.save_every}")
+        if self.combine not in ("concat", "sum", "scalar-mix"):
+            raise ValueError(f"combine must be concat, sum or scalar-mix, got {self.combine!r}")
+        if self.task_model not in ("linear", "bilstm"):
+            raise ValueError(f"task_model must be linear or bilstm, got {self.task_model!r}")
+        if self.lstm_hidden < 1:
+            raise ValueError(f"lstm_hidden must be at least 1, got {self.lstm_hidden}")
+        if self.feature_cache is not None and not self.frozen:
+            raise ValueError("--feature-cache keeps a frozen encoder's layers; add --frozen")
         if self.bucket_window < 0:
             raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
 
@@ -234,6 +272,7 @@ class EpochBatches:
         self.stop_after_steps = stop_after_steps
         self.position = {"epoch": 0, "step": 0, "micro": 0}
         self.examples_yielded = 0  # by this rank, since construction (for throughput)
+        self.tokens_yielded = 0  # real (unpadded) tokens of those examples
         self._cached: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches): one sort per epoch
 
     @property
@@ -280,6 +319,7 @@ class EpochBatches:
             batch = collate([self.features[i] for i in indices], self.pad_id)
             batch["_state"] = dict(self.position)
             self.examples_yielded += len(indices)
+            self.tokens_yielded += int(batch["attention_mask"].sum())
             yield batch
 
 
@@ -354,9 +394,13 @@ def load_model_tokenizer(model_dir: str | os.PathLike, who: str = "model"):
     from bertkit.tokenizers import load_tokenizer
 
     try:
-        return load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
+    if getattr(tokenizer, "kind", None) == "word" and (Path(model_dir) / "config.json").is_file() and \
+            json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get("model_type") == "elmo":
+        tokenizer.open_vocabulary = True  # ELMo reads words by their characters: unknown words keep their spelling
+    return tokenizer
 
 
 def max_positions(model_dir: str | os.PathLike) -> int:
@@ -513,7 +557,7 @@ def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
 
     return TrainConfig(
         max_steps=max(1, round(config.epochs * steps_per_epoch)), learning_rate=config.learning_rate,
-        warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay,
+        warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay, optimizer=config.optimizer,
         max_grad_norm=config.max_grad_norm, adam_epsilon=config.adam_epsilon,
         grad_accumulation=config.grad_accumulation, precision=config.precision, log_every=config.log_every,
         eval_every=steps_per_epoch, save_every=config.save_every or steps_per_epoch, keep_last=1, seed=config.seed,
@@ -558,6 +602,7 @@ def train_and_report(model, objective, stream, train_config, run_dir: Path, eval
         write_results({"steps": result.step, "stopped_by": result.stopped_by,
                        "train_seconds": round(train_seconds, 3),
                        "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
+                       "train_tokens_per_s": stream.tokens_yielded * dist_info.world_size / train_seconds,
                        "final_train_metrics": result.last_metrics})
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -1,8 +1,8 @@
 """THE training loop, shared by pretraining, fine-tuning and distillation.
 
-`train(model, task, batches, config, run_dir)` runs AdamW with a learning-rate schedule (linear warm-up and decay,
-T5's inverse square root, or warmup-stable-decay), gradient accumulation (with an optional batch-size warm-up),
-clipping, bf16 autocast, DistributedDataParallel under torchrun, logging, periodic evaluation and atomic,
+`train(model, task, batches, config, run_dir)` runs AdamW (or LAMB) with a learning-rate schedule (linear warm-up
+and decay, T5's inverse square root, or warmup-stable-decay), gradient accumulation (with an optional batch-size
+warm-up), clipping, bf16 autocast, DistributedDataParallel under torchrun, logging, periodic evaluation and atomic,
 resumable checkpoints, and stops on steps, tokens or time. What is trained is given by a *task*:
 
     task.counts(batch)  -> {term: number of items}            known before the forward pass
@@ -47,6 +47,7 @@ from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 SCHEDULES = ("linear", "inverse_sqrt", "wsd")  # TrainConfig.schedule: see `learning_rate`
 DECAY_SHAPES = ("linear", "1-sqrt")  # TrainConfig.decay_shape (wsd)
+OPTIMIZERS = ("adamw", "lamb", "adafactor")  # TrainConfig.optimizer: see `make_optimizer`
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class TrainConfig:
     batch_warmup_steps: int = _f(0, "batch-size warm-up: the global batch grows from 1 micro-batch per rank to "
                                     "grad_accumulation micro-batches linearly over this many steps (0 = off; needs "
                                     "grad_accumulation > 1)")
+    optimizer: str = _f("adamw", "adamw, or lamb (You et al., 2019, as ALBERT pretrains: Adam's update scaled "
+                                 "per parameter tensor by ||w|| / ||update||; same betas, epsilon and decay), or "
+                                 "adafactor (Shazeer and Stern, 2018, as T5 pretrains: factored second moments, "
+                                 "no momentum, the learning rate relative to each tensor's RMS; adam_* unused)")
     weight_decay: float = _f(0.01, "AdamW weight decay; never applied to biases and LayerNorm weights")
     adam_beta1: float = _f(0.9, "AdamW beta1")
     adam_beta2: float = _f(0.999, "AdamW beta2")
@@ -111,6 +116,8 @@ class TrainConfig:
         if isinstance(self.decay_fraction, bool) or not isinstance(self.decay_fraction, (int, float)) \
                 or not 0.0 < self.decay_fraction <= 1.0:
             raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.decay_shape not in DECAY_SHAPES:
             raise ValueError(f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}")
         if self.batch_warmup_steps < 0:
@@ -219,14 +226,145 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al., 2019, "Large batch optimization for deep learning", algorithm 2), as ALBERT and NVIDIA's
+    BERT pretrain with it. For each parameter tensor w with gradient g, at step t (from 1):
+
+        m = beta1 m + (1 - beta1) g               v = beta2 v + (1 - beta2) g^2
+        r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)     Adam's direction, bias-corrected
+        u = r + weight_decay w                    decoupled weight decay, as AdamW
+        w = w - lr x trust x u,   trust = ||w|| / ||u||   (2-norms over the whole tensor: the "layer")
+
+    trust is 1 where ||w|| or ||u|| is 0 (a tensor initialised to zeros still moves; a zero update stays zero),
+    and in a group with `trust_ratio` False (bertkit puts biases and norm scales there, the parameters without
+    weight decay: ALBERT's `exclude_from_layer_adaptation`, NVIDIA's default), where the step is AdamW's.
+    """
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, trust_ratio: bool = True) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      trust_ratio=trust_ratio))
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = float(state["step"])
+                m, v, g = state["exp_avg"], state["exp_avg_sq"], p.grad
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt_().add_(group["eps"]))
+                if group["weight_decay"]:
+                    update.add_(p, alpha=group["weight_decay"])
+                if group["trust_ratio"]:  # on the device: no host synchronisation per tensor
+                    w_norm, u_norm = p.norm(), update.norm()
+                    update.mul_(torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm)))
+                p.add_(update, alpha=-group["lr"])
+        return loss
+
+
+class Adafactor(torch.optim.Optimizer):
+    """Adafactor (Shazeer and Stern, 2018, "Adafactor: adaptive learning rates with sublinear memory cost"), with
+    the settings T5 pretrains with (Mesh TensorFlow's AdafactorOptimizer defaults). For each parameter tensor w
+    with gradient g, at step t (from 1):
+
+        beta2 = 1 - t^-decay_rate                           (decay_rate 0.8)
+        G = g^2 + eps1                                      (eps1 1e-30)
+        matrices (the last two dimensions), factored:       R = beta2 R + (1 - beta2) mean of G over columns
+                                                            C = beta2 C + (1 - beta2) mean of G over rows
+                                                            V = R C^T / mean(R)   (rank one, never stored)
+        vectors and scalars:                                V = beta2 V + (1 - beta2) G
+        u = g / sqrt(V);   u = u / max(1, RMS(u) / clip_threshold)      update clipping (threshold 1)
+        w = w - a u,   a = lr x max(eps2, RMS(w))           relative step (eps2 1e-3; lr x 1 without
+                                                            scale_parameter)
+
+    lr is the relative step size: T5's inverse-square-root schedule is the trainer's `inverse_sqrt` schedule with
+    learning_rate 0.01 and 10,000 warm-up steps (1 / sqrt(max(t, 10^4))). No momentum (beta1 0, T5's choice);
+    weight_decay, where a group has it, subtracts weight_decay x a x w, decoupled as AdamW does.
+    """
+
+    def __init__(self, params: Any, lr: float = 1e-2, eps: tuple[float, float] = (1e-30, 1e-3),
+                 clip_threshold: float = 1.0, decay_rate: float = 0.8, scale_parameter: bool = True,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
+                                      scale_parameter=scale_parameter, weight_decay=weight_decay))
+
+    @staticmethod
+    def _rms(x: torch.Tensor) -> torch.Tensor:
+        return x.norm(2) / (x.numel() ** 0.5)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            eps1, eps2 = group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                dtype = torch.promote_types(p.dtype, torch.float32)  # half-precision weights update in float32
+                g = p.grad.to(dtype)
+                factored = g.dim() >= 2
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    if factored:
+                        state["row"] = torch.zeros(g.shape[:-1], dtype=dtype, device=g.device)
+                        state["col"] = torch.zeros(g.shape[:-2] + g.shape[-1:], dtype=dtype, device=g.device)
+                    else:
+                        state["second"] = torch.zeros_like(g)
+                state["step"] += 1
+                beta2 = 1.0 - float(state["step"]) ** -group["decay_rate"]
+                squared = g * g + eps1
+                if factored:
+                    row, col = state["row"], state["col"]
+                    row.mul_(beta2).add_(squared.mean(dim=-1), alpha=1.0 - beta2)  # (..., rows)
+                    col.mul_(beta2).add_(squared.mean(dim=-2), alpha=1.0 - beta2)  # (..., columns)
+                    row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt().unsqueeze(-1)
+                    update = g * row_factor * col.unsqueeze(-2).rsqrt()
+                else:
+                    second = state["second"]
+                    second.mul_(beta2).add_(squared, alpha=1.0 - beta2)
+                    update = g * second.rsqrt()
+                update.div_((self._rms(update) / group["clip_threshold"]).clamp(min=1.0))
+                w = p.to(dtype)
+                scale = group["lr"] * (torch.clamp(self._rms(w), min=eps2) if group["scale_parameter"] else 1.0)
+                if group["weight_decay"]:
+                    update.add_(w, alpha=group["weight_decay"])
+                p.copy_(w - scale * update)
+        return loss
+
+
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW, fused (one pass over memory per parameter) where this torch build has the fused kernel.
+    """`config.optimizer`: AdamW, fused (one pass over memory per parameter) where this torch build has the fused
+    kernel, or `Lamb`, with the layer-wise trust ratio on the decayed parameters only (see `param_groups`), or
+    `Adafactor` (T5's).
 
     On CPU the fused step is several times faster than the per-operation one, which matters with large
     embedding matrices; it computes the same update.
     """
     groups = param_groups(model, config.weight_decay)
     kwargs = dict(lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
+    if config.optimizer == "adafactor":
+        return Adafactor(groups, lr=config.learning_rate)
+    if config.optimizer == "lamb":
+        decay, no_decay = groups
+        return Lamb([{**decay, "trust_ratio": True}, {**no_decay, "trust_ratio": False}], **kwargs)
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device or dtype

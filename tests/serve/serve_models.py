@@ -11,8 +11,11 @@ from pathlib import Path
 import torch
 
 from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
-from bertkit.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
-                            BertForTokenClassification)
+from bertkit.config import ModernBertConfig
+from bertkit.models import (BertForCausalLM, BertForMultipleChoice, BertForQuestionAnswering,
+                            BertForSequenceClassification, BertForTokenClassification, ModernBertForMaskedLM,
+                            ModernBertForMultipleChoice, ModernBertForQuestionAnswering,
+                            ModernBertForSequenceClassification, ModernBertForTokenClassification)
 
 WORDS = ("john mary peter anna lives in paris london berlin rome the movie was good bad very quite a story "
          "where does live nobody knows fox jumps over lazy dog and music fun long short").split()
@@ -26,27 +29,40 @@ def sentence(rng: random.Random, low: int = 1, high: int = 30) -> str:
 def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
     """kind -> a model directory with random weights and a WordPiece vocabulary trained here: classify (3 labels,
     length 24), ner (5 BIO tags, 24), squad (v1.1, length 32, stride 8, question cut at 8), swag (24), a
-    pretraining model (fill-mask and embeddings); the heads the family has."""
+    pretraining model (fill-mask and embeddings); the heads the family has. model_type: a BERT family
+    (`BertConfig.for_family`) or "modernbert"."""
     texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
     tokenizer = WordPieceTokenizer.train(texts=texts, vocab_size=120, min_frequency=1, show_progress=False)
     fields = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=64, max_position_embeddings=64, initializer_range=0.2)
-    if model_type == "roberta":
-        fields.update(type_vocab_size=1, pad_token_id=1)
-    if model_type in ("albert", "electra"):
-        fields.update(embedding_size=16)
-    config = BertConfig.for_family(model_type, **fields)
+    classes = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
+               BertForMultipleChoice, BertForPreTraining)
+    if model_type == "modernbert":  # 3 layers (global, sliding window of +-4 tokens, global), the tokenizer's ids
+        config = ModernBertConfig(**{**fields, "num_hidden_layers": 3, "global_attn_every_n_layers": 2,
+                                     "local_attention": 8, "global_rope_theta": 1000.0, "local_rope_theta": 50.0,
+                                     "pad_token_id": tokenizer.pad_id, "cls_token_id": tokenizer.cls_id,
+                                     "sep_token_id": tokenizer.sep_id, "bos_token_id": tokenizer.cls_id,
+                                     "eos_token_id": tokenizer.sep_id})
+        classes = (ModernBertForSequenceClassification, ModernBertForTokenClassification,
+                   ModernBertForQuestionAnswering, ModernBertForMultipleChoice, ModernBertForMaskedLM)
+    else:
+        if model_type == "roberta":
+            fields.update(type_vocab_size=1, pad_token_id=1)
+        if model_type in ("albert", "electra"):
+            fields.update(embedding_size=16)
+        config = BertConfig.for_family(model_type, **fields)
+    sequence, token, qa, choice, pretraining = classes
     torch.manual_seed(0)
     infos = {
-        "classify": (lambda: BertForSequenceClassification(config, 3, LABELS["classify"]),
+        "classify": (lambda: sequence(config, 3, LABELS["classify"]),
                      {"kind": "classify", "max_seq_length": 24, "regression": False}),
-        "ner": (lambda: BertForTokenClassification(config, 5, LABELS["ner"]),
+        "ner": (lambda: token(config, 5, LABELS["ner"]),
                 {"kind": "ner", "max_seq_length": 24, "scheme": "bio"}),
-        "squad": (lambda: BertForQuestionAnswering(config),
+        "squad": (lambda: qa(config),
                   {"kind": "squad", "max_seq_length": 32, "version_2": False, "null_threshold": 0.0, "doc_stride": 8,
                    "max_query_length": 8, "max_answer_length": 10, "n_best_size": 5}),
-        "swag": (lambda: BertForMultipleChoice(config), {"kind": "swag", "max_seq_length": 24}),
-        "pretraining": (lambda: BertForPreTraining(config), None),
+        "swag": (lambda: choice(config), {"kind": "swag", "max_seq_length": 24}),
+        "pretraining": (lambda: pretraining(config), None),
     }
     out = {}
     for kind, (build, info) in infos.items():
@@ -60,6 +76,32 @@ def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
             (path / "finetune.json").write_text(json.dumps(info), encoding="utf-8")
         out[kind] = path
     return out
+
+
+def causal_model(root: Path) -> Path:
+    """A tiny causal model (BertForCausalLM, 40 positions) with random weights and a WordPiece vocabulary."""
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
+    tokenizer = WordPieceTokenizer.train(texts=texts, vocab_size=120, min_frequency=1, show_progress=False)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=40, initializer_range=0.5, causal=True)
+    torch.manual_seed(0)
+    BertForCausalLM(config).save_pretrained(root / "causal", tokenizer=tokenizer)
+    return root / "causal"
+
+
+def t5_model(root: Path) -> Path:
+    """A tiny T5 without a task (random weights that write different things for different inputs), Unigram."""
+    from bertkit.config import T5Config
+    from bertkit.models import T5ForConditionalGeneration
+    from bertkit.tokenizers import UnigramTokenizer
+
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 3
+    tokenizer = UnigramTokenizer.train(texts, vocab_size=100, show_progress=False, extra_ids=5)
+    torch.manual_seed(1)
+    config = T5Config.preset("tiny", vocab_size=tokenizer.vocab_size, initializer_factor=5.0, d_model=32, d_ff=64,
+                             d_kv=16)
+    T5ForConditionalGeneration(config).save_pretrained(root / "t5", tokenizer=tokenizer)
+    return root / "t5"
 
 
 def inputs_for(kind: str, n: int, seed: int, mask: str = "[MASK]") -> list[dict]:

@@ -58,7 +58,7 @@ def batch(config, kind: str, lengths: list[int], seed: int):
     for i, n in enumerate(rows):
         ids[i, :n] = torch.randint(5, config.vocab_size, (n,), generator=g)
         mask[i, :n] = 1
-        types[i, n // 2:n] = 1 if config.type_vocab_size > 1 else 0
+        types[i, n // 2:n] = 1 if getattr(config, "type_vocab_size", 1) > 1 else 0
     if kind == "swag":
         shape = (len(lengths), 3, T)
         return ids.view(shape), mask.view(shape), types.view(shape)
@@ -124,3 +124,67 @@ def test_every_family_exports(model_type, tmp_path):
             real = mask.numpy().astype(bool)
             got, want = got[real], want[real]
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory):
+    return build_models(tmp_path_factory.mktemp("export-modernbert"), "modernbert")
+
+
+# ModernBERT (rotary positions, a sliding-window layer, no token types): every head the server serves for it. The
+# token tagger in the quick run (per token, where the window matters); the others with -m slow.
+MODERNBERT_KINDS = ("ner", *(pytest.param(k, marks=pytest.mark.slow) for k in ("classify", "squad", "swag",
+                                                                                "fill-mask", "embeddings")))
+
+
+@pytest.mark.parametrize("kind", MODERNBERT_KINDS)
+def test_modernbert_exports_every_served_head(kind, modernbert, tmp_path):
+    """Rows longer than the window (+-4 tokens) and of different lengths: onnxruntime equals bertkit's unpadded
+    path within 1e-4 at every real position, and `serve --backend onnx` answers as `predict` does."""
+    from bertkit.export import export_onnx
+
+    directory = modernbert.get(kind, modernbert["pretraining"])
+    summary = export_onnx(directory, tmp_path / f"{kind}.onnx", kind)
+    assert summary["kind"] == kind and summary["max_abs_diff"] <= 1e-4
+    session = open_session(summary["out"], kind)
+    model, _ = load_for_export(directory, kind)
+    assert model.config.model_type == "modernbert"
+    for seed, lengths in enumerate(([2, 17, 40], [23, 5, 5, 12])):
+        ids, mask, types = batch(model.config, kind, lengths, seed)
+        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
+        got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0]
+        want = outputs(model, kind, ids, mask, types)
+        if kind in ("ner", "squad", "fill-mask", "embeddings"):
+            real = mask.numpy().astype(bool)
+            got, want = got[real], want[real]
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    if kind in ("classify", "ner", "squad", "swag"):
+        from serve_models import as_predict_input, assert_same, inputs_for
+
+        from bertkit.finetune import predict
+        from bertkit.serve import Engine
+
+        engine = Engine(directory, kind, backend="onnx", onnx_path=summary["out"])
+        items = inputs_for(kind, 12, seed=3)
+        rows = [engine.prepare(x, i) for i, x in enumerate(items)]
+        outs = engine.forward([r for p in rows for r in p.rows])
+        answers, at = [], 0
+        for p in rows:
+            answers.append(p.finish(outs[at:at + len(p.rows)]))
+            at += len(p.rows)
+        want = [predict(directory, kind, [as_predict_input(kind, x)])[0] for x in items]  # pairs and single texts
+        for got, ref in zip(answers, want):
+            got.pop("truncated", None)
+            assert_same(got, ref, tol=1e-4)
+
+
+def test_t5_is_refused_with_the_reason(tmp_path):
+    from bertkit.config import T5Config
+    from bertkit.export import export_onnx
+    from bertkit.models import T5ForConditionalGeneration
+
+    T5ForConditionalGeneration(T5Config.preset("tiny", vocab_size=64, d_model=16, d_ff=32, d_kv=8)).save_pretrained(
+        tmp_path / "t5")
+    with pytest.raises(ValueError, match="encoder-decoder generates token by token"):
+        export_onnx(tmp_path / "t5", tmp_path / "t5.onnx", "embeddings")
+    assert not (tmp_path / "t5.onnx").exists()

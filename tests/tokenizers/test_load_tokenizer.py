@@ -21,7 +21,7 @@ def dirs(tmp_path_factory):
 
 
 def test_kinds_and_classes(dirs):
-    assert TOKENIZER_KINDS == ("wordpiece", "bpe", "unigram", "json")
+    assert TOKENIZER_KINDS == ("wordpiece", "bpe", "unigram", "json", "word")
     expected = {"wordpiece-bertkit": WordPieceTokenizer, "bpe-bertkit": ByteLevelBPETokenizer,
                 "unigram-bertkit": UnigramTokenizer, "unigram-transformers": UnigramTokenizer}
     for name, cls in expected.items():

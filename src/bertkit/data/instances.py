@@ -1,10 +1,12 @@
 """Pretraining instances: the papers' rules for turning documents into model rows, as pure functions.
 
-Four ways to cut a corpus into rows, each a function of (documents, lengths, `numpy.random.Generator`):
+Five ways to cut a corpus into rows, each a function of (documents, lengths, `numpy.random.Generator`):
 
 * `create_nsp_instances` — BERT's next-sentence prediction, a line-for-line port of google-research/bert
   `create_instances_from_document` (segment pairs, 50% random B, put-back of unused sentences, random-side
-  longest-first truncation);
+  longest-first truncation); RoBERTa's SEGMENT-PAIR+NSP is this format (Liu et al., 2019, section 4.2);
+* `create_sentence_pair_instances` — RoBERTa's SENTENCE-PAIR+NSP: A one natural sentence, B the next one or a
+  sentence of another document;
 * `create_sop_instances` — ALBERT's sentence-order prediction: two consecutive segments of one document,
   swapped half of the time;
 * `pack_full_sentences` / `pack_doc_sentences` — RoBERTa's FULL-SENTENCES and DOC-SENTENCES packing (no pair
@@ -356,6 +358,40 @@ def create_sop_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
             a, b = b, a
         a, b = truncate_pair(a, b, max_num_tokens, rng)
         instances.append(_pair_instance(a, b, int(swapped), special))
+    return instances
+
+
+def create_sentence_pair_instances(docs: DocumentSource, doc_index: int, max_seq_length: int,
+                                   rng: np.random.Generator, special: SpecialIds) -> list[Instance]:
+    """RoBERTa's SENTENCE-PAIR+NSP instances for document `doc_index` (Liu et al., 2019, section 4.2): each row is
+    a pair of natural sentences, "sampled from a contiguous portion of one document or from separate documents".
+
+    The document's sentences are walked in order from k = 0: A = sentence k. With probability 1/2 — always for
+    the document's last sentence, which has no successor — B is one sentence drawn uniformly from a random other
+    document (label 1, NotNext) and the walk goes on at k + 1 (the put-back of BERT's NSP: sentence k + 1 was not
+    used); otherwise B = sentence k + 1 (label 0, IsNext) and the walk goes on at k + 2, so a sentence is in at
+    most one IsNext pair. A pair longer than max_seq_length - 3 tokens is cut by `truncate_pair`. Rows are as
+    long as their two sentences (RoBERTa raises the batch size to keep the tokens per step comparable).
+
+    Args and returns: as `create_nsp_instances`, without a short-sequence probability (a sentence pair is as
+    long as it is); the corpus needs ≥ 2 documents.
+    """
+    if len(docs) < 2:
+        raise ValueError(f"NSP needs a corpus of at least 2 documents to draw random next sentences, got {len(docs)}")
+    max_num_tokens = _check_lengths(max_seq_length, 0.0)
+    ids, starts = _load(docs, doc_index)
+    instances: list[Instance] = []
+    k = 0
+    while k < len(ids):
+        a = _stack(ids[k:k + 1], starts[k:k + 1])
+        if k == len(ids) - 1 or rng.random() < 0.5:
+            r_ids, r_starts = _random_other_document(docs, doc_index, rng)
+            j = int(rng.integers(0, len(r_ids)))
+            b, label, k = _stack(r_ids[j:j + 1], r_starts[j:j + 1]), 1, k + 1
+        else:
+            b, label, k = _stack(ids[k + 1:k + 2], starts[k + 1:k + 2]), 0, k + 2
+        a, b = truncate_pair(a, b, max_num_tokens, rng)
+        instances.append(_pair_instance(a, b, label, special))
     return instances
 
 

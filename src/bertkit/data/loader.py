@@ -16,6 +16,14 @@ T5's span corruption ("spans" instances) reads the same stream: a chunk's docume
 sequences of `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on
 its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
 attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
+
+XLNet's permutation LM ("xlnet" instances) is not shuffled: a chunk's documents end to end are cut into G equal
+streams (G = micro_batch_size x world_size), and group j holds segment j of every stream, so each batch row
+continues the row of the batch before it (the memory's premise). Each segment is laid out and permuted with
+`masking_rng(seed, e, k)` of its own (`bertkit.data.permutation.plm_example`): a batch holds input_ids,
+token_type_ids, attention_mask (B, S), perm_mask (B, S, S), target_mapping (B, P, S), labels (B, P) and
+`first_segment` (the rows start afresh); a resumed stream hands the memory saved with its position to its first
+batch ("mems").
 """
 
 from __future__ import annotations
@@ -30,20 +38,21 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sop_instances, pack_doc_sentences,
-    pack_full_sentences, pad_instances,
+    DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
+    pack_doc_sentences, pack_full_sentences, pad_instances,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
 from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, split_tokens
+from bertkit.data.permutation import plm_example, row_segments, split_a_b
 
-OBJECTIVE_INSTANCES = ("nsp", "sop", "full-sentences", "doc-sentences", "spans")
+OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
 _END = object()  # end-of-stream marker of the prefetch queue
 
 
 @dataclass(frozen=True)
 class StreamOptions:
-    instances: str = "nsp"  # nsp | sop | full-sentences | doc-sentences | spans (T5's span corruption)
+    instances: str = "nsp"  # nsp | sop | sentence-pair | full-sentences | doc-sentences | spans (T5) | xlnet
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
     mask_prob: float = 0.15
@@ -61,6 +70,11 @@ class StreamOptions:
     mean_noise_span_length: float = 3.0
     first_sentinel_id: int | None = None
     sentinels: int = 0
+    # XLNet ("xlnet"): each segment's first reuse_len tokens continue the previous segment of its row, whose memory
+    # they see; max_predictions_per_seq tokens are predicted per segment, spans with (partial_k - 1) x their
+    # length of context (bertkit.data.permutation).
+    reuse_len: int = 0
+    partial_k: int = 7
 
     def __post_init__(self) -> None:
         if self.instances not in OBJECTIVE_INSTANCES:
@@ -79,6 +93,10 @@ class StreamOptions:
             if spans > self.sentinels or self.first_sentinel_id - (spans - 1) < 0:
                 raise ValueError(f"span corruption at max_seq_length {self.max_seq_length} cuts up to {spans} "
                                  f"spans per sequence, but there are only {self.sentinels} sentinel tokens")
+
+        if self.instances == "xlnet" and not 0 <= self.reuse_len <= self.max_seq_length - 5:
+            raise ValueError(f"reuse_len {self.reuse_len} does not fit in a segment of max_seq_length "
+                             f"{self.max_seq_length}: A, B, two <sep> and <cls> need 5 more tokens")
 
     @property
     def span_lengths(self) -> tuple[int, int]:
@@ -143,6 +161,12 @@ class PretrainingStream:
             create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
             for d in members:
                 out.extend(create(self.docs, int(d), o.max_seq_length, o.short_seq_prob, rng, self.special))
+        elif o.instances == "sentence-pair":
+            for d in members:
+                out.extend(create_sentence_pair_instances(self.docs, int(d), o.max_seq_length, rng, self.special))
+        elif o.instances == "xlnet":
+            return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
+                              self.micro_batch_size * self.world_size)
         elif o.instances == "spans":
             # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
             documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
@@ -169,9 +193,11 @@ class PretrainingStream:
     def state_dict(self) -> dict[str, int]:
         return dict(self.position)
 
-    def load_state_dict(self, state: dict[str, int] | None) -> None:
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is not None:
             self.position = {k: int(state[k]) for k in ("epoch", "chunk", "offset", "index")}
+            # XLNet: the memory the last trained segment left (this rank's only), handed to the next batch
+            self.carried_mems = state.get("mems") if state.get("rank", 0) == self.rank else None
 
     def instances(self) -> Iterator[tuple[Instance, int, int, dict[str, int]]]:
         """(instance, epoch, index in epoch, position after it), from the current position on."""
@@ -236,10 +262,14 @@ class PretrainingStream:
         group = self.micro_batch_size * self.world_size
         rows = slice(self.rank * self.micro_batch_size, (self.rank + 1) * self.micro_batch_size)
         pending: list[tuple[Instance, int, int]] = []
+        carried = getattr(self, "carried_mems", None)
         for inst, epoch, index, after in self.instances():
             pending.append((inst, epoch, index))
             if len(pending) == group:
-                yield self.collate(pending, after, rows)
+                batch = self.collate(pending, after, rows)
+                if carried is not None:  # a resumed run: the memory of the checkpoint's last segment
+                    batch["mems"], carried = carried, None
+                yield batch
                 pending = []
 
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
@@ -247,6 +277,8 @@ class PretrainingStream:
         """Pad and mask a group of (instance, epoch, index) as one, then keep `rows` of it as tensors."""
         if self.options.instances == "spans":
             return self._collate_spans(items, state, rows)
+        if self.options.instances == "xlnet":
+            return self._collate_xlnet(items, state, rows)
         arrays = pad_instances([inst for inst, _, _ in items], None, self.special.pad)
         _, epoch, index = items[0]
         ids, labels = self.mask(arrays["input_ids"], arrays["special_mask"], arrays["word_starts"], epoch, index)
@@ -288,6 +320,62 @@ class PretrainingStream:
         if state is not None:
             batch["_state"] = dict(state)
         return batch
+
+    def _collate_xlnet(self, items: list, state: dict[str, int] | None, rows: slice) -> dict[str, Any]:
+        """Lay out and permute each segment with the generator of its own (epoch, index) (`plm_example`), then keep
+        `rows` as tensors: input_ids, token_type_ids, attention_mask (B, S); perm_mask (B, S, S) float;
+        target_mapping (B, P, S); labels (B, P); first_segment: whether the rows start afresh (no memory)."""
+        o = self.options
+        examples = []
+        body = o.max_seq_length - 3
+        for seg, epoch, index in items:
+            rng = masking_rng(self.seed, epoch, index, o.dupe_factor)
+            s, R = seg.start, o.reuse_len
+            a, b, is_next = split_a_b(seg.tokens, s + R, body - R, rng)
+            ws = np.concatenate([seg.word_starts[s:s + R + len(a)], [True], np.ones(len(b), dtype=bool),
+                                 [True, True]])
+            if is_next:
+                ws[R + len(a) + 1:R + len(a) + 1 + len(b)] = seg.word_starts[s + R + len(a):s + body]
+            examples.append(plm_example(seg.tokens[s:s + R], a, b, is_next, ws, self.special.sep, self.special.cls,
+                                        o.max_predictions_per_seq, rng, o.partial_k))
+        stack = lambda name: torch.from_numpy(np.stack([getattr(e, name) for e in examples])[rows])  # noqa: E731
+        batch: dict[str, Any] = {"input_ids": stack("input_ids"), "token_type_ids": stack("token_type_ids"),
+                                 "perm_mask": stack("perm_mask").float(), "target_mapping": stack("target_mapping"),
+                                 "labels": stack("labels"), "first_segment": items[0][0].first}
+        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+        if state is not None:
+            batch["_state"] = {**state, "rank": self.rank}
+        return batch
+
+
+def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> list["XLNetSegment"]:
+    """A chunk's XLNet segments in batch order: the documents end to end cut into `rows` equal streams, each read
+    segment after segment (`row_segments`); group j of `rows` segments holds segment j of every stream, so
+    consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled."""
+    ids = [np.asarray(x, dtype=np.int64) for doc in documents for x in doc[0]]
+    starts = [np.asarray(x, dtype=bool) for doc in documents for x in doc[1]]
+    if not ids:
+        return []
+    tokens, word_starts = np.concatenate(ids), np.concatenate(starts)
+    width = len(tokens) // rows
+    offsets = row_segments(tokens[:width], seq_len, reuse_len)
+    out = []
+    for j, start in enumerate(offsets):
+        for r in range(rows):
+            out.append(XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
+                                    start, j == 0))
+    return out
+
+
+@dataclass(frozen=True)
+class XLNetSegment:
+    """One segment to lay out: its row's stream of tokens and word starts, where the segment starts, and whether
+    it is the row's first (no memory before it)."""
+
+    tokens: np.ndarray
+    word_starts: np.ndarray
+    start: int
+    first: bool
 
 
 def fixed_batches(stream: PretrainingStream, max_instances: int, batch_size: int) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 choices (`kernels.py`): `bert.py` (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, causal: one set of classes) and
 `heads.py` (the task models)."""
 
-from bertkit.config import IGNORE_INDEX, BertConfig, ModernBertConfig, T5Config
+from bertkit.config import IGNORE_INDEX, BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
+from bertkit.models.elmo import ElmoLanguageModel, ElmoModel, ElmoOutput
 from bertkit.models.bert import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForReplacedTokenDetection,
                                  BertModel, BertOutput, ElectraOutput, GeneratorDiscriminator, PreTrainedModel,
                                  PreTrainingOutput, TaskOutput, check_inputs, compile_layers, generator_config_for,
@@ -16,15 +17,19 @@ from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForMulti
                                        ModernBertForTokenClassification, ModernBertModel)
 from bertkit.models.t5 import (DecoderCache, Seq2SeqOutput, T5EncoderModel, T5EncoderOutput,
                                T5ForConditionalGeneration)
+from bertkit.models.xlnet import (XLNetForMultipleChoice, XLNetForQuestionAnswering, XLNetForSequenceClassification,
+                                  XLNetForTokenClassification, XLNetLMHeadModel, XLNetModel)
 
-__all__ = ["ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
+__all__ = ["ElmoLanguageModel", "ElmoModel", "ElmoOutput", "ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
            "ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertModel",
            "DecoderCache", "Seq2SeqOutput", "T5EncoderModel", "T5EncoderOutput", "T5ForConditionalGeneration",
            "IGNORE_INDEX", "BertForCausalLM", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
            "BertForQuestionAnswering", "BertForReplacedTokenDetection", "BertForSequenceClassification",
            "BertForTokenClassification", "BertModel", "Encoded", "Padded", "Unpadded", "BertOutput", "ElectraOutput", "GeneratorDiscriminator",
            "Linear", "PreTrainedModel", "PreTrainingOutput", "TaskOutput", "check_inputs", "compile_layers",
-           "generator_config_for", "linear", "set_fast_paths", "ROLE_CLASSES", "ROLE_NAMES", "class_for",
+           "generator_config_for", "linear", "set_fast_paths", "XLNetForMultipleChoice", "XLNetForQuestionAnswering",
+           "XLNetForSequenceClassification", "XLNetForTokenClassification", "XLNetLMHeadModel", "XLNetModel",
+           "ROLE_CLASSES", "ROLE_NAMES", "class_for",
            "model_class"]
 
 # The class each use loads a model directory as, by the config class its config.json reads as (BertConfig for the
@@ -39,7 +44,13 @@ ROLE_CLASSES: dict[type, dict[str, type]] = {
                        "choice": ModernBertForMultipleChoice, "qa": ModernBertForQuestionAnswering},
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     T5Config: {"encoder": T5EncoderModel, "seq2seq": T5ForConditionalGeneration},
+    # XLNet pretrains by permutation LM ("pretraining": the LM head model); it has no masked-LM model.
+    XLNetConfig: {"pretraining": XLNetLMHeadModel, "encoder": XLNetModel, "sequence": XLNetForSequenceClassification,
+                  "token": XLNetForTokenClassification, "choice": XLNetForMultipleChoice,
+                  "qa": XLNetForQuestionAnswering},
 }
+# ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder models.
+ROLE_CLASSES[ElmoConfig] = {"pretraining": ElmoLanguageModel, "encoder": ElmoModel}
 # How errors name a role.
 ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
               "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",

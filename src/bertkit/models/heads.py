@@ -84,8 +84,27 @@ class _LabelledHead(NamedLabels, PreTrainedModel):
                            else Linear(config.hidden_size, num_labels))
 
 
+def last_real_token(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """hidden (B, T, H), attention_mask (B, T) (nonzero = real token, None = all real) -> (B, H): each row's vector
+    at its last real position (with padding on the right, position length - 1): the one position a causal model
+    lets see the whole input, GPT-1's extract token."""
+    B, T, _ = hidden.shape
+    if attention_mask is None:
+        return hidden[:, -1]
+    positions = torch.arange(1, T + 1, device=hidden.device)  # (T,) 1-based, so a masked-out position scores 0
+    last = (attention_mask.ne(0).long() * positions).argmax(-1)  # (B,) the highest real position
+    return hidden[torch.arange(B, device=hidden.device), last]
+
+
 class BertForSequenceClassification(_LabelledHead):
-    """[CLS] pooled output -> dropout -> linear: classification (cross-entropy) or, with one output, regression."""
+    """[CLS] pooled output -> dropout -> linear: classification (cross-entropy) or, with one output, regression.
+
+    A causal model (config.causal, GPT-style) reads the last real token instead (GPT-1's extract token: the input
+    is framed start ... [delimiter ...] extract by the tokenizer's specials, and only the last position has seen
+    all of it; the first, which BERT pools, sees only itself): dropout -> linear (GPT-1's W_y), or the family's
+    own sentence head (RoBERTa's) on that vector. Its output then also carries the last layer as
+    `hidden_states[-1]`, for the auxiliary language-modelling loss of fine-tuning (`bertkit.tasks.classify`).
+    """
 
     architecture = "BertForSequenceClassification"
 
@@ -98,7 +117,11 @@ class BertForSequenceClassification(_LabelledHead):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, or (B,) floats for regression."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
-        if isinstance(self.classifier, SentenceHead):
+        causal = self.config.causal
+        if causal:
+            vector = last_real_token(out.last_hidden_state, attention_mask)  # (B, H)
+            logits = self.classifier(vector if isinstance(self.classifier, SentenceHead) else self.dropout(vector))
+        elif isinstance(self.classifier, SentenceHead):
             logits = self.classifier(out.last_hidden_state[:, 0])  # (B, num_labels)
         else:
             logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
@@ -108,7 +131,16 @@ class BertForSequenceClassification(_LabelledHead):
                 loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(loss, logits, (out.last_hidden_state,) if causal else None)
+
+    def language_model_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """GPT-1's language-model head on last-layer vectors (..., H) -> (..., V): the tied input embeddings,
+        h W_e^T (no parameter of its own, so the directory is the same with or without the auxiliary loss)."""
+        word = self.bert.embeddings.word.weight  # (V, E)
+        if word.shape[1] != hidden.shape[-1]:
+            raise ValueError(f"the auxiliary LM loss needs embeddings as wide as the hidden states; this model's "
+                             f"are factorised ({word.shape[1]} vs {hidden.shape[-1]}): use --lm-weight 0")
+        return F.linear(hidden, word)
 
 
 class BertForTokenClassification(_LabelledHead):
@@ -180,12 +212,17 @@ class BertForQuestionAnswering(PreTrainedModel):
         """start_positions, end_positions: (B,) token indices of the answer span (0 when there is none)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         logits = self.qa(out.last_hidden_state)  # (B, T, 2)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            T = logits.shape[1]
-            # Positions outside the window are clamped to T and ignored, as in the reference implementation.
-            start = start_positions.clamp(0, T)
-            end = end_positions.clamp(0, T)
-            loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
-                    + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
-        return TaskOutput(loss, logits)
+        return TaskOutput(span_loss(logits, start_positions, end_positions), logits)
+
+
+def span_loss(logits: torch.Tensor, start_positions: torch.Tensor | None,
+              end_positions: torch.Tensor | None) -> torch.Tensor | None:
+    """logits (B, T, 2) start and end scores, positions (B,) -> the mean of the start and end cross-entropies
+    (None without positions). Positions outside the window are clamped to T and ignored, as in the reference
+    implementation."""
+    if start_positions is None or end_positions is None:
+        return None
+    T = logits.shape[1]
+    start, end = start_positions.clamp(0, T), end_positions.clamp(0, T)
+    return (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
+            + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2

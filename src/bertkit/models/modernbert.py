@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import IGNORE_INDEX, ModernBertConfig
-from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput
+from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput, exporting
 from bertkit.models.heads import NamedLabels
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias,
@@ -369,7 +369,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         B, T = input_ids.shape
         device = input_ids.device
         packed, full = False, attention_mask is None or not attention_mask.numel()
-        if attention_mask is not None and attention_mask.numel():
+        if attention_mask is not None and attention_mask.numel() and not exporting():  # traced: a 0/1 padding mask
             low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
             packed, full = high > 1, low >= 1 and high == 1
         # Padding keeps its place, as in transformers; packed rows restart at every document.
@@ -610,8 +610,8 @@ def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_ma
     if attention_mask is not None and attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
                          f"{tuple(input_ids.shape)}")
-    if input_ids.numel() and not input_ids.is_cuda:  # a device sync on GPU; out-of-range ids fail loudly there anyway
-        low, high = int(input_ids.min()), int(input_ids.max())
+    if input_ids.numel() and not input_ids.is_cuda and not exporting():  # a device sync on GPU; out-of-range ids
+        low, high = int(input_ids.min()), int(input_ids.max())  # fail loudly there anyway
         if low < 0 or high >= config.vocab_size:
             raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
                              f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")

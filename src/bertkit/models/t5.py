@@ -25,9 +25,13 @@ What makes T5 differ from BERT, each where it acts:
 transformers' T5 directories load here and ours load there: `bertkit.checkpoint` maps the names (the decoder and
 the output projection are the "seq2seq" head over the encoder, so T5EncoderModel reads a full directory too).
 
-There is no unpadded layout here: `bertkit.models.layouts.Unpadded` runs attention with FlashAttention's kernel or
-per-group SDPA with key-padding masks, neither of which takes the per-head position bias T5 adds to every score,
-so T5 runs on the padded (B, T, d) layout, as transformers does.
+Fast paths for training (`set_fast_paths`, pinned to the plain path within 1e-5 by tests/models/
+test_t5_fastpaths.py): `forward(..., at_labels=True)` packs the batch (`pack`: several examples per row, sources
+and targets alike, each position seeing only its own example through a block-diagonal additive mask; T5 has no
+absolute positions, so the relative bias of a packed example is the one it has alone), computes the output
+projection at the real labels only, and runs the attention projections as one matmul and the linear layers on
+oneDNN. (`bertkit.models.layouts.Unpadded`, BERT's layout, takes no per-head position bias, hence packing here.)
+Generation and the ordinary forward run on the padded (B, T, d) layout, as transformers does.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from torch import nn
 from bertkit.config import IGNORE_INDEX, T5Config
 from bertkit.models.bert import PreTrainedModel
 from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models.layouts import attention_bias
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -123,8 +128,11 @@ class Attention(nn.Module):
 
     Keys and values are projected by `keys_values` and attended by `attend`, apart, so that the decoder can keep
     them in its cache: self-attention appends one position per generated token, cross-attention projects the
-    encoder output once.
+    encoder output once. `fused_qkv` (a fast path, `set_fast_paths`) runs the projections that read the same input
+    as one matmul over their stacked weights (the three tensors stay apart, as on disk).
     """
+
+    fused_qkv = True
 
     def __init__(self, config: T5Config) -> None:
         super().__init__()
@@ -141,15 +149,24 @@ class Attention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.num_heads, self.head_size).transpose(1, 2)
 
+    def project(self, x: torch.Tensor, queries: bool = True) -> list[torch.Tensor]:
+        """(B, L, d) -> [queries,] keys, values (B, A, L, D) each."""
+        projections = [self.query, self.key, self.value] if queries else [self.key, self.value]
+        if not self.fused_qkv:
+            return [self._heads(projection(x)) for projection in projections]
+        weight = torch.cat([projection.weight for projection in projections])  # (n * A*D, d)
+        return [self._heads(part) for part in linear(x, weight, onednn=self.key.onednn).chunk(len(projections), -1)]
+
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L, d) -> keys and values (B, A, L, D) each."""
-        return self._heads(self.key(x)), self._heads(self.value(x))
+        keys, values = self.project(x, queries=False)
+        return keys, values
 
-    def attend(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               bias: torch.Tensor | None) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None,
+               queries: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, d) queries over keys/values (B, A, L, D); bias: additive (B or 1, A or 1, T, L): the position
-        bias and the masks. Returns (B, T, d)."""
-        q = self._heads(self.query(x))  # (B, A, T, D)
+        bias and the masks; queries (B, A, T, D) when already projected from x. Returns (B, T, d)."""
+        q = self._heads(self.query(x)) if queries is None else queries  # (B, A, T, D)
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
         dropout = self.dropout if self.training else 0.0
@@ -157,6 +174,12 @@ class Attention(nn.Module):
         context = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, dropout_p=dropout, scale=1.0)
         B, _, T, _ = context.shape
         return self.out(context.transpose(1, 2).reshape(B, T, -1))  # (B, A, T, D) -> (B, T, A*D) -> (B, T, d)
+
+
+def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    """The tanh GELU of T5 1.1 spelled out as transformers' gelu_new computes it, operation for operation: torch's
+    fused F.gelu(approximate="tanh") rounds differently in the last bits, which grow to ~1e-5 in large logits."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 class FeedForward(nn.Module):
@@ -171,7 +194,7 @@ class FeedForward(nn.Module):
         self.gate = Linear(d, ff, bias=False) if config.gated else None
         self.linear = Linear(d, ff, bias=False) if config.gated else None
         self.down = Linear(ff, d, bias=False)
-        self.act = activation(config.activation)
+        self.act = tanh_gelu if config.activation == "gelu_new" else activation(config.activation)
         self.dropout = nn.Dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -222,13 +245,13 @@ class Layer(nn.Module):
         the encoder output, memory_bias its (B, 1, 1, S) padding mask; with a cache, x holds the new positions
         only and this layer's (index) keys and values are read from and written to it."""
         h = self.attn_norm(x)
-        k, v = self.attn.keys_values(h)  # (B, A, T, D)
+        q, k, v = self.attn.project(h)  # (B, A, T, D) each
         if cache is not None:
             if cache.self_kv[index] is not None:
                 past_k, past_v = cache.self_kv[index]
                 k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # (B, A, past + T, D)
             cache.self_kv[index] = (k, v)
-        x = x + self.dropout(self.attn.attend(h, k, v, bias))
+        x = x + self.dropout(self.attn.attend(h, k, v, bias, q))
         if self.cross is not None:
             h = self.cross_norm(x)
             if cache is not None and cache.cross_kv[index] is not None:
@@ -250,7 +273,14 @@ def padding_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor 
 
 class Stack(nn.Module):
     """The encoder (bidirectional) or the decoder (causal, with cross-attention): embedded tokens -> layers -> final
-    norm. The embeddings are the model's shared matrix, applied by the model, so the stack holds no copy."""
+    norm. The embeddings are the model's shared matrix, applied by the model, so the stack holds no copy.
+
+    `unpad` (a fast path, `set_fast_paths`) lets the model train on packed rows (`pack`): several sequences per row,
+    each seeing only itself. T5 has no absolute positions, so a packed sequence computes what it does alone: the
+    relative bias of two of its tokens depends only on their distance, the same in the packed row.
+    """
+
+    unpad = True
 
     def __init__(self, config: T5Config, decoder: bool) -> None:
         super().__init__()
@@ -275,15 +305,23 @@ class Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, memory: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, cache: DecoderCache | None = None,
-                output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+                output_hidden_states: bool = False, segments: torch.Tensor | None = None,
+                memory_segments: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """x: (B, T, d) embedded tokens; mask: (B, T) 1 = token, 0 = padding (the decoder: (B, past + T) with a
         cache). Decoder: memory (B, S, d) encoder output and memory_mask (B, S). Returns (B, T, d) after the final
-        norm, and the L+1 hidden states (embeddings, every layer; the last one normed) when asked."""
+        norm, and the L+1 hidden states (embeddings, every layer; the last one normed) when asked.
+
+        Packed rows (`pack`, no cache): segments (B, T) numbers the sequence of every position (0 = padding) in
+        place of mask, and memory_segments (B, S) those of the memory in place of memory_mask; a position sees the
+        positions of its own sequence only (the decoder's, up to itself), in the memory too."""
         B, T, _ = x.shape
         dtype = self.position_bias.weight.dtype
         past = cache.length if cache is not None else 0
         bias = self.relative_bias(T, past + T, past)  # (1, A, T, past + T)
-        if self.is_decoder:
+        if segments is not None:
+            # Within a sequence, position differences are the packed row's: the plain bias, cut to the sequence.
+            bias = bias + attention_bias(segments, self.is_decoder, T, dtype, x.device, packed=True)  # (B, A, T, T)
+        elif self.is_decoder:
             # Key j is hidden from the query at position past + i when j > past + i; padding (if any) also hidden.
             keys = torch.arange(past + T, device=x.device)
             visible = (keys[None, :] <= torch.arange(T, device=x.device)[:, None] + past)[None, None]  # (1,1,T,L)
@@ -293,6 +331,10 @@ class Stack(nn.Module):
         elif mask is not None:
             bias = bias + padding_bias(mask, dtype)  # (B, A, T, T)
         memory_bias = padding_bias(memory_mask, dtype) if self.is_decoder else None
+        if memory_segments is not None:  # (B, 1, T, S): a decoder sequence reads its own source only
+            same = (segments[:, :, None] == memory_segments[:, None, :]) & (memory_segments[:, None, :] > 0)
+            memory_bias = torch.zeros(same.shape, dtype=dtype, device=x.device).masked_fill(
+                ~same, torch.finfo(dtype).min)[:, None]
         x = self.dropout(x)
         hidden_states = [x] if output_hidden_states else None
         for i, layer in enumerate(self.layers):
@@ -303,6 +345,100 @@ class Stack(nn.Module):
         if hidden_states is not None:  # the last layer's entry is the stack's output, as transformers gives it
             hidden_states.append(out)
         return out, tuple(hidden_states) if hidden_states is not None else None
+
+
+@dataclass
+class Packing:
+    """Where the examples of a padded training batch sit once packed: several examples per row, sources and targets
+    alike (example i's source in the same row of the packed sources as its target in the packed targets).
+
+    Positions are flat: b * L + t in a (B, L) grid. `*_from` lists every real position of the padded batch (row by
+    row), `*_to` where it goes in the packed (R, L') one; `*_segments` (R, L') hold 1 + the example's row in the
+    padded batch at its positions, 0 at padding.
+    """
+
+    source_from: torch.Tensor
+    source_to: torch.Tensor
+    source_segments: torch.Tensor
+    target_from: torch.Tensor
+    target_to: torch.Tensor
+    target_segments: torch.Tensor
+
+    def gather(self, padded: torch.Tensor, source: bool) -> torch.Tensor:
+        """(B, L, ...) padded -> (R, L', ...) packed; zeros at padding."""
+        where_from, where_to, segments = ((self.source_from, self.source_to, self.source_segments) if source else
+                                          (self.target_from, self.target_to, self.target_segments))
+        flat = padded.reshape(-1, *padded.shape[2:])
+        packed = flat.new_zeros(segments.numel(), *padded.shape[2:])
+        packed[where_to] = flat[where_from]
+        return packed.view(*segments.shape, *padded.shape[2:])
+
+
+def _spans(lengths: list[int], rows: list[int], offsets: list[int], width: int, device) -> torch.Tensor:
+    """Flat positions row * width + offset + 0 .. length - 1 of every span, in order."""
+    lengths_t = torch.tensor(lengths, dtype=torch.long, device=device)
+    starts = torch.tensor([r * width + o for r, o in zip(rows, offsets)], dtype=torch.long, device=device)
+    total = int(lengths_t.sum())
+    first = torch.cumsum(lengths_t, 0) - lengths_t  # where each span starts among the positions
+    return torch.repeat_interleave(starts - first, lengths_t, output_size=total) + torch.arange(total, device=device)
+
+
+def _first_fit(n: list[int], m: list[int], S: int, T: int) -> tuple[list[list[int]], list[tuple[int, int, int]]]:
+    """First fit by decreasing source length: each example joins the first row where its source (n) still fits in
+    S and its target (m) in T. Returns the rows' [source, target] lengths and each example's (row, source offset,
+    target offset)."""
+    rows: list[list[int]] = []
+    where = [(0, 0, 0)] * len(n)
+    for i in sorted(range(len(n)), key=lambda i: -n[i]):
+        for r, used in enumerate(rows):
+            if used[0] + n[i] <= S and used[1] + m[i] <= T:
+                break
+        else:
+            r, used = len(rows), [0, 0]
+            rows.append(used)
+        where[i] = (r, used[0], used[1])
+        used[0] += n[i]
+        used[1] += m[i]
+    return rows, where
+
+
+def pack(attention_mask: torch.Tensor, labels: torch.Tensor) -> Packing | None:
+    """Pack a padded batch (source attention_mask (B, S), labels (B, T), IGNORE_INDEX at padding) into rows of
+    sources no longer than S: first fit by decreasing source length (`_first_fit`), with targets held to T, 2T or
+    no bound, whichever packs into the fewest positions (rows x (source + target length); never more than the
+    padded batch's). Short targets of equal length (a class label) thus share rows too. None when the batch cannot
+    be packed as it is: a source that is not one run of tokens from the row's start (left padding, holes) or is
+    empty.
+
+    A target runs to its last label that is not IGNORE_INDEX (ignored labels before it are kept: the decoder reads
+    them); an example without any is kept with an empty target.
+    """
+    B, S = attention_mask.shape
+    T = labels.shape[1]
+    device = attention_mask.device
+    source = attention_mask.sum(1)  # (B,)
+    if bool((source == 0).any()) or not bool(
+            (attention_mask.bool() == (torch.arange(S, device=device)[None, :] < source[:, None])).all()):
+        return None
+    real = labels != IGNORE_INDEX
+    target = torch.where(real.any(1), T - real.flip(1).int().argmax(1), 0)  # (B,) up to the last real label
+    n, m = source.tolist(), target.tolist()
+
+    def size(fit: tuple[list[list[int]], list]) -> int:
+        return len(fit[0]) * (max(u[0] for u in fit[0]) + max(max(u[1] for u in fit[0]), 1))
+
+    rows, where = min((_first_fit(n, m, S, cap) for cap in (T, 2 * T, sum(m))), key=size)
+    S2, T2 = max(u[0] for u in rows), max(max(u[1] for u in rows), 1)
+    row_of = [w[0] for w in where]
+    source_to = _spans(n, row_of, [w[1] for w in where], S2, device)
+    target_to = _spans(m, row_of, [w[2] for w in where], T2, device)
+    examples = torch.arange(1, B + 1, device=device)
+    source_segments = torch.zeros(len(rows) * S2, dtype=torch.long, device=device)
+    source_segments[source_to] = torch.repeat_interleave(examples, source)
+    target_segments = torch.zeros(len(rows) * T2, dtype=torch.long, device=device)
+    target_segments[target_to] = torch.repeat_interleave(examples, target)
+    return Packing(_spans(n, list(range(B)), [0] * B, S, device), source_to, source_segments.view(-1, S2),
+                   _spans(m, list(range(B)), [0] * B, T, device), target_to, target_segments.view(-1, T2))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -414,9 +550,13 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
         decoder_attention_mask covers the cached positions too: (B, past + T).
         """
         h, _ = self.decoder(self.shared(decoder_input_ids), decoder_attention_mask, memory, memory_mask, cache)
+        return self.project(h)
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Decoder outputs (..., d) -> logits (..., V)."""
         if self.config.scale_output:  # tied: bring the output back to the embeddings' scale first
             h = h * self.config.d_model ** -0.5
-        return self.lm_head(h) if self.lm_head is not None else linear(h, self.shared.weight)  # (B, T, V)
+        return self.lm_head(h) if self.lm_head is not None else linear(h, self.shared.weight)
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         """(B, T) labels -> the decoder's inputs: decoder_start_token_id, then the labels but the last, with
@@ -427,13 +567,23 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> Seq2SeqOutput:
+                labels: torch.Tensor | None = None, at_labels: bool = False) -> Seq2SeqOutput:
         """input_ids, attention_mask: (B, S) the source and its padding mask (1 = token).
 
         labels: (B, T) the target ids ending with EOS, IGNORE_INDEX where no loss is taken (padding); the decoder
         reads them shifted right (`shift_right`) unless decoder_input_ids (B, T) are given. decoder_attention_mask:
         an optional (B, T) padding mask of the decoder inputs (the causal mask always applies).
+
+        at_labels (training: labels, neither decoder_input_ids nor decoder_attention_mask): logits (N, V) only at
+        the N labels that are not IGNORE_INDEX, in row-major order, the only ones a loss reads; the output
+        projection skips the others, and with the `unpad` fast path the batch runs packed (`pack`), skipping the
+        padding everywhere. loss is None (the caller reduces the logits as its objective wants: with labels[labels !=
+        IGNORE_INDEX] they give the mean loss); encoder_last_hidden_state is the packed rows' when packed.
         """
+        if at_labels:
+            if labels is None or decoder_input_ids is not None or decoder_attention_mask is not None:
+                raise ValueError("at_labels takes labels and neither decoder_input_ids nor decoder_attention_mask")
+            return self._forward_at_labels(input_ids, attention_mask, labels)
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("T5ForConditionalGeneration needs decoder_input_ids or labels")
@@ -446,6 +596,33 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                                    ignore_index=IGNORE_INDEX)
         return Seq2SeqOutput(loss, logits, memory)
+
+    def _forward_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                           labels: torch.Tensor) -> Seq2SeqOutput:
+        """`forward(..., at_labels=True)`: packed when the fast path is on and the batch packs, else padded."""
+        decoder_input_ids = self.shift_right(labels)
+        self._check(input_ids, attention_mask, "input_ids")
+        self._check(decoder_input_ids, None, "decoder_input_ids")
+        at = labels != IGNORE_INDEX  # (B, T)
+        packing = None
+        if self.encoder.unpad and self.decoder.unpad:
+            packing = pack(attention_mask if attention_mask is not None else torch.ones_like(input_ids), labels)
+        if packing is None:
+            memory = self.encoder(self.shared(input_ids), attention_mask)[0]
+            hidden = self.decoder(self.shared(decoder_input_ids), None, memory, attention_mask)[0][at]  # (N, d)
+        else:
+            segments = packing.source_segments
+            sources, targets = packing.gather(input_ids, True), packing.gather(decoder_input_ids, False)
+            # One lookup for both stacks: one dense gradient of the (V, d) matrix to fill and add, not two.
+            embedded = self.shared(torch.cat([sources.reshape(-1), targets.reshape(-1)]))
+            sources, targets = embedded[:sources.numel()], embedded[sources.numel():]
+            memory = self.encoder(sources.view(*segments.shape, -1), segments=segments)[0]  # (R, S', d)
+            out = self.decoder(targets.view(*packing.target_segments.shape, -1), memory=memory,
+                               segments=packing.target_segments, memory_segments=segments)[0]  # (R, T', d)
+            packed_at = torch.full((labels.numel(),), -1, dtype=torch.long, device=labels.device)
+            packed_at[packing.target_from] = packing.target_to
+            hidden = out.reshape(-1, out.shape[-1])[packed_at.view(labels.shape)[at]]  # (N, d)
+        return Seq2SeqOutput(None, self.project(hidden), memory)  # logits (N, V)
 
     # ---- generation ----------------------------------------------------------------------------------------
     @torch.no_grad()

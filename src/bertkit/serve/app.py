@@ -1,9 +1,10 @@
 """The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`.
 
 Routes:
-    POST /v1/predict    {"inputs": [input, ...], "top_k"?: int, "pooling"?: str} or {"inputs": input} or the input
-                        object itself -> 200 and a JSON list: per input, in order, what `bertkit predict --json`
-                        prints for it (`bertkit fill-mask --json` for fill-mask), or {"error": message} for an input
+    POST /v1/predict    {"inputs": [input, ...], "top_k"?: int, "pooling"?: str, "max_new_tokens"?: int} or
+                        {"inputs": input} or the input object itself -> 200 and a JSON list: per input, in order,
+                        what `bertkit predict --json` prints for it (`bertkit fill-mask --json` for fill-mask,
+                        `bertkit generate --json` for generate), or {"error": message} for an input
                         that cannot be answered (a missing field, a text without the mask token)
     GET  /v1/model      the served task: kind, input fields, labels, lengths, backend
     GET  /              the web page (plain HTML and JavaScript, package data)
@@ -58,6 +59,9 @@ def config_fields() -> list[tuple[str, type, Any, str]]:
     return [(f.name, kinds.get(f.name, int), f.default, f.metadata.get("help", "")) for f in fields(ServeConfig)]
 
 
+MAX_NEW_TOKENS_LIMIT = 512  # what a request may ask a generation to add at most
+
+
 class RequestError(Exception):
     """A request answered with an error status and {"error": message}."""
 
@@ -87,7 +91,8 @@ def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[lis
         raise RequestError(422, f"expected a JSON object {{\"inputs\": [...]}}, got a {type(data).__name__}")
     options: dict[str, Any] = {}
     if "inputs" in data:
-        top = {"inputs", "top_k"} | ({"pooling"} if engine.kind == "embeddings" else set())
+        top = {"inputs", "top_k"} | ({"pooling"} if engine.kind == "embeddings" else set()) | (
+            {"max_new_tokens"} if engine.kind == "generate" else set())
         unknown = sorted(set(data) - top)
         if unknown:
             raise RequestError(422, f"unknown field {unknown[0]!r}; a request has {', '.join(sorted(top))}")
@@ -101,6 +106,12 @@ def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[lis
             if not isinstance(k, int) or isinstance(k, bool) or k < 1:
                 raise RequestError(422, f"'top_k' must be a positive integer, got {k!r}")
             options["top_k"] = k
+        if data.get("max_new_tokens") is not None:
+            k = data["max_new_tokens"]
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_NEW_TOKENS_LIMIT:
+                raise RequestError(422, f"'max_new_tokens' must be an integer from 1 to {MAX_NEW_TOKENS_LIMIT}, "
+                                        f"got {k!r}")
+            options["max_new_tokens"] = k
         if data.get("pooling") is not None:
             if data["pooling"] not in POOLINGS:
                 raise RequestError(422, f"'pooling' must be one of {', '.join(POOLINGS)}, got {data['pooling']!r}")
@@ -119,17 +130,29 @@ def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[lis
     return items, options
 
 
+DRAIN_BYTES = 8 << 20  # a body past the limit is read and dropped up to this much more, so its client hears the 413
+
+
 async def read_body(request, limit: int) -> bytes:
-    """The request body, or RequestError 413 as soon as it passes `limit` bytes (Content-Length or streamed)."""
+    """The request body, or RequestError 413 when it has more than `limit` bytes (by Content-Length or streamed).
+
+    Nothing past the limit is kept; it is read and dropped (up to DRAIN_BYTES more), because a client still
+    sending its body to a server that answered and closed the connection sees a broken connection, not the 413.
+    A body larger still is answered at once, and the connection closes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"the body has {int(declared)} bytes; at most {limit}")
+    declared = int(declared) if declared is not None and declared.isdigit() else None
+    if declared is not None and declared > limit + DRAIN_BYTES:
+        raise RequestError(413, f"the body has {declared} bytes; at most {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"the body has more than {limit} bytes")
-        chunks.append(chunk)
+        if size > limit + DRAIN_BYTES:
+            break
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise RequestError(413, f"the body has {declared} bytes; at most {limit}" if declared is not None
+                           else f"the body has more than {limit} bytes")
     return b"".join(chunks)
 
 
@@ -150,6 +173,9 @@ def openapi_schema(engine: Engine, config: ServeConfig) -> dict[str, Any]:
                   "description": "labels (classify), n-best answers (squad), candidates (fill-mask)"}}
     if engine.kind == "embeddings":
         request_props["pooling"] = {"type": "string", "enum": list(POOLINGS)}
+    if engine.kind == "generate":
+        request_props["max_new_tokens"] = {"type": "integer", "minimum": 1, "maximum": MAX_NEW_TOKENS_LIMIT,
+                                           "description": "tokens a generation adds at most (default 20)"}
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return {
         "openapi": "3.1.0",

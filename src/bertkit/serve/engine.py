@@ -10,6 +10,8 @@ An `Engine` serves one task of one model directory:
     swag          BertForMultipleChoice                  {"context", "choices": [...]}
     fill-mask     the pretraining (masked-LM) model      {"text"} with the mask token        `bertkit fill-mask --json`
     embeddings    the encoder of any model directory     {"text"}                            {"tokens", "embedding"}
+    generate      a causal model (BertForCausalLM) or    {"text"}: the prompt                `bertkit generate --json`
+                  a T5 without a task (T5ForConditionalGeneration)                           (greedy)
 
 For the four task kinds the three steps are the task family's own (`bertkit.tasks`): `prediction_features` makes
 the rows (one per input; one per window of a SQuAD passage; one per choice of a multiple-choice input),
@@ -21,6 +23,11 @@ fails its neighbours.
 `forward(rows)` runs one batch: rows of any lengths, padded to the longest and handed to the model, which runs on
 the real tokens only (`BertModel`'s unpadded path) with the torch backend; the ONNX backend
 (`bertkit.export`) runs the exported padded graph, on rows sorted by length and cut into groups that pad little.
+
+Generation is greedy, as `bertkit generate` at its default temperature 0: a causal model's rows of one prompt
+length share `BertForCausalLM.generate` (equal lengths: no padding, each row what it computes alone up to float
+rounding, cut after its first separator); a T5's rows are padded and generated together
+(`bertkit.taskrun.generate_all`), as the text-to-text task models are. A row carries its input's max_new_tokens.
 
 Inputs longer than the model's sequence length are truncated as `predict` truncates them (SQuAD passages are
 covered by windows; its question is cut to max_query_length), and the answer then carries "truncated": true.
@@ -36,7 +43,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings")
+SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate")
+MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
 POOLINGS = ("mean", "cls", "none")
 
 # The fields an input object may have, per kind: required, then optional.
@@ -47,6 +55,7 @@ INPUT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "swag": (("context", "choices"), ()),
     "fill-mask": (("text",), ()),
     "embeddings": (("text",), ()),
+    "generate": (("text",), ()),
 }
 
 
@@ -63,6 +72,7 @@ class Row:
     input_ids: list[int]
     token_type_ids: list[int]
     positions: list[int] = field(default_factory=list)
+    max_new_tokens: int = 0  # generate: tokens to add at most
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -109,13 +119,18 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, kind: str, model, pad_id: int, max_new_tokens: int | None = None) -> None:
+    def __init__(self, kind: str, model, pad_id: int, max_new_tokens: int | None = None,
+                 eos_id: int | None = None) -> None:
         self.kind, self.model, self.pad_id, self.max_new_tokens = kind, model, pad_id, max_new_tokens
+        self.eos_id = eos_id  # generate with a causal model: the token that ends a generation
         self.device = next(model.parameters()).device
 
     def __call__(self, rows: list[Row]) -> list[np.ndarray]:
         import torch
 
+        if self.kind == "generate":
+            with torch.no_grad():
+                return self._generate(rows)
         if self.max_new_tokens is not None:
             from bertkit.taskrun import generate_all
 
@@ -138,6 +153,30 @@ class TorchBackend:
             else:
                 out = self.model(ids, mask, types).logits
         return _split_outputs(self.kind, out.float().cpu().numpy(), rows)
+
+    def _generate(self, rows: list[Row]) -> list[np.ndarray]:
+        """Greedy generations (the new token ids) of the rows; see the module docstring."""
+        import torch
+
+        from bertkit.taskrun import generate_all
+
+        out: list[np.ndarray | None] = [None] * len(rows)
+        groups: dict[tuple[int, int], list[int]] = {}
+        causal = self.model.config.model_type != "t5"
+        for i, r in enumerate(rows):  # causal: one group per (prompt length, max_new_tokens); T5: per max_new_tokens
+            groups.setdefault((len(r) if causal else 0, r.max_new_tokens), []).append(i)
+        for (length, max_new), chosen in groups.items():
+            if not causal:
+                features = [{"input_ids": rows[i].input_ids, "token_type_ids": rows[i].token_type_ids} for i in chosen]
+                for i, ids in zip(chosen, generate_all(self.model, features, self.pad_id, len(chosen), max_new)):
+                    out[i] = ids
+                continue
+            prompts = torch.tensor([rows[i].input_ids for i in chosen], device=self.device)
+            generated = self.model.generate(prompts, max_new, eos_token_id=self.eos_id)[:, length:].cpu().numpy()
+            for i, ids in zip(chosen, generated):
+                ends = np.flatnonzero(ids == self.eos_id) if self.eos_id is not None else []
+                out[i] = ids[:ends[0] + 1] if len(ends) else ids  # alone, it stops after its separator
+        return out  # type: ignore[return-value]
 
 
 class OnnxBackend:
@@ -195,7 +234,8 @@ def detect_kind(model_dir: str | os.PathLike) -> str:
     model_dir = Path(model_dir)
     if not (model_dir / CONFIG_NAME).is_file():
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    architectures = read_config(model_dir).get("architectures") or []
+    config = read_config(model_dir)
+    architectures = config.get("architectures") or []
     kind = kind_of_architectures(architectures)
     if kind is not None:
         return kind
@@ -206,9 +246,25 @@ def detect_kind(model_dir: str | os.PathLike) -> str:
         from bertkit.tasks.base import prediction_kind
 
         return prediction_kind(info["kind"])
+    if config.get("model_type") == "t5" or config.get("is_decoder"):  # a causal model, or a T5 without a task
+        return "generate"
     if any(a.endswith(("ForPreTraining", "ForMaskedLM")) for a in architectures):
         return "fill-mask"
     return "embeddings"
+
+
+def load_generator(model_dir: str | os.PathLike):
+    """The model a "generate" directory holds: T5ForConditionalGeneration, or BertForCausalLM (which refuses a
+    model that is not causal)."""
+    from bertkit.checkpoint import read_config
+
+    if read_config(model_dir).get("model_type") == "t5":
+        from bertkit.models import T5ForConditionalGeneration
+
+        return T5ForConditionalGeneration.from_pretrained(model_dir)
+    from bertkit.models import BertForCausalLM
+
+    return BertForCausalLM.from_pretrained(model_dir)
 
 
 def _text(item: dict, key: str, index: int) -> str:
@@ -268,12 +324,15 @@ class Engine:
                 model = model_class(self.model_dir, "pretraining").from_pretrained(self.model_dir)
                 if self.tokenizer.mask_id is None:
                     raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
+            elif self.kind == "generate":
+                model = load_generator(self.model_dir)
             else:
                 from bertkit.features import load_encoder
 
                 model = load_encoder(self.model_dir)
             model = model.to(device).eval()
-            self.max_length = min(max_seq_length or model.config.max_length, model.config.max_length)
+            limit = getattr(model.config, "max_length", 512)  # T5's relative positions: 512, its pretraining length
+            self.max_length = min(max_seq_length or limit, limit)
         self.model_config = model.config
         family = self.predictor.family() if self.predictor is not None else None
         # A text-to-text model (T5 fine-tuned on a task) answers the task's kind by generating its answer.
@@ -285,17 +344,18 @@ class Engine:
             if threads:
                 torch.set_num_threads(threads)
             self.backend: Callable[[list[Row]], list[np.ndarray]] = TorchBackend(
-                self.kind, model, pad_id, family.max_new_tokens if self.generates else None)
+                self.kind, model, pad_id, family.max_new_tokens if self.generates else None, self.tokenizer.sep_id)
         else:
-            if self.generates:
-                raise ValueError(f"{self.model_dir} is a text-to-text model: it generates, which the ONNX backend "
+            if self.generates or self.kind == "generate":
+                raise ValueError(f"{self.model_dir} generates its answers token by token, which the ONNX backend "
                                  f"does not; serve it with the torch backend")
             # The torch model stays loaded: restoring a family for each input reads its labels.
             self.backend = OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads)
         self.backend_name = backend
 
     # ---- the three steps -------------------------------------------------------------------------------------
-    def prepare(self, item: Any, index: int = 0, top_k: int | None = None, pooling: str | None = None) -> Prepared:
+    def prepare(self, item: Any, index: int = 0, top_k: int | None = None, pooling: str | None = None,
+                max_new_tokens: int | None = None) -> Prepared:
         """Rows and a finisher for one input (a JSON value of the kind's fields; a bare string is {"text": ...}
         where the kind takes a text). Raises InputError for an input it cannot answer."""
         if isinstance(item, str) and "text" in INPUT_FIELDS[self.kind][0]:
@@ -308,6 +368,8 @@ class Engine:
             return self._prepare_fill_mask(_text(item, "text", index), top_k or 5)
         if self.kind == "embeddings":
             return self._prepare_embeddings(_text(item, "text", index), pooling or self.pooling)
+        if self.kind == "generate":
+            return self._prepare_generate(_text(item, "text", index), max_new_tokens or MAX_NEW_TOKENS)
         return self._prepare_task(self._task_input(item, index), top_k)
 
     def forward(self, rows: list[Row]) -> list[np.ndarray]:
@@ -413,13 +475,33 @@ class Engine:
 
         return Prepared([Row(enc.input_ids, [0] * len(enc.input_ids))], finish)
 
+    def _prepare_generate(self, text: str, max_new_tokens: int) -> Prepared:
+        """As `bertkit.inference.generate` (greedy): a causal model's prompt framed as in training without its
+        closing separator, a T5's as T5 frames it (`text </s>`), cut to the model's length; the answer is what
+        `bertkit generate --json` prints, {"prompt", "continuation", "ids"}."""
+        tok, causal = self.tokenizer, self.model_config.model_type != "t5"
+        ids = tok.encode(text, max_length=self.max_length).input_ids
+        truncated = len(ids) == self.max_length and len(tok.encode(text)) > self.max_length
+        if causal:
+            ids = ids[:-1]
+        pad = self.model_config.pad_token_id
+
+        def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
+            new = [int(i) for i in outputs[0]]
+            # T5's sentinels stay visible (<extra_id_0> cat ...): they say which span a text fills.
+            shown = tok.decode(new) if causal else tok.decode([i for i in new if i != pad], skip_special_tokens=False)
+            answer = {"prompt": text, "continuation": shown, "ids": new}
+            return {**answer, "truncated": True} if truncated else answer
+
+        return Prepared([Row(ids, [0] * len(ids), max_new_tokens=max_new_tokens)], finish)
+
     def warm_up(self) -> None:
         """One forward pass on a made-up input, so that one-time set-up costs (kernel choices, allocations) are
         not paid by the first request."""
         sample = {"classify": {"text": "warm up"}, "ner": {"text": "warm up"},
                   "squad": {"question": "warm up?", "context": "warm up"},
                   "swag": {"context": "warm", "choices": ["up", "down"]},
-                  "embeddings": {"text": "warm up"}}.get(self.kind)
+                  "embeddings": {"text": "warm up"}, "generate": {"text": "warm up"}}.get(self.kind)
         if sample is None:  # fill-mask
             sample = {"text": f"warm {self.tokenizer.id_to_token(self.tokenizer.mask_id)}"}
         self.forward(self.prepare(sample).rows)
@@ -443,6 +525,8 @@ class Engine:
             info["version_2"] = bool(self.predictor.info.get("version_2", False))
         if self.kind == "embeddings":
             info["pooling"] = self.pooling
+        if self.kind == "generate":
+            info["max_new_tokens"] = MAX_NEW_TOKENS
         return info
 
 

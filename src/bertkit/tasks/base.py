@@ -122,8 +122,9 @@ class TaskFamily:
 
     @classmethod
     def matches_architecture(cls, name: str) -> bool:
-        """Whether a config.json architecture is this family's task model in any family's spelling."""
-        return name.endswith(cls.model_class_name[len("Bert"):])
+        """Whether a config.json architecture is this family's task model in any family's spelling (XLNet's span
+        model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head)."""
+        return name.removesuffix("Simple").endswith(cls.model_class_name[len("Bert"):])
 
     # ---- fine-tuning -----------------------------------------------------------------------------------------
     def read(self, path, training: bool) -> list:

@@ -221,24 +221,55 @@ def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str 
 
 class SequenceClassificationTask:
     """Trainer task: cross-entropy over labels (or squared error for regression) on the first token's pooled
-    vector; also multiple choice, whose logits are (B, C) scores of the C choices. See `bertkit.trainer`."""
+    vector; also multiple choice, whose logits are (B, C) scores of the C choices. See `bertkit.trainer`.
 
-    def __init__(self, name: str = "cls", regression: bool = False) -> None:
-        self.name, self.regression = name, regression
+    lm_weight > 0 (a causal model, `with_language_model`): GPT-1's fine-tuning objective L2 + lm_weight x L1,
+    L1 the language-modelling loss on the task's own inputs (every real token after the first predicted from
+    those before it, scored by the model's `language_model_logits`); logged as `lm_aux_loss` (already weighted,
+    mean per predicted token) beside the task's loss (mean per example), which the trainer adds up.
+    """
+
+    def __init__(self, name: str = "cls", regression: bool = False, lm_weight: float = 0.0) -> None:
+        self.name, self.regression, self.lm_weight = name, regression, lm_weight
+
+    def with_language_model(self, weight: float) -> SequenceClassificationTask:
+        """This task plus GPT-1's auxiliary language-modelling loss at `weight` (0: the task alone)."""
+        return type(self)(self.name, self.regression, weight)
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {f"{self.name}_loss": float(batch["labels"].shape[0])}
+        counts = {f"{self.name}_loss": float(batch["labels"].shape[0])}
+        if self.lm_weight:  # the predicted tokens: every real one but each row's first
+            mask = batch["attention_mask"].ne(0)
+            counts["lm_aux_loss"] = float((mask[:, 1:] & mask[:, :-1]).sum())
+        return counts
 
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        logits = out.logits.float()
         labels = batch["labels"]
         n = logits.new_tensor(float(labels.shape[0]))
         if self.regression:
-            return {f"{self.name}_loss": (F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum"), n)}
-        return {f"{self.name}_loss": (F.cross_entropy(logits, labels, reduction="sum"), n),
-                f"{self.name}_accuracy": ((logits.argmax(-1) == labels).sum().float(), n)}
+            terms = {f"{self.name}_loss": (F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum"), n)}
+        else:
+            terms = {f"{self.name}_loss": (F.cross_entropy(logits, labels, reduction="sum"), n),
+                     f"{self.name}_accuracy": ((logits.argmax(-1) == labels).sum().float(), n)}
+        if self.lm_weight:
+            terms["lm_aux_loss"] = self.language_model_loss(model, out.hidden_states[-1], batch)
+        return terms
+
+    def language_model_loss(self, model, hidden, batch):
+        """(lm_weight x summed next-token cross-entropy, number of predicted tokens) over the real positions."""
+        import torch.nn.functional as F
+
+        from bertkit.checkpoint import unwrap
+
+        ids, mask = batch["input_ids"], batch["attention_mask"].ne(0)
+        keep = mask[:, 1:] & mask[:, :-1]  # (B, T-1): position t predicts the real token t + 1
+        lm_logits = unwrap(model).language_model_logits(hidden[:, :-1][keep])  # (N, V) only where scored
+        loss = F.cross_entropy(lm_logits.float(), ids[:, 1:][keep], reduction="sum")
+        return self.lm_weight * loss, loss.new_tensor(float(keep.sum()))
 
 
 def classification_metrics(predictions: Sequence, gold: Sequence, regression: bool) -> dict[str, float]:

@@ -114,6 +114,19 @@ def spearman(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray) 
     return float(scipy.stats.spearmanr(p, y)[0])
 
 
+def confusion_matrix(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray,
+                     num_labels: int) -> list[list[int]]:
+    """Counts of (gold, predicted) class-id pairs as a num_labels x num_labels list of lists: row = gold class,
+    column = predicted class (scikit-learn's layout, the textbooks' too); ids outside [0, num_labels) raise."""
+    p, y = _pair(predictions, labels)
+    p, y = p.astype(np.int64), y.astype(np.int64)
+    if min(p.min(), y.min()) < 0 or max(p.max(), y.max()) >= num_labels:
+        raise ValueError(f"class ids outside [0, {num_labels})")
+    counts = np.zeros((num_labels, num_labels), dtype=np.int64)
+    np.add.at(counts, (y, p), 1)
+    return counts.tolist()
+
+
 _METRIC_FUNCTIONS = {"accuracy": accuracy, "f1": f1, "mcc": matthews_corrcoef, "pearson": pearson,
                      "spearmanr": spearman}
 

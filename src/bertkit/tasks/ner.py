@@ -11,6 +11,11 @@ Tag schemes: IOB1 (CoNLL-2003 as distributed: I- everywhere, B- only between two
 type), BIO a.k.a. IOB2 (B- on every entity's first word), IOBES (adds E- for last and S- for single-word
 entities). Convert IOB1 to BIO before training, as is standard.
 
+Plain tag sets (part of speech, chunks: CoNLL-2003's other columns) are tagged the same way with scheme "none"
+(`--column 1 --scheme none`): every tag is a label of its own, nothing is converted, and the score is token
+accuracy (`tag_accuracy`). A column of IOB tags (the chunks, column 2) can also be read as spans with the default
+scheme, scored by chunk F1 as CoNLL-2000.
+
 Inputs are `CLS pieces-of-the-words SEP` with the tokenizer's own special tokens (`[CLS] ... [SEP]` for BERT,
 `<s> ... </s>` for RoBERTa), one token type; the words are given (CoNLL tokens), so every kind of tokenizer pieces
 each word on its own (`encode_words`) and says which word each piece came from.
@@ -44,17 +49,18 @@ class TaggedSentence:
     line: int  # 1-based line of the sentence's first word
 
 
-def read_conll(path: str | os.PathLike[str], *, tag_column: int = -1) -> list[TaggedSentence]:
+def read_conll(path: str | os.PathLike[str], *, tag_column: int = -1, plain: bool = False) -> list[TaggedSentence]:
     """Read a CoNLL-2003-style column file.
 
     The word is the first whitespace-separated column and the tag the column `tag_column` (default: last);
-    a blank line ends a sentence; `-DOCSTART-` lines (document boundaries) are skipped.
+    a blank line ends a sentence; `-DOCSTART-` lines (document boundaries) are skipped. plain: the tags are a
+    plain tag set (POS, ...), taken as they are; otherwise each must be an entity tag.
 
     Returns:
         Sentences in file order, never empty.
     Raises:
-        DataError "{path}:{line}: ..." for a line with fewer than two columns, or whose tag is not "O" or
-        "<B|I|E|S>-TYPE" (which usually means the wrong tag column).
+        DataError "{path}:{line}: ..." for a line with fewer than two columns, without column `tag_column`, or
+        (unless plain) whose tag is not "O" or "<B|I|E|S>-TYPE" (which usually means the wrong tag column).
     """
     sentences: list[TaggedSentence] = []
     tokens: list[str] = []
@@ -82,8 +88,9 @@ def read_conll(path: str | os.PathLike[str], *, tag_column: int = -1) -> list[Ta
                 tag = fields[tag_column]
             except IndexError:
                 raise DataError.at(path, line_no, f"no column {tag_column} in {len(fields)} columns") from None
-            if not _TAG.match(tag):
-                raise DataError.at(path, line_no, f"malformed tag {tag!r}; expected O or B-/I-/E-/S-TYPE")
+            if not plain and not _TAG.match(tag):
+                raise DataError.at(path, line_no, f"malformed tag {tag!r}; expected O or B-/I-/E-/S-TYPE (plain "
+                                                  f"tags such as POS: --scheme none)")
             if not tokens:
                 start = line_no
             tokens.append(fields[0])
@@ -266,6 +273,20 @@ def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence
     }
 
 
+def tag_accuracy(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict:
+    """Token accuracy of plain tags (POS, chunks as tags): {"accuracy": correct words / words, "tokens": words};
+    sentence lengths must match."""
+    if len(true_tags) != len(pred_tags):
+        raise ValueError(f"{len(true_tags)} gold sentences for {len(pred_tags)} predicted sentences")
+    correct = total = 0
+    for i, (t, p) in enumerate(zip(true_tags, pred_tags)):
+        if len(t) != len(p):
+            raise ValueError(f"sentence {i}: {len(t)} gold tags for {len(p)} predicted tags")
+        correct += sum(a == b for a, b in zip(t, p))
+        total += len(t)
+    return {"accuracy": correct / total if total else 0.0, "tokens": total}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Words, features and entity spans.
 
@@ -342,7 +363,9 @@ class TaggingFamily(TaskFamily):
 
     IOB1 files (CoNLL-2003 as distributed) are converted to BIO; the labels are "O" then B-/I- (IOBES files:
     B-/I-/E-/S-) of every entity type of the training file. A sentence longer than max_seq_length is cut: its
-    last words get no training label and are predicted "O".
+    last words get no training label and are predicted "O". With config.scheme "none" the tags of
+    config.column are a plain tag set (labels: the training file's tags, sorted), scored by token accuracy; cut
+    words are predicted "O" where the tag set has it, else the first label.
     """
 
     model_class_name = "BertForTokenClassification"
@@ -352,15 +375,25 @@ class TaggingFamily(TaskFamily):
 
     def __init__(self, config) -> None:
         super().__init__(config)
+        self.column = getattr(config, "column", None) or -1  # the tag column (default: the last)
         self.scheme = "BIO"
+        self._plain(getattr(config, "scheme", "auto") == "none")
+
+    def _plain(self, plain: bool) -> None:
+        """Switch to plain tags (scheme "none": token accuracy) or stay with entity tags."""
+        if plain:
+            self.scheme, self.main_metric, self.metric_names = "none", "accuracy", ("accuracy",)
 
     def read(self, path, training: bool) -> list[tuple[list[str], list[str]]]:
         """(words, tags) of every sentence; the training file fixes the scheme and the labels."""
-        sentences = read_conll(path)
+        plain = self.scheme == "none"
+        sentences = read_conll(path, tag_column=self.column, plain=plain)
         if not sentences:
             raise DataError.at(path, None, "no sentences")
         iobes = any(t[0] in "ES" for s in sentences for t in s.tags)
-        if training:
+        if training and plain:
+            self.labels = sorted({t for s in sentences for t in s.tags})
+        elif training:
             self.scheme = "IOBES" if iobes else "BIO"
             kinds = sorted({t[2:] for s in sentences for t in s.tags if t != "O"})
             prefixes = "BIES" if iobes else "BI"
@@ -369,7 +402,7 @@ class TaggingFamily(TaskFamily):
         out = []
         for s in sentences:
             # CoNLL-2003 is IOB1; BIO (IOB2) is what the model learns. Valid BIO and IOBES pass through unchanged.
-            tags = s.tags if self.scheme == "IOBES" else iob1_to_bio(s.tags)
+            tags = s.tags if self.scheme in ("IOBES", "none") else iob1_to_bio(s.tags)
             for i, (written, tag) in enumerate(zip(s.tags, tags)):
                 if tag not in known:
                     raise DataError.at(path, s.line + i, f"unknown label {written!r}; the training file has "
@@ -395,13 +428,20 @@ class TaggingFamily(TaskFamily):
         out = []
         for scores, feature, (words, _) in zip(logits, features, examples):
             ids = decode_word_predictions(feature["word_ids"], scores.argmax(-1).tolist(), len(words),
-                                          fill=self.labels.index("O"))
+                                          fill=self._outside())
             out.append([self.labels[i] for i in ids])  # words cut off by max_seq_length are predicted "O"
         return out
 
+    def _outside(self) -> int:
+        """The label of words cut off by max_seq_length: "O", or for a plain tag set without it the first."""
+        return self.labels.index("O") if "O" in self.labels else 0
+
+    def _score(self, gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
+        return tag_accuracy(gold, predicted) if self.scheme == "none" else ner_metrics(gold, predicted)
+
     def evaluate(self, examples, features, logits):
         predicted = self.word_tags(logits, features, examples)
-        return ner_metrics([tags for _, tags in examples], predicted), predicted
+        return self._score([tags for _, tags in examples], predicted), predicted
 
     def write_predictions(self, out_dir: Path, examples, predicted) -> None:
         # conlleval's layout: word, gold tag, predicted tag; a blank line between sentences.
@@ -411,12 +451,13 @@ class TaggingFamily(TaskFamily):
         (Path(out_dir) / "dev_predictions.conll").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def task_info(self) -> dict[str, Any]:
-        return {**super().task_info(), "scheme": self.scheme}
+        return {**super().task_info(), "scheme": self.scheme, "column": self.column}
 
     # ---- a fine-tuned model ----------------------------------------------------------------------------------
     def restore(self, info: dict[str, Any], model) -> None:
         self.labels = list(model.labels)
         self.scheme = info.get("scheme", self.scheme)
+        self._plain(self.scheme == "none")
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: texts (split into words and punctuation by `split_words`) or lists of words."""
@@ -436,8 +477,9 @@ class TaggingFamily(TaskFamily):
 
     def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
         """{"words", "tags", "entities": [{"type", "text", "start", "end", "score"}]} per input: start and end in
-        characters of a text, or word indices of a list of words; score = the mean of the words' top probability."""
-        outside = self.labels.index("O") if "O" in self.labels else 0  # for words cut off by truncation
+        characters of a text, or word indices of a list of words; score = the mean of the words' top probability.
+        Plain tags (scheme "none"): {"words", "tags", "scores"} (each word's top probability), no entities."""
+        outside = self._outside()  # for words cut off by truncation
         out = []
         for feature, scores, (text, offsets) in zip(features, logits, self._spans):
             words = feature["words"]
@@ -445,6 +487,9 @@ class TaggingFamily(TaskFamily):
             ids = decode_word_predictions(feature["word_ids"], probs.argmax(-1).tolist(), len(words), fill=outside)
             confidence = decode_word_predictions(feature["word_ids"], probs.max(-1).tolist(), len(words), fill=0.0)
             tags = [self.labels[i] for i in ids]
+            if self.scheme == "none":
+                out.append({"words": words, "tags": tags, "scores": [float(c) for c in confidence]})
+                continue
             entities = []
             for etype, first, last in tags_to_spans(tags):
                 entity = {"type": etype, "score": float(np.mean(confidence[first:last]))}
@@ -458,8 +503,11 @@ class TaggingFamily(TaskFamily):
         return out
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
-        """Entity-level scores of a CoNLL file whose last column is the predicted tag (words as in data_path)."""
-        gold, pred = read_conll(data_path), read_conll(predictions_path)
+        """Entity-level scores (plain tags: token accuracy) of a CoNLL file whose last column is the predicted tag
+        (words as in data_path, whose tags are in config.column)."""
+        plain = self.scheme == "none"
+        gold = read_conll(data_path, tag_column=self.column, plain=plain)
+        pred = read_conll(predictions_path, plain=plain)
         check_count(pred, gold, predictions_path, data_path)
         for g, p in zip(gold, pred):
             if g.tokens != p.tokens:
@@ -467,4 +515,4 @@ class TaggingFamily(TaskFamily):
                          min(len(g.tokens), len(p.tokens)))
                 raise DataError.at(predictions_path, p.line + min(i, len(p.tokens) - 1),
                                    f"the sentence does not match {data_path}:{g.line} (word {i + 1})")
-        return ner_metrics([g.tags for g in gold], [p.tags for p in pred])
+        return self._score([g.tags for g in gold], [p.tags for p in pred])

@@ -99,11 +99,9 @@ class Seq2SeqTask:
         from bertkit.config import IGNORE_INDEX
 
         labels = batch["labels"]
-        plain = getattr(model, "module", model)  # DistributedDataParallel wraps the model
-        logits = model(batch["input_ids"], batch["attention_mask"],
-                       decoder_input_ids=plain.shift_right(labels)).logits  # (B, T, V)
-        at = labels != IGNORE_INDEX
-        scores, targets = logits[at].float(), labels[at]  # (N, V), (N,)
+        # The logits at the real labels only (packed on the model's fast path): (N, V), (N,).
+        scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
+        targets = labels[labels != IGNORE_INDEX]
         n = scores.new_tensor(float(targets.numel()))
         return {"seq2seq_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "seq2seq_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}

@@ -19,16 +19,17 @@ from pathlib import Path
 from bertkit.tokenizers.bpe import ByteLevelBPETokenizer
 from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, model_type
 from bertkit.tokenizers.unigram import UnigramTokenizer
+from bertkit.tokenizers.word import CHARS_FILE, WordTokenizer
 from bertkit.tokenizers.wordpiece import WordPieceTokenizer
 
-TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "json")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "json", "word")
 CLASSES = {"wordpiece": WordPieceTokenizer, "bpe": ByteLevelBPETokenizer, "unigram": UnigramTokenizer,
-           "json": JsonTokenizer}
+           "json": JsonTokenizer, "word": WordTokenizer}
 # tokenizer_config.json classes that settle which kind a directory holding both kinds of files is.
 _CONFIG_CLASSES = {"BertTokenizer": "wordpiece", "BertTokenizerFast": "wordpiece",
                    "RobertaTokenizer": "bpe", "RobertaTokenizerFast": "bpe"}
 _NEEDED = {"wordpiece": ["vocab.txt"], "bpe": ["vocab.json", "merges.txt"], "unigram": [TOKENIZER_FILE],
-           "json": [TOKENIZER_FILE]}
+           "json": [TOKENIZER_FILE], "word": [TOKENIZER_FILE, CHARS_FILE]}
 
 
 def _json_kind(file: Path) -> str:
@@ -36,6 +37,8 @@ def _json_kind(file: Path) -> str:
     found = model_type(file)
     if found is None:
         raise ValueError(f"{file}: not a tokenizer.json (no \"model\" object)")
+    if found == "WordLevel" and (file.parent / CHARS_FILE).is_file():  # ELMo's words + characters
+        return "word"
     return "unigram" if found == "Unigram" else "json"
 
 

@@ -30,6 +30,8 @@ from bertkit.tokenizers.base import train_engine
 from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, load_backend, read_configs
 
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in T5
+# XLNet's special tokens, ids 0 .. 8 as in its released vocabulary; framing `A <sep> <cls>`, `A <sep> B <sep> <cls>`
+XLNET_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>")
 DEFAULT_EXTRA_IDS = 100
 SPACE = "▁"  # U+2581, SentencePiece's visible space
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
@@ -83,7 +85,7 @@ class UnigramTokenizer(JsonTokenizer):
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 32100, *, extra_ids: int = DEFAULT_EXTRA_IDS,
               max_piece_length: int = 16, shrinking_factor: float = 0.75,
-              show_progress: bool = True) -> "UnigramTokenizer":
+              show_progress: bool = True, xlnet: bool = False) -> "UnigramTokenizer":
         """Learn a Unigram vocabulary of at most `vocab_size` ids from an iterable of strings, T5's way.
 
         vocab_size: the whole vocabulary, the 3 special tokens and the `extra_ids` sentinels included (T5's 32,100
@@ -91,17 +93,22 @@ class UnigramTokenizer(JsonTokenizer):
         extra_ids: how many sentinels `<extra_id_0>` .. `<extra_id_{n-1}>` to put at the end (0 for none).
         texts: any iterable of strings (read lazily, once); to train from corpus files pass
             `bertkit.data.corpus.iter_lines(paths)`. Blank strings are skipped; ValueError when nothing is left.
+        xlnet: XLNet's layout instead (`XLNET_SPECIAL_TOKENS` at ids 0 .. 8, framing `A <sep> <cls>` and
+            `A <sep> B <sep> <cls>` with segment ids 0, 1 and 2 for <cls>, padding on the left); no sentinels.
         """
+        if xlnet:
+            extra_ids = 0
+        specials = XLNET_SPECIAL_TOKENS if xlnet else SPECIAL_TOKENS
         if extra_ids < 0:
             raise ValueError(f"extra_ids must be >= 0, got {extra_ids}")
         pieces = vocab_size - extra_ids
-        if pieces < len(SPECIAL_TOKENS) + 2:
+        if pieces < len(specials) + 2:
             raise ValueError(f"vocab_size {vocab_size} is too small: the special tokens and {extra_ids} extra ids "
-                             f"leave {max(pieces - len(SPECIAL_TOKENS), 0)} pieces")
+                             f"leave {max(pieces - len(specials), 0)} pieces")
         engine = Tokenizer(models.Unigram())
         engine.normalizer = t5_normalizer()
         engine.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always")
-        trainer = trainers.UnigramTrainer(vocab_size=pieces, special_tokens=list(SPECIAL_TOKENS), unk_token="<unk>",
+        trainer = trainers.UnigramTrainer(vocab_size=pieces, special_tokens=list(specials), unk_token="<unk>",
                                           max_piece_length=max_piece_length, shrinking_factor=shrinking_factor,
                                           show_progress=show_progress)
         try:
@@ -112,8 +119,11 @@ class UnigramTokenizer(JsonTokenizer):
             raise ValueError(f"vocab_size {vocab_size} is too small for this text: {pieces} pieces (after "
                              f"{extra_ids} extra ids) cannot hold its characters ({err})") from None
         learned = [(piece, float(score)) for piece, score in json.loads(engine.to_str())["model"]["vocab"]]
-        if [p for p, _ in learned[:len(SPECIAL_TOKENS)]] != list(SPECIAL_TOKENS):
-            raise RuntimeError(f"the trainer did not put {SPECIAL_TOKENS} first")  # an engine change, not input
+        if [p for p, _ in learned[:len(specials)]] != list(specials):
+            raise RuntimeError(f"the trainer did not put {specials} first")  # an engine change, not input
+        if xlnet:
+            backend = build_xlnet_backend(learned)
+            return cls(Tokenizer.from_str(backend.to_str()), xlnet_config(), source="trained vocabulary")
         sentinels = [sentinel_token(n) for n in reversed(range(extra_ids))]  # <extra_id_0> last
         backend = build_t5_backend(learned + [(s, 0.0) for s in sentinels])
         # The engine reads scores back from JSON a last digit off; going through the file's text once makes this
@@ -138,6 +148,33 @@ def build_t5_backend(vocab: list[tuple[str, float]]) -> Tokenizer:
     engine.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
                                                           special_tokens=[("</s>", eos)])
     return engine
+
+
+def build_xlnet_backend(vocab: list[tuple[str, float]]) -> Tokenizer:
+    """XLNet's tokenizer.json pipeline around a Unigram vocabulary that starts with `XLNET_SPECIAL_TOKENS`: the
+    normaliser and Metaspace of `build_t5_backend`, and XLNet's framing: `A <sep> <cls>` (segments 0 0 2) and
+    `A <sep> B <sep> <cls>` (0 0 1 1 2)."""
+    engine = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=False))
+    engine.normalizer = t5_normalizer()
+    engine.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always")
+    engine.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="always")
+    engine.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in XLNET_SPECIAL_TOKENS])
+    sep, cls = XLNET_SPECIAL_TOKENS.index("<sep>"), XLNET_SPECIAL_TOKENS.index("<cls>")
+    engine.post_processor = processors.TemplateProcessing(
+        single="$A:0 <sep>:0 <cls>:2", pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
+        special_tokens=[("<sep>", sep), ("<cls>", cls)])
+    return engine
+
+
+def xlnet_config() -> dict:
+    """tokenizer_config.json for an XLNet-style tokenizer.json: XLNet's special tokens by role, padding on the left,
+    segment ids among the model inputs (`PreTrainedTokenizerFast`, which runs the file as it stands, as `t5_config`
+    says)."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
+            "eos_token": "</s>", "cls_token": "<cls>", "sep_token": "<sep>", "pad_token": "<pad>",
+            "mask_token": "<mask>", "additional_special_tokens": ["<eod>", "<eop>"], "padding_side": "left",
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],  # XLNet reads segment ids
+            "model_max_length": 512, "clean_up_tokenization_spaces": False}
 
 
 def t5_config(extra_ids: int) -> dict:

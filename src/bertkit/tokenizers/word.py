@@ -1,0 +1,266 @@
+"""Word-level tokenisation with characters: ELMo's input (a word vocabulary for the softmax, characters for the
+token encoder).
+
+Text is split on whitespace and around every punctuation character (BERT's pre-tokenizer, case kept); each word
+is one token, whose id is its rank in the vocabulary (`<pad>`=0, `<unk>`=1, `<s>`=2, `</s>`=3, then the words by
+frequency, which is what a log-uniform sampled softmax assumes) or `<unk>`'s. A sentence is framed `<s> A </s>`
+(a pair `<s> A </s> B </s>`). The pipeline is a transformers `tokenizer.json` (WordLevel model), so
+`JsonTokenizer` runs it and `transformers.AutoTokenizer` reads it.
+
+Characters: `word_chars.json` beside it holds the character vocabulary (ids from 6 on, most frequent first) and
+`max_characters` W. `char_ids(words)` gives each word as W ids: <begin-of-word>, its characters, <end-of-word>,
+then 0 (padding); `<s>` and `</s>` get a character of their own, a padding word all zeros. A word longer than
+W - 2 characters is cut (and counted in `char_stats["truncated_words"]`), a character outside the vocabulary is
+<unknown-char> (counted in `char_stats["unknown_chars"]`).
+
+Open vocabulary: the ids a word-level vocabulary gives lose the spelling of unknown words, which the characters
+need. With `open_vocabulary = True`, `encode*` give each unknown word an id of its own above the vocabulary
+(vocab_size, vocab_size + 1, ... in order of first appearance, kept for the process per vocabulary), which `id_to_token`
+and `char_ids_of` map back to the word. Only the character encoder may read such ids (ELMo's features and
+frozen-encoder task models turn them on); corpus preparation always gives `<unk>`'s id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors, trainers
+
+from bertkit.io import atomic_write
+from bertkit.tokenizers.base import Encoding, train_engine
+from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, load_backend, read_configs
+from bertkit.tokenizers.wordpiece import Pieces
+
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
+_OPEN_WORDS: dict[str, tuple[dict[str, int], list[str]]] = {}  # vocab_hash -> (word -> id, words)
+CHARS_FILE = "word_chars.json"
+# Character ids: 0 pads a word, then the marks; learned characters start at FIRST_CHAR.
+PAD_CHAR, BOW, EOW, UNK_CHAR, BOS_CHAR, EOS_CHAR = range(6)
+FIRST_CHAR = 6
+DEFAULT_MAX_CHARACTERS = 50  # bilm-tf's
+
+
+class WordTokenizer(JsonTokenizer):
+    """Words (a WordLevel tokenizer.json) plus characters (word_chars.json); see the module docstring."""
+
+    kind = "word"  # as `load_tokenizer` and shard manifests name it
+
+    def __init__(self, backend: Tokenizer, chars: Sequence[str], max_characters: int = DEFAULT_MAX_CHARACTERS,
+                 config: dict | None = None, source: str = TOKENIZER_FILE) -> None:
+        model = json.loads(backend.to_str()).get("model") or {}
+        if model.get("type", "WordLevel") != "WordLevel":
+            raise ValueError(f"{source}: a word tokenizer needs a WordLevel model, this one is {model.get('type')}")
+        super().__init__(backend, config, source)
+        missing = [t for t in SPECIAL_TOKENS if t not in self._vocab]
+        if missing:
+            raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}")
+        if not isinstance(max_characters, int) or max_characters < 3:
+            raise ValueError(f"{source}: max_characters must be an integer of at least 3 (the two word marks and a "
+                             f"character), got {max_characters!r}")
+        self.chars = list(chars)
+        self.char_to_id = {c: FIRST_CHAR + i for i, c in enumerate(self.chars)}
+        self.max_characters = max_characters
+        self.char_stats = Counter()  # truncated_words, unknown_chars: what char_ids had to change
+        self.open_vocabulary = False
+        # unknown word -> its open-vocabulary id, and the words by id: shared by every tokenizer of this vocabulary in
+        # the process, so that a model directory read back later (the best epoch's) reads the same ids
+        self._extra, self._extra_words = _OPEN_WORDS.setdefault(self.vocab_hash(), ({}, []))
+
+    @property
+    def char_vocab_size(self) -> int:
+        return FIRST_CHAR + len(self.chars)
+
+    # ---- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "WordTokenizer":
+        """Read `tokenizer.json` and `word_chars.json` (and the configs) from a directory."""
+        directory = Path(directory)
+        if directory.is_file():
+            directory = directory.parent
+        file, chars_file = directory / TOKENIZER_FILE, directory / CHARS_FILE
+        for path in (file, chars_file):
+            if not path.is_file():
+                raise FileNotFoundError(f"{directory}: no {path.name}; a word tokenizer needs {TOKENIZER_FILE} and "
+                                        f"{CHARS_FILE}")
+        try:
+            data = json.loads(chars_file.read_text(encoding="utf-8"))
+            chars, width = data["chars"], data["max_characters"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{chars_file}: not a character vocabulary (chars, max_characters): {err}") from None
+        if not isinstance(chars, list) or not all(isinstance(c, str) and len(c) == 1 for c in chars):
+            raise ValueError(f"{chars_file}: chars must be a list of single characters")
+        return cls(load_backend(file), chars, width, read_configs(directory), source=str(file))
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 1, *,
+              max_characters: int = DEFAULT_MAX_CHARACTERS, char_min_frequency: int = 1,
+              max_chars: int = 256, show_progress: bool = True) -> "WordTokenizer":
+        """Count the words of `texts` (read once, lazily) and keep the `vocab_size` - 4 most frequent seen at least
+        `min_frequency` times; the characters are those of the text seen at least `char_min_frequency` times, the
+        `max_chars` most frequent."""
+        if vocab_size < len(SPECIAL_TOKENS) + 1:
+            raise ValueError(f"vocab_size {vocab_size} is too small: the special tokens take {len(SPECIAL_TOKENS)}")
+        counts: Counter = Counter()
+
+        def counted(stream: Iterable[str]) -> Iterator[str]:
+            for text in stream:
+                if isinstance(text, str):
+                    counts.update(text)
+                yield text
+
+        engine = word_backend({t: i for i, t in enumerate(SPECIAL_TOKENS)})
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
+        train_engine(engine, trainer, counted(texts))
+        vocab = engine.get_vocab(with_added_tokens=True)
+        chars = [c for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                 if n >= char_min_frequency and not c.isspace()][:max_chars]
+        return cls(word_backend(vocab), chars, max_characters, config=word_config(), source="trained vocabulary")
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json and word_chars.json."""
+        super().save(directory)
+        atomic_write(Path(directory) / CHARS_FILE, json.dumps({"chars": self.chars, "max_characters":
+                                                               self.max_characters}, ensure_ascii=False) + "\n")
+
+    def vocab_hash(self) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(super().vocab_hash().encode())
+        digest.update(json.dumps([self.chars, self.max_characters], ensure_ascii=False).encode("utf-8"))
+        return digest.hexdigest()
+
+    # ---- characters ------------------------------------------------------------------------------------------
+    def word_chars(self, word: str) -> list[int]:
+        """One word as max_characters character ids (see the module docstring); counts into char_stats."""
+        W = self.max_characters
+        if word == self.pad_token:
+            return [PAD_CHAR] * W
+        if word in (self.cls_token, self.sep_token):
+            return [BOW, BOS_CHAR if word == self.cls_token else EOS_CHAR, EOW] + [PAD_CHAR] * (W - 3)
+        if len(word) > W - 2:
+            self.char_stats["truncated_words"] += 1
+            word = word[:W - 2]
+        ids = []
+        for c in word:
+            i = self.char_to_id.get(c)
+            if i is None:
+                self.char_stats["unknown_chars"] += 1
+                i = UNK_CHAR
+            ids.append(i)
+        return [BOW, *ids, EOW] + [PAD_CHAR] * (W - 2 - len(ids))
+
+    def char_ids(self, words: Sequence[str]) -> np.ndarray:
+        """(N, max_characters) int64 character ids of N words."""
+        out = np.zeros((len(words), self.max_characters), dtype=np.int64)
+        for i, word in enumerate(words):
+            out[i] = self.word_chars(word)
+        return out
+
+    def char_table(self) -> np.ndarray:
+        """(vocab_size, max_characters): every vocabulary word's character ids (what a word id of the shards reads
+        as; `<unk>` is spelled as itself)."""
+        return self.char_ids([self._id_to_token[i] for i in range(self.vocab_size)])
+
+    def char_ids_of(self, ids: np.ndarray) -> np.ndarray:
+        """(..., max_characters) character ids of an array of word ids (open-vocabulary ids included)."""
+        ids = np.asarray(ids)
+        flat = ids.reshape(-1)
+        table = self.__dict__.get("_table")
+        if table is None:
+            counted = Counter(self.char_stats)
+            table = self._table = self.char_table()
+            self.char_stats = counted  # the vocabulary's own spellings are not the input's: not counted
+        out = np.zeros((len(flat), self.max_characters), dtype=np.int64)
+        known = flat < len(table)
+        out[known] = table[flat[known]]
+        for k in np.flatnonzero(~known):
+            out[k] = self.word_chars(self.id_to_token(int(flat[k])))
+        return out.reshape(*ids.shape, self.max_characters)
+
+    # ---- open vocabulary -------------------------------------------------------------------------------------
+    def id_to_token(self, index: int) -> str:
+        index = int(index)
+        if index >= self.vocab_size and index - self.vocab_size < len(self._extra_words):
+            return self._extra_words[index - self.vocab_size]
+        return self._id_to_token[index]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.id_to_token(i) for i in ids]
+
+    def _open_id(self, word: str) -> int:
+        index = self._extra.get(word)
+        if index is None:
+            index = self._extra[word] = self.vocab_size + len(self._extra_words)
+            self._extra_words.append(word)
+        return index
+
+    def _opened(self, ids: list[int], tokens: list[str], spans: list[str | None]) -> tuple[list[int], list[str]]:
+        """ids and tokens with every unknown word (the text `spans[i]` read as `<unk>`) given its own id."""
+        if not self.open_vocabulary:
+            return ids, tokens
+        ids, tokens = list(ids), list(tokens)
+        for i, span in enumerate(spans):
+            if ids[i] == self.unk_id and span is not None and span != self.unk_token:
+                ids[i], tokens[i] = self._open_id(span), span
+        return ids, tokens
+
+    def encode_raw(self, texts: Sequence[str]):
+        encodings = super().encode_raw(texts)
+        if not self.open_vocabulary:
+            return encodings
+        out = []
+        for text, e in zip(texts, encodings):
+            ids, tokens = self._opened(e.ids, e.tokens, [text[a:b] for a, b in e.offsets])
+            out.append(Pieces(ids, tokens, [tuple(o) for o in e.offsets], list(e.word_ids)))
+        return out
+
+    def encode_words(self, words: Sequence[Sequence[str]]):
+        encodings = super().encode_words(words)
+        if not self.open_vocabulary:
+            return encodings
+        out = []
+        for item, e in zip(words, encodings):
+            spans = [item[w][a:b] if w is not None else None for w, (a, b) in zip(e.word_ids, e.offsets)]
+            ids, tokens = self._opened(e.ids, e.tokens, spans)
+            out.append(Pieces(ids, tokens, [tuple(o) for o in e.offsets], list(e.word_ids)))
+        return out
+
+    def _encode_many(self, texts: list[str], pairs: list[str] | None, max_length: int | None,
+                     truncation: bool) -> list[Encoding]:
+        out = super()._encode_many(texts, pairs, max_length, truncation)
+        if self.open_vocabulary:
+            for i, enc in enumerate(out):
+                sources = (texts[i], None if pairs is None else pairs[i])
+                spans = [None if s is None else sources[s][a:b] for s, (a, b) in zip(enc.sequence_ids, enc.offsets)]
+                enc.input_ids, enc.tokens = self._opened(enc.input_ids, enc.tokens, spans)
+        return out
+
+    def __repr__(self) -> str:
+        return (f"WordTokenizer(vocab_size={self.vocab_size}, chars={len(self.chars)}, "
+                f"max_characters={self.max_characters})")
+
+
+def word_backend(vocab: dict[str, int]) -> Tokenizer:
+    """The tokenizer.json pipeline around a word vocabulary: BERT's whitespace-and-punctuation split (case kept),
+    WordLevel with `<unk>`, framing `<s> A </s>` / `<s> A </s> B </s>`, the specials matched whole in text."""
+    engine = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    engine.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    if "<s>" in vocab and "</s>" in vocab:
+        engine.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> $B </s>",
+            special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])])
+    return engine
+
+
+def word_config() -> dict:
+    """tokenizer_config.json of a word tokenizer: the file runs as it stands (PreTrainedTokenizerFast)."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+            "cls_token": "<s>", "sep_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+            "model_max_length": 1000000}
