@@ -226,7 +226,27 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-class Lamb(torch.optim.Optimizer):
+class PerTensorOptimizer(torch.optim.Optimizer):
+    """An optimizer whose step treats each parameter tensor on its own: `step` walks the groups and calls
+    `update(p, group, state)` for every parameter with a gradient (LAMB and Adafactor below)."""
+
+    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, group, self.state[p])
+        return loss
+
+
+class Lamb(PerTensorOptimizer):
     """LAMB (You et al., 2019, "Large batch optimization for deep learning", algorithm 2), as ALBERT and NVIDIA's
     BERT pretrain with it. For each parameter tensor w with gradient g, at step t (from 1):
 
@@ -245,38 +265,27 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       trust_ratio=trust_ratio))
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                t = float(state["step"])
-                m, v, g = state["exp_avg"], state["exp_avg_sq"], p.grad
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt_().add_(group["eps"]))
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                if group["trust_ratio"]:  # on the device: no host synchronisation per tensor
-                    w_norm, u_norm = p.norm(), update.norm()
-                    update.mul_(torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm)))
-                p.add_(update, alpha=-group["lr"])
-        return loss
+    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        beta1, beta2 = group["betas"]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["step"] += 1
+        t = float(state["step"])
+        m, v, g = state["exp_avg"], state["exp_avg_sq"], p.grad
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt_().add_(group["eps"]))
+        if group["weight_decay"]:
+            update.add_(p, alpha=group["weight_decay"])
+        if group["trust_ratio"]:  # on the device: no host synchronisation per tensor
+            w_norm, u_norm = p.norm(), update.norm()
+            update.mul_(torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm)))
+        p.add_(update, alpha=-group["lr"])
 
 
-class Adafactor(torch.optim.Optimizer):
+class Adafactor(PerTensorOptimizer):
     """Adafactor (Shazeer and Stern, 2018, "Adafactor: adaptive learning rates with sublinear memory cost"), with
     the settings T5 pretrains with (Mesh TensorFlow's AdafactorOptimizer defaults). For each parameter tensor w
     with gradient g, at step t (from 1):
@@ -306,48 +315,37 @@ class Adafactor(torch.optim.Optimizer):
     def _rms(x: torch.Tensor) -> torch.Tensor:
         return x.norm(2) / (x.numel() ** 0.5)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            eps1, eps2 = group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                dtype = torch.promote_types(p.dtype, torch.float32)  # half-precision weights update in float32
-                g = p.grad.to(dtype)
-                factored = g.dim() >= 2
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    if factored:
-                        state["row"] = torch.zeros(g.shape[:-1], dtype=dtype, device=g.device)
-                        state["col"] = torch.zeros(g.shape[:-2] + g.shape[-1:], dtype=dtype, device=g.device)
-                    else:
-                        state["second"] = torch.zeros_like(g)
-                state["step"] += 1
-                beta2 = 1.0 - float(state["step"]) ** -group["decay_rate"]
-                squared = g * g + eps1
-                if factored:
-                    row, col = state["row"], state["col"]
-                    row.mul_(beta2).add_(squared.mean(dim=-1), alpha=1.0 - beta2)  # (..., rows)
-                    col.mul_(beta2).add_(squared.mean(dim=-2), alpha=1.0 - beta2)  # (..., columns)
-                    row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt().unsqueeze(-1)
-                    update = g * row_factor * col.unsqueeze(-2).rsqrt()
-                else:
-                    second = state["second"]
-                    second.mul_(beta2).add_(squared, alpha=1.0 - beta2)
-                    update = g * second.rsqrt()
-                update.div_((self._rms(update) / group["clip_threshold"]).clamp(min=1.0))
-                w = p.to(dtype)
-                scale = group["lr"] * (torch.clamp(self._rms(w), min=eps2) if group["scale_parameter"] else 1.0)
-                if group["weight_decay"]:
-                    update.add_(w, alpha=group["weight_decay"])
-                p.copy_(w - scale * update)
-        return loss
+    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        eps1, eps2 = group["eps"]
+        dtype = torch.promote_types(p.dtype, torch.float32)  # half-precision weights update in float32
+        g = p.grad.to(dtype)
+        factored = g.dim() >= 2
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            if factored:
+                state["row"] = torch.zeros(g.shape[:-1], dtype=dtype, device=g.device)
+                state["col"] = torch.zeros(g.shape[:-2] + g.shape[-1:], dtype=dtype, device=g.device)
+            else:
+                state["second"] = torch.zeros_like(g)
+        state["step"] += 1
+        beta2 = 1.0 - float(state["step"]) ** -group["decay_rate"]
+        squared = g * g + eps1
+        if factored:
+            row, col = state["row"], state["col"]
+            row.mul_(beta2).add_(squared.mean(dim=-1), alpha=1.0 - beta2)  # (..., rows)
+            col.mul_(beta2).add_(squared.mean(dim=-2), alpha=1.0 - beta2)  # (..., columns)
+            row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt().unsqueeze(-1)
+            update = g * row_factor * col.unsqueeze(-2).rsqrt()
+        else:
+            second = state["second"]
+            second.mul_(beta2).add_(squared, alpha=1.0 - beta2)
+            update = g * second.rsqrt()
+        update.div_((self._rms(update) / group["clip_threshold"]).clamp(min=1.0))
+        w = p.to(dtype)
+        scale = group["lr"] * (torch.clamp(self._rms(w), min=eps2) if group["scale_parameter"] else 1.0)
+        if group["weight_decay"]:
+            update.add_(w, alpha=group["weight_decay"])
+        p.copy_(w - scale * update)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
