@@ -59,14 +59,9 @@ def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records if "loss" in r}
 
 
-@pytest.mark.parametrize("recipe", ["modernbert-mini", "t5-mini", "elmo-mini"])
-def test_sigkilled_family_run_resumes_bit_identically(recipe, tmp_path):
-    text = corpus(tmp_path / "corpus.txt")
-    assert main(["tokenizer", "train", "--files", str(text), *KINDS[recipe], "--out", str(tmp_path / "tok"),
-                 "--quiet"]) == 0
-    assert main(["prepare", "--corpus", str(text), "--tokenizer", str(tmp_path / "tok"), "--out",
-                 str(tmp_path / "data"), "--eval-fraction", "0.1", "--quiet"]) == 0
-    args = ["pretrain", "--data", tmp_path / "data", "--config", recipe, *TINY[recipe], *STEPS]
+def full_and_killed(args: list, tmp_path: Path, steps: int = 24) -> tuple[Path, Path]:
+    """Run `bertkit *args` to its end in tmp_path/full, and again in tmp_path/killed, SIGKILLed at an arbitrary
+    moment after its step-6 checkpoint (before its last step); returns both run directories."""
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(cli(*args, "--out", full), check=True, env=env(), capture_output=True)
     proc = subprocess.Popen(cli(*args, "--out", killed), env=env(), stdout=subprocess.DEVNULL,
@@ -78,6 +73,18 @@ def test_sigkilled_family_run_resumes_bit_identically(recipe, tmp_path):
     time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary moment after that checkpoint
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert max(losses(killed)) < 24, "the run finished before the kill; nothing was tested"
+    assert max(losses(killed)) < steps, "the run finished before the kill; nothing was tested"
+    return full, killed
+
+
+@pytest.mark.parametrize("recipe", ["modernbert-mini", "t5-mini", "elmo-mini"])
+def test_sigkilled_family_run_resumes_bit_identically(recipe, tmp_path):
+    text = corpus(tmp_path / "corpus.txt")
+    assert main(["tokenizer", "train", "--files", str(text), *KINDS[recipe], "--out", str(tmp_path / "tok"),
+                 "--quiet"]) == 0
+    assert main(["prepare", "--corpus", str(text), "--tokenizer", str(tmp_path / "tok"), "--out",
+                 str(tmp_path / "data"), "--eval-fraction", "0.1", "--quiet"]) == 0
+    args = ["pretrain", "--data", tmp_path / "data", "--config", recipe, *TINY[recipe], *STEPS]
+    full, killed = full_and_killed(args, tmp_path)
     subprocess.run(cli(*args, "--out", killed, "--resume"), check=True, env=env(), capture_output=True)
     assert losses(killed) == losses(full) and sorted(losses(full)) == list(range(1, 25))

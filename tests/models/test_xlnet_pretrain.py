@@ -5,10 +5,7 @@ bit for bit, its memory included (the checkpoint carries it); shards without <cl
 from __future__ import annotations
 
 import json
-import random
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import torch
 
 from bertkit.cli import main
 
-from test_sigkill_families import cli, corpus, env, losses
+from test_sigkill_families import cli, corpus, env, full_and_killed, losses
 
 TINY = ["--config", "xlnet-mini", "--d-model", "32", "--n-layer", "2", "--n-head", "4", "--d-inner", "48",
         "--max-seq-length", "32", "--reuse-len", "8", "--mem-len", "16", "--max-predictions-per-seq", "5",
@@ -47,18 +44,7 @@ def test_permutation_lm_loss_falls(data, tmp_path):
 
 def test_sigkilled_xlnet_run_resumes_bit_identically_with_its_memory(data, tmp_path):
     args = ["pretrain", "--data", data, *TINY, "--max-steps", "24", "--save-every", "3", "--learning-rate", "2e-3"]
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(cli(*args, "--out", full), check=True, env=env(), capture_output=True)
-    proc = subprocess.Popen(cli(*args, "--out", killed), env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (killed / "checkpoints" / "step-00000006.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.01)
-    time.sleep(random.Random().uniform(0.0, 0.05))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert max(losses(killed)) < 24, "the run finished before the kill; nothing was tested"
+    full, killed = full_and_killed(args, tmp_path)
     state = torch.load(full / "checkpoints" / "step-00000024.pt", weights_only=True)
     mems = state["data"]["mems"]  # the memory rides with the data position: one (B, M, H) tensor per layer
     assert len(mems) == 2 and tuple(mems[0].shape[::2]) == (4, 32) and 8 <= mems[0].shape[1] <= 16
