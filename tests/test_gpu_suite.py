@@ -19,10 +19,11 @@ sys.path.insert(0, str(ROOT))  # bench.gpu is imported from the repository root
 
 pytest.importorskip("transformers")
 
-CHECK_NAMES = {"unpad_fp32", "unpad_bf16", "fused_qkv", "sparse_mlm", "onednn_switch", "fused_adamw",
+CHECK_NAMES = {"unpad_fp32", "unpad_bf16", "unpad_modernbert_bf16", "fused_qkv", "sparse_mlm", "onednn_switch", "fused_adamw",
                "bf16_loss_curve", "model_directory", "exact_resume", "family_bert", "family_roberta",
                "family_albert", "family_electra", "family_causal", "ddp_step"}
 SPEED_ROWS = {"peak", "pretrain_T32_dense", "pretrain_T32_varlen", "pretrain_T64_dense", "pretrain_T64_varlen",
+              "pretrain_T32_varlen_attn0",
               "inference_T32_dense", "inference_T32_varlen", "inference_T64_dense", "inference_T64_varlen",
               "modernbert_T32_varlen", "modernbert_T64_varlen", "pretrain_T32_dense_compiled",
               "pretrain_T32_varlen_compiled", "inference_T32_dense_compiled", "inference_T32_varlen_compiled"}
@@ -75,7 +76,7 @@ def test_cpu_dry_run_writes_every_result_file(dry_run):
         if record["status"] == "skipped":
             assert record["reason"].strip(), name
     timed = [r for r in records.values() if r["status"] == "ok" and r["bench"] in ("pretrain_step", "inference")]
-    assert len(timed) == 10
+    assert len(timed) == 11
     for record in timed:
         assert TIMED_KEYS <= set(record), (record["name"], TIMED_KEYS - set(record))
         assert record["bertkit_tokens_per_s"] > 0 and record["transformers_tokens_per_s"] > 0
@@ -91,7 +92,9 @@ def test_cpu_dry_run_writes_every_result_file(dry_run):
     from bench.gpu.report import SPEED_HEADER
 
     assert SPEED_HEADER in report
-    assert report.count("| pretraining step, ") == 5 and report.count("| inference, ") == 7
+    assert "attention dropout 0" in records["pretrain_T32_varlen_attn0"]["model"]
+    assert records["modernbert_T32_varlen"]["float32_max_diff"] <= 1e-3
+    assert report.count("| pretraining step, ") == 6 and report.count("| inference, ") == 7
     # One progress line per item, on stdout.
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("[correctness]", "[speed]"))]
     assert len(lines) == len(CHECK_NAMES) + len(SPEED_ROWS)

@@ -307,36 +307,46 @@ def check_onednn_switch(ctx: Context, measured: dict) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 @contextmanager
 def attention_kernel_probe(use_flash: bool):
-    """Count calls to FlashAttention's variable-length kernel; with use_flash False, hide it (SDPA fallback)."""
+    """Count calls to the variable-length FlashAttention kernels (the flash_attn package's and PyTorch's own), by
+    kernel name; with use_flash False, hide both (the SDPA fallback)."""
     import bertkit.models.layouts as layouts
 
-    real = layouts.flash_attn_varlen
-    calls = []
+    real = {"flash_attn_varlen": layouts.flash_attn_varlen, "torch_varlen": layouts.torch_varlen}
+    calls: list[str] = []
 
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+        return call
 
-    layouts.flash_attn_varlen = counted if (real is not None and use_flash) else None
+    for name, fn in real.items():
+        setattr(layouts, name, counted(name, fn) if (fn is not None and use_flash) else None)
     try:
         yield calls
     finally:
-        layouts.flash_attn_varlen = real
+        for name, fn in real.items():
+            setattr(layouts, name, fn)
 
 
 def flash_status(ctx: Context) -> str | None:
-    """None when FlashAttention's varlen kernel can run here, else why not."""
+    """None when a variable-length FlashAttention kernel can run here, else why not."""
     import bertkit.models.layouts as layouts
 
     if not ctx.cuda:
         return "FlashAttention needs CUDA: the SDPA fallback ran"
-    if layouts.flash_attn_varlen is None:
+    if layouts.flash_attn_varlen is None and layouts.torch_varlen is None:
         try:
             importlib.import_module("flash_attn")
         except Exception as err:  # noqa: BLE001 - any import failure means the fallback
-            return f"flash_attn does not import ({type(err).__name__}: {err}): the SDPA fallback ran"
+            return (f"flash_attn does not import ({type(err).__name__}: {err}) and this torch has no "
+                    "torch.nn.attention.varlen.varlen_attn: the SDPA fallback ran")
         return "flash_attn imports but has no flash_attn_varlen_func: the SDPA fallback ran"
     return None
+
+
+def kernel_name(calls: list[str]) -> str:
+    return calls[0] if calls else "sdpa"
 
 
 def check_unpad_bf16(ctx: Context, measured: dict) -> None:
@@ -374,7 +384,7 @@ def check_unpad_bf16(ctx: Context, measured: dict) -> None:
                     result = {"hidden": out.hidden_states[-1][real], "logits": out.prediction_logits}
             out.loss.backward()
             result["loss"] = out.loss
-            return {k: v.detach().float() for k, v in result.items()}, grads(model), len(calls)
+            return {k: v.detach().float() for k, v in result.items()}, grads(model), list(calls)
 
         reference, reference_grads, _ = run(unpad=False, bf16=False)
         plain, plain_grads, _ = run(unpad=False, bf16=True)
@@ -384,7 +394,7 @@ def check_unpad_bf16(ctx: Context, measured: dict) -> None:
         for variant, use_flash in variants.items():
             fast, fast_grads, flash_calls = run(unpad=True, bf16=True, use_flash=use_flash)
             tag = f"{'causal' if causal else 'bidirectional'}/{variant}"
-            kernels_run[tag] = "flash_attn_varlen" if flash_calls else "sdpa"
+            kernels_run[tag] = kernel_name(flash_calls)
             for key, ref in reference.items():
                 scale = max(1.0, float(ref.abs().max()))
                 err_plain = float((plain[key] - ref).abs().max())
@@ -407,13 +417,79 @@ def check_unpad_bf16(ctx: Context, measured: dict) -> None:
     measured["attention_kernel"] = kernels_run
     measured["errors"] = worst
     measured["tolerance"] = "bf16 rule: fast error <= 2 x plain bf16 error + 2^-8 x scale (vs float32 plain path)"
-    if ctx.cuda and not_flash is None and "flash_attn_varlen" not in kernels_run.values():
-        failures.append("flash_attn imports but the unpadded bf16 path never called it")
+    if ctx.cuda and not_flash is None and set(kernels_run.values()) == {"sdpa"}:
+        failures.append("a varlen FlashAttention kernel is there but the unpadded bf16 path never called it")
     if failures:
         raise AssertionError("; ".join(failures[:4]))
     ran = kernels_run.get("bidirectional/unpadded", "?")
     summary(measured, f"attention kernel {ran}; worst fast/plain-bf16 error ratio "
                       f"{max(v['fast_err'] / max(v['bound'], 1e-30) for v in worst.values()):.2f} of the bound"
+                      + (f"; {not_flash}" if not_flash else ""))
+
+
+def check_modernbert_bf16(ctx: Context, measured: dict) -> None:
+    """ModernBERT's unpadded path (global layers and sliding-window layers) against its padded path under bf16
+    autocast, forward and backward, at varying lengths longer than the window; the bf16 rule against the float32
+    padded path. Reports the attention kernel of the unpadded path (a varlen FlashAttention kernel on a GPU)."""
+    from bertkit.config import ModernBertConfig
+    from bertkit.models.modernbert import ModernBertModel
+
+    T = 24 if ctx.quick else 128
+    rows = 4 if ctx.quick else 16
+    size = (dict(hidden_size=32, intermediate_size=24, num_hidden_layers=3, num_attention_heads=2, local_attention=8)
+            if ctx.quick else dict(hidden_size=256, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                                   local_attention=32))
+    config = ModernBertConfig(vocab_size=1000, max_position_embeddings=T, pad_token_id=0, bos_token_id=1,
+                              eos_token_id=2, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=2, **size)
+    model = seeded(ModernBertModel, config, ctx.device, 11).train()
+    lengths = varied_lengths(ctx, rows, T, 12)
+    g = torch.Generator().manual_seed(13)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    ids = (torch.randint(3, config.vocab_size, (rows, T), generator=g) * mask).to(ctx.device)
+    mask = mask.to(ctx.device)
+    real = mask.bool()
+    weight = torch.randn(rows, T, config.hidden_size, generator=g).to(ctx.device)
+
+    def run(unpad: bool, bf16: bool):
+        model.unpad = unpad
+        model.zero_grad(set_to_none=True)
+        with attention_kernel_probe(True) as calls, ctx.autocast(bf16):
+            hidden = model(ids, mask).last_hidden_state
+        (hidden.float() * weight)[real].sum().backward()
+        return hidden[real].detach().float(), grads(model), list(calls)
+
+    try:
+        reference, reference_grads, _ = run(unpad=False, bf16=False)
+        plain, plain_grads, _ = run(unpad=False, bf16=True)
+        fast, fast_grads, calls = run(unpad=True, bf16=True)
+    finally:
+        model.unpad = True
+    failures = []
+    scale = max(1.0, float(reference.abs().max()))
+    err_plain, err_fast = float((plain - reference).abs().max()), float((fast - reference).abs().max())
+    bound = 2 * err_plain + BF16_ULP * scale
+    measured["hidden"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
+    if not err_fast <= bound:
+        failures.append(f"hidden: error {err_fast:.3g} > bound {bound:.3g}")
+    ref_norm = torch.sqrt(sum((g_.float() ** 2).sum() for g_ in reference_grads.values()))
+
+    def rel(gs):
+        return float(torch.sqrt(sum(((gs[k].float() - v.float()) ** 2).sum() for k, v in reference_grads.items()))
+                     / ref_norm)
+
+    g_plain, g_fast = rel(plain_grads), rel(fast_grads)
+    g_bound = 2 * g_plain + BF16_ULP
+    measured["grads_rel"] = {"fast_err": g_fast, "plain_bf16_err": g_plain, "bound": g_bound}
+    if not g_fast <= g_bound:
+        failures.append(f"grads: relative error {g_fast:.3g} > bound {g_bound:.3g}")
+    measured["attention_kernels"] = sorted(set(calls)) or ["sdpa"]
+    not_flash = flash_status(ctx)
+    if ctx.cuda and not_flash is None and not calls:
+        failures.append("a varlen FlashAttention kernel is there but ModernBERT's unpadded path never called it")
+    if failures:
+        raise AssertionError("; ".join(failures))
+    summary(measured, f"attention kernel {kernel_name(calls)} ({len(calls)} calls: global and windowed layers); "
+                      f"hidden error {err_fast:.3g} (bound {bound:.3g}), gradients {g_fast:.3g} (bound {g_bound:.3g})"
                       + (f"; {not_flash}" if not_flash else ""))
 
 
@@ -754,6 +830,7 @@ def check_ddp(ctx: Context, measured: dict) -> None:
 CHECKS = [
     ("unpad_fp32", check_unpad_fp32),
     ("unpad_bf16", check_unpad_bf16),
+    ("unpad_modernbert_bf16", check_modernbert_bf16),
     ("fused_qkv", check_fused_qkv),
     ("sparse_mlm", check_sparse_mlm),
     ("onednn_switch", check_onednn_switch),

@@ -56,9 +56,9 @@ def speed_row(r: dict) -> str:
     unit = "tok/s"
     model = r.get("model", "BERT-base")
     bench = {"pretrain_step": f"pretraining step, {model}", "inference": f"inference, {model}",
-             "modernbert_inference": f"inference, bertkit {model} vs transformers ModernBERT-base shape"}[r["bench"]]
+             "modernbert_inference": f"inference, {model}"}[r["bench"]]
     if r["bench"] == "modernbert_inference":
-        bench += f" ({r.get('modernbert_attention')})"
+        bench += f" (transformers: {r.get('modernbert_attention')})"
     ratio = f"**{r['ratio']:.2f}**"
     if "goal_ratio" in r:
         ratio += f" (≥ {r['goal_ratio']}: {'met' if r['goal_ratio_met'] else 'not met'})"

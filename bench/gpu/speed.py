@@ -47,14 +47,14 @@ QUICK_VOCAB = 2048  # the dry run's vocabulary: above make_batch's first word id
 # ------------------------------------------------------------------------------------------------------------------
 # Shapes and sizes
 # ------------------------------------------------------------------------------------------------------------------
-def bert_config(ctx: Context):
+def bert_config(ctx: Context, **overrides):
     """BERT-base (Google's vocabulary) on a device; hidden 32, 2 layers in the quick run."""
     from bertkit import BertConfig
 
     if ctx.quick:
         return BertConfig(vocab_size=QUICK_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=64, max_position_embeddings=128)
-    return BertConfig.preset("base", vocab_size=30522)
+                          intermediate_size=64, max_position_embeddings=128, **overrides)
+    return BertConfig.preset("base", vocab_size=30522, **overrides)
 
 
 def model_label(ctx: Context) -> str:
@@ -183,16 +183,16 @@ class Models:
         self.peak_gflops: float | None = None
 
     def pair(self, ctx: Context, kind: str):
-        """(config, bertkit model, transformers model[, optimizers]) of `kind` "pretrain" or "inference", on the
-        device, identical weights (bench/common.py's model_pair, for any config)."""
+        """(config, bertkit model, transformers model[, optimizers]) of `kind` "pretrain", "pretrain_attn0"
+        (attention dropout 0) or "inference", on the device, identical weights (bench/common.py's model_pair)."""
         if kind in self.pairs:
             return self.pairs[kind]
         import transformers
 
         from bertkit import BertForPreTraining, BertModel
 
-        config = bert_config(ctx)
-        training = kind == "pretrain"
+        config = bert_config(ctx, **({"attention_probs_dropout_prob": 0.0} if kind == "pretrain_attn0" else {}))
+        training = kind.startswith("pretrain")
         torch.manual_seed(0)
         ours = BertForPreTraining(config) if training else BertModel(config)
         peer_cls = transformers.BertForPreTraining if training else transformers.BertModel
@@ -242,9 +242,11 @@ def goals(record: dict, kind: str, training: bool, seq_len: int, ctx: Context) -
         record["goal_mfu_met"] = record["bertkit_mfu"] >= GOAL_MFU
 
 
-def pretrain_row(seq_len: int, kind: str, compiled: bool):
+def pretrain_row(seq_len: int, kind: str, compiled: bool, attention_dropout_0: bool = False):
+    """attention_dropout_0: both models without attention dropout (as Cramming and ModernBERT train), where
+    bertkit's unpadded path can take PyTorch's own varlen FlashAttention kernel (it has no dropout)."""
     def row(ctx: Context, measured: dict) -> None:
-        config, ours, peer, optimizers = MODELS.pair(ctx, "pretrain")
+        config, ours, peer, optimizers = MODELS.pair(ctx, "pretrain_attn0" if attention_dropout_0 else "pretrain")
         if compiled:
             _compile_once(ctx, measured, "pretrain", ours, peer)
 
@@ -266,6 +268,8 @@ def pretrain_row(seq_len: int, kind: str, compiled: bool):
                    "bertkit_dense_mlm": synced(ctx, lambda: step(ours, optimizers["bertkit"], batch, False))}
             measure(ctx, measured, fns, batch, config, training=True, seq_len=seq_len, kind=kind,
                     compiled=compiled, bench="pretrain_step")
+            if attention_dropout_0:
+                measured["model"] += ", attention dropout 0"
 
         with_oom_retry(ctx, measured, rows_for(ctx, True, seq_len), attempt)
     return row
@@ -349,13 +353,17 @@ def measure(ctx: Context, measured: dict, fns: dict, batch: Batch, config, train
 
 def modernbert_row(seq_len: int):
     def row(ctx: Context, measured: dict) -> None:
-        """bertkit's classic BERT-base against a ModernBERT-base-shaped encoder in transformers, inference on the
-        same real tokens (variable lengths), bf16 autocast, both randomly initialised."""
+        """bertkit's ModernBERT against transformers' ModernBertModel on identical weights (ModernBERT-base's
+        shape, random weights written by transformers and read by bertkit), inference on the same real tokens
+        (variable lengths), bf16 autocast. transformers runs FlashAttention 2 when flash_attn imports, else SDPA
+        on its padded batch; bertkit runs its unpadded path (a varlen FlashAttention kernel on a GPU)."""
         try:
             from transformers import ModernBertConfig, ModernBertModel
         except ImportError as err:
             raise Skip(f"this transformers has no ModernBertModel: {err}") from None
-        config, ours, _ = MODELS.pair(ctx, "inference")
+        from bertkit.models import ModernBertModel as OurModernBert
+
+        vocab = QUICK_VOCAB if ctx.quick else 30522
         ids = dict(pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101, eos_token_id=102)
         if ctx.quick:
             mb_config = ModernBertConfig(vocab_size=QUICK_VOCAB, hidden_size=32, num_hidden_layers=3,
@@ -373,7 +381,7 @@ def modernbert_row(seq_len: int):
         else:
             note = "CPU: SDPA"
         if "modernbert" not in MODELS.pairs:  # built once, for both lengths
-            probe = on_device(make_batch("varlen", 2, seq_len, seed=1, vocab_size=config.vocab_size), ctx.device)
+            probe = on_device(make_batch("varlen", 2, seq_len, seed=1, vocab_size=vocab), ctx.device)
             torch.manual_seed(0)
             try:  # FlashAttention 2 may be refused at construction or fail at the first call (a build mismatch)
                 peer = ModernBertModel._from_config(mb_config, attn_implementation=attention).to(ctx.device).eval()
@@ -385,37 +393,46 @@ def modernbert_row(seq_len: int):
                 torch.manual_seed(0)
                 peer = ModernBertModel._from_config(mb_config, attn_implementation="sdpa").to(ctx.device).eval()
                 attention, note = "sdpa", f"flash_attention_2 failed ({type(err).__name__}: {str(err)[:200]}): SDPA"
-            MODELS.pairs["modernbert"] = (peer, attention, note)
-        peer, attention, note = MODELS.pairs["modernbert"]
-        measured.update(modernbert_attention=attention, modernbert_note=note,
-                        bertkit_parameters=sum(p.numel() for p in ours.parameters()),
-                        modernbert_parameters=sum(p.numel() for p in peer.parameters()))
+            with tempfile.TemporaryDirectory() as tmp:
+                peer.save_pretrained(tmp)
+                ours = OurModernBert.from_pretrained(tmp).to(ctx.device).eval()
+            with torch.no_grad():  # the same function, float32, before timing anything
+                a = ours(probe.input_ids, probe.attention_mask).last_hidden_state
+                b = peer(input_ids=probe.input_ids, attention_mask=probe.attention_mask).last_hidden_state
+                real = probe.attention_mask.bool()
+                diff = float((a[real] - b[real]).abs().max())
+            if not diff <= 1e-3:
+                raise AssertionError(f"bertkit's ModernBERT differs from transformers' by {diff:.3g} in float32")
+            MODELS.pairs["modernbert"] = (ours, peer, attention, note, diff)
+        ours, peer, attention, note, diff = MODELS.pairs["modernbert"]
+        measured.update(modernbert_attention=attention, modernbert_note=note, float32_max_diff=diff,
+                        parameters=sum(p.numel() for p in ours.parameters()))
 
         @torch.no_grad()
-        def forward(model, batch, types: bool) -> None:
+        def forward(model, batch, ours_: bool) -> None:
             with ctx.autocast():
-                extra = {"token_type_ids": batch.token_type_ids} if types else {}
-                model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **extra)
+                if ours_:
+                    model(batch.input_ids, batch.attention_mask)
+                else:
+                    model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
 
         def attempt(rows: int) -> None:
-            batch = on_device(make_batch("varlen", rows, seq_len, seed=0, vocab_size=config.vocab_size), ctx.device)
+            batch = on_device(make_batch("varlen", rows, seq_len, seed=0, vocab_size=vocab), ctx.device)
             fns = {"transformers": synced(ctx, lambda: forward(peer, batch, False)),
                    "bertkit": synced(ctx, lambda: forward(ours, batch, True))}
             iters, warmup = timing_rounds(ctx, False)
             times = time_alternating(fns, iters=iters, warmup=warmup)
-            record = {"bench": "modernbert_inference", "model": model_label(ctx), "seq_len": seq_len,
+            label = "tiny ModernBERT (quick)" if ctx.quick else "ModernBERT-base"
+            record = {"bench": "modernbert_inference", "model": label, "seq_len": seq_len,
                       "batch": "varlen", "batch_size": rows, "dtype": "bf16", "compile": False}
             record.update(rates(times, batch.real_tokens, "tokens_per_s", "call_s"))
             record.pop("_median_s")
             record.update(rates(times, rows, "sequences_per_s", None))
-            flops = model_flops(config, batch.lengths, training=False, mlm_head=False)
-            record["bertkit_mfu"] = round(mfu(flops, median(times["bertkit"]), MODELS.peak(ctx)), 4)
             for name in ("bertkit", "transformers"):
                 record[f"{name}_peak_step_mib"], _ = step_memory_mib(ctx, fns[name])
             record.update(real_tokens=batch.real_tokens, padded_tokens=rows * seq_len, iters=iters, warmup=warmup)
             measured.update(record)
-            peer_label = "tiny ModernBERT" if ctx.quick else "ModernBERT-base"
-            measured["summary"] = (f"bertkit {model_label(ctx)} {record['bertkit_tokens_per_s']:,.0f} vs {peer_label} "
+            measured["summary"] = (f"{label}: bertkit {record['bertkit_tokens_per_s']:,.0f} vs transformers "
                                    f"({attention}) {record['transformers_tokens_per_s']:,.0f} tok/s, ratio "
                                    f"{record['ratio']:.2f}")
 
@@ -441,6 +458,8 @@ def plan(ctx: Context) -> list[tuple[str, Callable, float]]:
     for T in (short, long):
         for kind in ("dense", "varlen"):
             items.append((f"pretrain_T{T}_{kind}", _needs_transformers(pretrain_row(T, kind, False)), 30))
+    items.append((f"pretrain_T{short}_varlen_attn0", _needs_transformers(pretrain_row(short, "varlen", False, True)),
+                  30))
     for T in (short, long):
         for kind in ("dense", "varlen"):
             items.append((f"inference_T{T}_{kind}", _needs_transformers(inference_row(T, kind, False)), 20))

@@ -325,6 +325,52 @@ def test_flash_attention_varlen_call_convention(monkeypatch):
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
 
 
+def torch_varlen_reference(calls: list):
+    """A stand-in with the signature of PyTorch's `varlen_attn`: (N, A, D) tensors, int32 offsets, the longest
+    length, and window_size (left, right) with -1 for no limit, computed per sequence with SDPA."""
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1)):
+        calls.append((q.shape, cu_q.dtype, max_q, window_size))
+        left, right = window_size
+        out = torch.empty_like(q)
+        for s in range(cu_q.numel() - 1):
+            a, b = int(cu_q[s]), int(cu_q[s + 1])
+            assert b - a <= max_q
+            i = torch.arange(b - a)
+            offset = i[None, :] - i[:, None]  # key minus query position
+            allowed = ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
+            qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))  # (A, n, D)
+            out[a:b] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed).transpose(0, 1)
+        return out
+    return kernel
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_varlen_kernel_takes_attention_without_dropout(monkeypatch, causal):
+    """Without the flash_attn package, PyTorch's own varlen FlashAttention runs the unpadded attention on a GPU
+    when there is no attention dropout (inference; training with dropout 0), bidirectional or causal (window
+    (-1, 0)); with dropout the SDPA path stays. A reference kernel with its signature stands in for it."""
+    calls = []
+    config = tiny_config(causal=causal, hidden_size=32, num_attention_heads=4)
+    torch.manual_seed(7)
+    model = BertModel(config).eval()
+    ids, mask, types, *_ = padded_batch(config)
+    with torch.no_grad():
+        expected = model(ids, mask, types).last_hidden_state
+        monkeypatch.setattr(layouts, "flash_attn_varlen", None)
+        monkeypatch.setattr(layouts, "torch_varlen", torch_varlen_reference(calls))
+        monkeypatch.setattr(layouts, "use_flash_attn", lambda q: True)
+        got = model(ids, mask, types).last_hidden_state
+    assert len(calls) == config.num_hidden_layers
+    assert calls[0] == ((int(mask.sum()), 4, 8), torch.int32, 12, (-1, 0) if causal else (-1, -1))
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
+    calls.clear()
+    model.train()  # attention dropout 0.1 in the tiny config: the kernel has no dropout, SDPA runs
+    assert config.attention_probs_dropout_prob > 0
+    model(ids, mask, types)
+    assert calls == []
+
+
 def test_predicting_at_padding_is_refused():
     config = tiny_config()
     model = BertForPreTraining(config)

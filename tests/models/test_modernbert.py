@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import bertkit.models.layouts as layouts
 from bertkit.checkpoint import CheckpointError
 from bertkit.config import ModernBertConfig
 from bertkit.models import (IGNORE_INDEX, BertModel, ModernBertForMaskedLM, ModernBertForMultipleChoice,
@@ -404,6 +405,39 @@ def test_unpadded_path_matches_padded_path_forward_and_backward():
     assert grads_a.keys() == grads_b.keys() and len(grads_a) == len(list(model.parameters()))
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=ATOL, rtol=1e-4, msg=name)
+
+
+def test_varlen_kernel_takes_global_and_windowed_layers(monkeypatch):
+    """On a GPU the unpadded layers run a varlen FlashAttention kernel: global layers with no window, local layers
+    with window_size (w, w) for local_attention 2w; a row with a hole keeps the SDPA path (the kernel's window
+    counts places in the sequence, not positions in the row). A reference kernel with PyTorch's varlen_attn
+    signature stands in for it; outputs equal the padded path's."""
+    import bertkit.models.modernbert as modernbert
+    from test_fastpaths import torch_varlen_reference
+
+    config = tiny(**BIASES)
+    model = randomize(ModernBertModel(config), 8).eval()
+    ids, mask, _ = batch(config, B=4)
+    calls = []
+    monkeypatch.setattr(layouts, "flash_attn_varlen", None)
+    monkeypatch.setattr(layouts, "torch_varlen", torch_varlen_reference(calls))
+    monkeypatch.setattr(layouts, "use_flash_attn", lambda q: True)
+    monkeypatch.setattr(modernbert, "varlen_kernel_available", lambda t: True)
+    with torch.no_grad():
+        model.unpad = False
+        expected = model(ids, mask).last_hidden_state
+        model.unpad = True
+        got = model(ids, mask).last_hidden_state
+        assert [c[3] for c in calls] == [(-1, -1), (4, 4), (-1, -1)]  # layers 0 and 2 global, 1 local (8 // 2)
+        close(got, expected, mask)
+        calls.clear()
+        mask[0, 3:5] = 0  # a hole
+        model.unpad = False
+        expected = model(ids, mask).last_hidden_state
+        model.unpad = True
+        got = model(ids, mask).last_hidden_state
+    assert [c[3] for c in calls] == [(-1, -1), (-1, -1)]  # the global layers only; the local layer ran SDPA
+    close(got, expected, mask)
 
 
 def test_set_fast_paths_and_compile_layers_switch_modernbert():

@@ -1,8 +1,8 @@
 """Attention layouts: where the tokens sit while the layers run.
 
 `Padded` is the plain layout (B, T, H), padding included, as transformers computes it. `Unpadded` is the fast one:
-one flat (N, H) tensor of the real tokens, attention per sequence (groups of similar length, FlashAttention's
-variable-length kernel on a GPU when `flash_attn` is installed). `Encoded` carries an encoder's output in either
+one flat (N, H) tensor of the real tokens, attention per sequence (groups of similar length, or a variable-length
+FlashAttention kernel on a GPU: the `flash_attn` package's when installed, else PyTorch's own without dropout). `Encoded` carries an encoder's output in either
 layout to the heads. Every architecture's attention runs through these, and tests pin the fast layout to the plain
 one within 1e-5.
 """
@@ -91,8 +91,8 @@ class Unpadded:
 
     A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
     one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
-    sequence: FlashAttention's variable-length kernel on GPU when the `flash_attn` package is installed (bf16/fp16);
-    otherwise the sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H)
+    sequence: a variable-length FlashAttention kernel on GPU (bf16/fp16; `varlen_flash`) where one can take the
+    activations; otherwise the sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H)
     with L_g its own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask, so attention
     costs about the sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
     padding.
@@ -173,11 +173,9 @@ class Unpadded:
     def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
         """qkv: (N, 3H) queries, keys and values side by side -> context (N, H)."""
         N, H = qkv.shape[0], qkv.shape[1] // 3
-        if flash_attn_varlen is not None and use_flash_attn(qkv):
-            q, k, v = qkv.view(N, 3, num_heads, H // num_heads).unbind(1)  # (N, A, D) each
-            context = flash_attn_varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len,
-                                        dropout_p=dropout, causal=self.causal)
-            return context.reshape(N, H)
+        context = varlen_flash(qkv, num_heads, self.cu_seqlens, self.max_len, dropout, causal=self.causal)
+        if context is not None:
+            return context
         laid_out = FillSlots.apply(qkv, self.slot, self.total, self.empty)  # (total, 3H)
         # With dropout the CPU kernel is the math one, fastest with a bool mask; without, an additive mask.
         masks = [m for _, _, m in self.layout] if dropout > 0 else self.key_biases(qkv.dtype)
@@ -222,15 +220,61 @@ class ReadSlots(torch.autograd.Function):
         return grad.new_zeros(ctx.total, grad.shape[1]).index_copy_(0, slot, grad), None
 
 
-try:  # optional: FlashAttention-2's variable-length kernel (CUDA, fp16/bf16); never required
+try:  # optional: FlashAttention-2's variable-length kernel (CUDA, fp16/bf16, dropout too); never required
     from flash_attn import flash_attn_varlen_func as flash_attn_varlen
 except ImportError:  # the usual case, and always on CPU
     flash_attn_varlen = None
 
 
+def _torch_varlen():
+    """PyTorch's own variable-length FlashAttention (`torch.nn.attention.varlen.varlen_attn`, CUDA, fp16/bf16, no
+    dropout) where this torch has it with a `window_size` argument, else None."""
+    try:
+        import inspect
+
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
+
+
+torch_varlen = _torch_varlen()
+
+
 def use_flash_attn(q: torch.Tensor) -> bool:
-    """Whether FlashAttention's kernel can take these activations (when the package is installed)."""
+    """Whether a FlashAttention kernel can take these activations (when one is there): CUDA, fp16 or bf16."""
     return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+def varlen_kernel_available(t: torch.Tensor) -> bool:
+    """Whether a variable-length FlashAttention kernel exists for tensors on t's device (dtype aside)."""
+    return t.is_cuda and (flash_attn_varlen is not None or torch_varlen is not None)
+
+
+def varlen_flash(qkv: torch.Tensor, num_heads: int, cu_seqlens: torch.Tensor, max_len: int, dropout: float,
+                 causal: bool = False, window: int | None = None) -> torch.Tensor | None:
+    """Attention of (N, 3H) queries, keys and values of sequences laid end to end (`cu_seqlens`, int32) -> (N, H)
+    through a variable-length FlashAttention kernel, or None where none can take them (the caller's SDPA path
+    runs). The `flash_attn` package's kernel first (any dropout), else PyTorch's own (no dropout: inference, and
+    training with attention dropout 0). `window`: each query sees keys at most that far either side."""
+    if not use_flash_attn(qkv):
+        return None
+    N, H = qkv.shape[0], qkv.shape[1] // 3
+    D = H // num_heads
+    q, k, v = qkv.view(N, 3, num_heads, D).unbind(1)  # (N, A, D) each
+    if flash_attn_varlen is not None:
+        extra = {} if window is None else {"window_size": (window, window)}
+        context = flash_attn_varlen(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, dropout_p=dropout,
+                                    causal=causal, **extra)
+    elif torch_varlen is not None and dropout == 0.0 and D % 8 == 0 and D <= 256:
+        if window is not None:
+            span = (window, 0 if causal else window)
+        else:
+            span = (-1, 0 if causal else -1)
+        context = torch_varlen(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, window_size=span)
+    else:
+        return None
+    return context.reshape(N, H)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, 
 from bertkit.models.heads import NamedLabels
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias,
-                                    flash_attn_varlen, use_flash_attn)
+                                    varlen_flash, varlen_kernel_available)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ class SlidingWindow:
     each query seeing only the keys of its own sequence at position distance <= `window`.
 
     Positions are the tokens' places in their padded row, so the window is the padded path's exactly, whatever the
-    padding. FlashAttention's kernel (GPU, when installed) takes the window as a distance within the sequence,
+    padding. A variable-length FlashAttention kernel (GPU) takes the window as a distance within the sequence,
     the same thing when every sequence's tokens are contiguous in their row; it is used only then.
     """
 
@@ -136,18 +136,17 @@ class SlidingWindow:
             # (and in its gradient), though nothing reads that row.
             self.masks.append(key_mask & (near | ~r[:, :, None])[:, None])
             offset += S_g * L_g
-        self.contiguous = flash_attn_varlen is not None and positions.is_cuda and _contiguous(tokens, positions)
+        self.contiguous = varlen_kernel_available(positions) and _contiguous(tokens, positions)
         self._biases: list[torch.Tensor] | None = None
 
     def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
         """qkv: (N, 3H) queries, keys and values side by side -> context (N, H); as `Unpadded.attend`, windowed."""
         tokens = self.tokens
         N, H = qkv.shape[0], qkv.shape[1] // 3
-        if flash_attn_varlen is not None and use_flash_attn(qkv) and self.contiguous:
-            q, k, v = qkv.view(N, 3, num_heads, H // num_heads).unbind(1)  # (N, A, D) each
-            context = flash_attn_varlen(q, k, v, tokens.cu_seqlens, tokens.cu_seqlens, tokens.max_len,
-                                        tokens.max_len, dropout_p=dropout, window_size=(self.window, self.window))
-            return context.reshape(N, H)
+        if self.contiguous:
+            context = varlen_flash(qkv, num_heads, tokens.cu_seqlens, tokens.max_len, dropout, window=self.window)
+            if context is not None:
+                return context
         laid_out = FillSlots.apply(qkv, tokens.slot, tokens.total, tokens.empty)  # (total, 3H)
         masks = self.masks if dropout > 0 else self.biases(qkv.dtype)  # the math kernel is fastest with bool masks
         contexts = []
