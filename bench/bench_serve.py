@@ -24,7 +24,8 @@ round), p99_ratio = bertkit / reference (< 1: bertkit's slowest answers come soo
 bertkit CPU seconds per request; the load averages before and after; how often the two servers' labels agree (same
 weights: ~1.0).
 
-    HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 256] [--rounds 3] [--threads 1] [--quick]
+    HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 256] [--rounds 3] [--threads 1]
+        [--device cuda] [--data DIR] [--random-model VOCAB] [--quick]
 
 --quick: 8 clients, 48 requests, one round: a plumbing check, not a figure.
 """
@@ -66,26 +67,36 @@ def minilm_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
-def write_model(out: Path, seed: int = 0) -> Path:
-    """all-MiniLM-L6-v2 with a fresh two-label classifier head, as a fine-tuned bertkit model directory."""
+def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> Path:
+    """all-MiniLM-L6-v2 with a fresh two-label classifier head, as a fine-tuned bertkit model directory; with
+    `random_vocab` (an uncased WordPiece vocab.txt, e.g. Google's: MiniLM's own), a model of the same shape with
+    random weights instead (where the checkpoint's package is not installed: the cost of a request is the same)."""
     import torch
 
+    from bertkit import BertConfig
     from bertkit.finetune import load_task_model
-    from bertkit.models import BertForSequenceClassification
-    from bertkit.tokenizers import load_tokenizer
+    from bertkit.models import BertForSequenceClassification, BertModel
+    from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
 
     torch.manual_seed(seed)
-    model = load_task_model(BertForSequenceClassification, minilm_dir(), new_heads=True, num_labels=2,
+    source = minilm_dir() if random_vocab is None else out.parent / "random-minilm"
+    if random_vocab is not None:  # an encoder of MiniLM's shape (L6 H384 A12), random weights, written first
+        tokenizer = WordPieceTokenizer.from_vocab(random_vocab, lowercase=True)
+        config = BertConfig(vocab_size=len(tokenizer), hidden_size=384, num_hidden_layers=6,
+                            num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512)
+        BertModel(config).save_pretrained(source, tokenizer=tokenizer)
+    tokenizer = load_tokenizer(source)
+    model = load_task_model(BertForSequenceClassification, source, new_heads=True, num_labels=2,
                             labels=["negative", "positive"])
-    model.save_pretrained(out, tokenizer=load_tokenizer(minilm_dir()))
+    model.save_pretrained(out, tokenizer=tokenizer)
     (out / "finetune.json").write_text(json.dumps({"kind": "classify", "max_seq_length": MAX_LENGTH,
                                                    "regression": False}), encoding="utf-8")
     return out
 
 
-def load_texts(n: int, seed: int) -> list[str]:
+def load_texts(n: int, seed: int, data: Path = DATA) -> list[str]:
     """n real texts of varying lengths: SST-2 dev sentences and WikiText-2 validation paragraphs, shuffled."""
-    sst2, wiki = DATA / "glue" / "SST-2" / "dev.tsv", DATA / "wikitext-2" / "wiki.valid.raw"
+    sst2, wiki = data / "glue" / "SST-2" / "dev.tsv", data / "wikitext-2" / "wiki.valid.raw"
     texts: list[str] = []
     if sst2.is_file():
         texts += [line.split("\t")[0].strip() for line in sst2.read_text(encoding="utf-8").splitlines()[1:]]
@@ -102,7 +113,7 @@ def load_texts(n: int, seed: int) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------------
 # The reference server: transformers' pipeline behind Starlette, one request per forward pass
 # ------------------------------------------------------------------------------------------------------------------
-def reference_app(model_dir: str, threads: int):
+def reference_app(model_dir: str, threads: int, device: str = "cpu"):
     import threading
 
     import torch
@@ -116,7 +127,7 @@ def reference_app(model_dir: str, threads: int):
     torch.set_num_threads(threads)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu", top_k=None)
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, device=device, top_k=None)
     lock = threading.Lock()  # one forward pass at a time: concurrent ones on a few cores slow each other down
 
     def run(text: str):
@@ -234,6 +245,18 @@ def summary(runs: list[dict]) -> dict:
             "rounds_rps": [round(len(run["latencies"]) / run["seconds"], 2) for run in runs]}
 
 
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "cpu"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
@@ -245,6 +268,12 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="bertkit serve's batching wait (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests, one round: a plumbing check")
+    parser.add_argument("--device", default="cpu", help="torch device of both servers (default cpu; cuda on a GPU)")
+    parser.add_argument("--data", type=Path, default=DATA, help="the folder with glue/ and wikitext-2/ "
+                        "(default ../shared/data)")
+    parser.add_argument("--random-model", metavar="VOCAB", type=Path,
+                        help="serve a model of all-MiniLM-L6-v2's shape with random weights and this uncased "
+                             "vocab.txt (where the checkpoint's package is not installed)")
     parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,25 +281,25 @@ def main() -> None:
     if args.serve_reference:  # this script as the reference server
         import uvicorn
 
-        uvicorn.run(reference_app(args.serve_reference, threads), host="127.0.0.1", port=args.port,
+        uvicorn.run(reference_app(args.serve_reference, threads, args.device), host="127.0.0.1", port=args.port,
                     log_level="warning")
         return
     if args.quick:
         args.clients, args.requests, args.rounds = 8, 48, 1
     if args.clients > 256 or args.requests * args.rounds > 20000 or args.rounds < 1:
         raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests per server, 1 round or more")
-    texts = load_texts(args.requests, args.seed)
+    texts = load_texts(args.requests, args.seed, args.data)
     warmup = min(16, len(texts))
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp, contextlib.ExitStack() as servers:
-        model_dir = write_model(Path(tmp) / "model")
+        model_dir = write_model(Path(tmp) / "model", random_vocab=args.random_model)
         port = free_port()
         reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
-                     "--threads", str(threads)]
+                     "--threads", str(threads), "--device", args.device]
         urls = {"reference": servers.enter_context(server(reference, port))}
         port = free_port()
         bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
-                   "--threads", str(threads), "--log-level", "warning", "--max-batch-tokens",
+                   "--threads", str(threads), "--device", args.device, "--log-level", "warning", "--max-batch-tokens",
                    str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
                    "--max-queue", str(max(1024, args.clients))]
         urls["bertkit"] = servers.enter_context(server(bertkit, port))
@@ -290,7 +319,9 @@ def main() -> None:
     import transformers
 
     print(json.dumps({
-        "benchmark": "serve", "model": "all-MiniLM-L6-v2 + fresh 2-label head", "max_length": MAX_LENGTH,
+        "benchmark": "serve", "device": device_name(args.device),
+        "model": ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
+                 + " + fresh 2-label head", "max_length": MAX_LENGTH,
         "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
         "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms,
         "bertkit": ours, "reference": theirs,
