@@ -26,13 +26,22 @@ def sentence(rng: random.Random, low: int = 1, high: int = 30) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
+def fixed_vocabulary() -> WordPieceTokenizer:
+    """A WordPiece vocabulary written out, not trained (training breaks ties between equal counts differently run
+    to run, so a trained vocabulary, and with it every random model's function, would change between runs): the
+    special tokens, every word of WORDS whole, each of their letters alone and as a ##suffix, and punctuation."""
+    letters = sorted(set("".join(WORDS)))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,?!'", *letters, *(f"##{c}" for c in letters),
+              *WORDS]
+    return WordPieceTokenizer({t: i for i, t in enumerate(dict.fromkeys(tokens))})  # "a" is a letter and a word
+
+
 def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
-    """kind -> a model directory with random weights and a WordPiece vocabulary trained here: classify (3 labels,
+    """kind -> a model directory with random weights and a fixed WordPiece vocabulary: classify (3 labels,
     length 24), ner (5 BIO tags, 24), squad (v1.1, length 32, stride 8, question cut at 8), swag (24), a
     pretraining model (fill-mask and embeddings); the heads the family has. model_type: a BERT family
     (`BertConfig.for_family`) or "modernbert"."""
-    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
-    tokenizer = WordPieceTokenizer.train(texts=texts, vocab_size=120, min_frequency=1, show_progress=False)
+    tokenizer = fixed_vocabulary()
     fields = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=64, max_position_embeddings=64, initializer_range=0.2)
     classes = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
@@ -79,9 +88,8 @@ def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
 
 
 def causal_model(root: Path) -> Path:
-    """A tiny causal model (BertForCausalLM, 40 positions) with random weights and a WordPiece vocabulary."""
-    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
-    tokenizer = WordPieceTokenizer.train(texts=texts, vocab_size=120, min_frequency=1, show_progress=False)
+    """A tiny causal model (BertForCausalLM, 40 positions) with random weights and the fixed WordPiece vocabulary."""
+    tokenizer = fixed_vocabulary()
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=40, initializer_range=0.5, causal=True)
     torch.manual_seed(0)
