@@ -12,8 +12,8 @@
 #                                                        classifier reads the last real token, as GPT-1)
 #   ltr-bilstm  ltr + a randomly initialised BiLSTM on top during fine-tuning   --task-model bilstm
 #
-# Everything else is shared: length 64, batch 32 (the packed rows of mlm and ltr hold more real tokens than the
-# NSP pairs: result.json of each run says how many it saw), lr 1e-3 with 5% warm-up, bf16 autocast, seed 0 for
+# Everything else is shared: length 64, batch 32 (the rows of mlm and ltr hold one document's whole sentences and
+# hold fewer real tokens than the NSP pairs: result.json of each run says how many it saw), lr 1e-3 with 5% warm-up, bf16 autocast, seed 0 for
 # pretraining; fine-tuning lr LR, EPOCHS
 # epochs, batch 32, length 64. Every task is a `bertkit finetune --seeds` sweep (its card.json / card.md); the
 # table is `bertkit card` over them (OUT/card/card.md, card.png). A stage whose output exists is kept, so a second
