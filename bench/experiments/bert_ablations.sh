@@ -35,6 +35,7 @@ TASKS=${TASKS:-sst2 cola ner}
 WIKI=$DATA/wikitext-2
 GLUE=$DATA/glue
 mkdir -p "$OUT/ft"
+. "$(dirname "$0")/sweep.sh"
 
 [ -f "$OUT/tok/vocab.txt" ] || bertkit tokenizer train --files "$WIKI/wiki.test.raw" --vocab-size 8192 --out "$OUT/tok"
 [ -f "$OUT/wt2/manifest.json" ] || bertkit prepare --corpus "$WIKI/wiki.test.raw" --eval-corpus "$WIKI/wiki.valid.raw" \
@@ -73,16 +74,7 @@ for row in $ROWS; do
     extra=()
     [ "$row" = ltr-bilstm ] && extra=(--task-model bilstm)
     for task in $TASKS; do
-        run=$OUT/ft/$task-$row
-        [ -f "$run/card.json" ] && continue
-        common=(--model "$model" --out "$run" --seeds "$SEEDS" --name "$row" --epochs "$EPOCHS" --lr "$LR"
-                --batch-size 32 --max-seq-length 64 --quiet "${extra[@]}")
-        case $task in
-            sst2) bertkit finetune glue --task sst2 --train "$OUT/sst2_subset8000.tsv" --dev "$GLUE/SST-2/dev.tsv" "${common[@]}" ;;
-            cola) bertkit finetune glue --task cola --train "$GLUE/CoLA/in_domain_train.tsv" \
-                      --dev "$GLUE/CoLA/in_domain_dev.tsv" "${common[@]}" ;;
-            ner) bertkit finetune ner --train "$OUT/ner_train.txt" --dev "$DATA/conll2003/valid.txt" "${common[@]}" ;;
-        esac > "$run.log" 2>&1 || echo "bert_ablations: $task $row failed, see $run.log" >&2
+        finetune_sweep "$task" "$OUT/ft/$task-$row" "$row" "$model" "${extra[@]}"
     done
 done
 runs=()

@@ -23,6 +23,7 @@ TASKS=${TASKS:-sst2 cola}
 WIKI=$DATA/wikitext-2
 GLUE=$DATA/glue
 mkdir -p "$OUT/ft"
+. "$(dirname "$0")/sweep.sh"
 
 [ -f "$OUT/tok/vocab.txt" ] || bertkit tokenizer train --files "$WIKI/wiki.test.raw" --vocab-size 8192 --out "$OUT/tok"
 [ -f "$OUT/wt2/manifest.json" ] || bertkit prepare --corpus "$WIKI/wiki.test.raw" --eval-corpus "$WIKI/wiki.valid.raw" \
@@ -42,15 +43,7 @@ for size in $SIZES; do
         --objective bert --max-steps "$STEPS" --learning-rate "$PRETRAIN_LR" --max-seq-length 64 --batch-size 32 --precision bf16 \
         --eval-instances 500 --eval-every 0 --save-every "$STEPS" --seed 0 --progress false > "$pre.log" 2>&1
     for task in $TASKS; do
-        run=$OUT/ft/$task-$size
-        [ -f "$run/card.json" ] && continue
-        common=(--model "$pre/model" --out "$run" --seeds "$SEEDS" --name "$size" --epochs "$EPOCHS" --lr "$LR"
-                --batch-size 32 --max-seq-length 64 --quiet)
-        case $task in
-            sst2) bertkit finetune glue --task sst2 --train "$OUT/sst2_subset8000.tsv" --dev "$GLUE/SST-2/dev.tsv" "${common[@]}" ;;
-            cola) bertkit finetune glue --task cola --train "$GLUE/CoLA/in_domain_train.tsv" \
-                      --dev "$GLUE/CoLA/in_domain_dev.tsv" "${common[@]}" ;;
-        esac > "$run.log" 2>&1 || echo "bert_sizes: $task $size failed, see $run.log" >&2
+        finetune_sweep "$task" "$OUT/ft/$task-$size" "$size" "$pre/model"
     done
 done
 

@@ -147,6 +147,12 @@ def grads(model) -> dict[str, torch.Tensor]:
             if p.grad is not None}
 
 
+def grads_rel(got: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
+    """All gradients' distance to the reference's over the reference's norm, as one vector."""
+    norm = torch.sqrt(sum((g.float() ** 2).sum() for g in reference.values()))
+    return float(torch.sqrt(sum(((got[k].float() - g.float()) ** 2).sum() for k, g in reference.items())) / norm)
+
+
 def summary(measured: dict, text: str) -> None:
     measured["summary"] = text
 
@@ -403,13 +409,7 @@ def check_unpad_bf16(ctx: Context, measured: dict) -> None:
                 worst[f"{tag}/{key}"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
                 if not err_fast <= bound:
                     failures.append(f"{tag}/{key}: error {err_fast:.3g} > bound {bound:.3g}")
-            ref_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in reference_grads.values()))
-
-            def rel(gs):
-                return float(torch.sqrt(sum(((gs[k].float() - g.float()) ** 2).sum()
-                                            for k, g in reference_grads.items())) / ref_norm)
-
-            err_plain, err_fast = rel(plain_grads), rel(fast_grads)
+            err_plain, err_fast = grads_rel(plain_grads, reference_grads), grads_rel(fast_grads, reference_grads)
             bound = 2 * err_plain + BF16_ULP
             worst[f"{tag}/grads_rel"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
             if not err_fast <= bound:
@@ -471,13 +471,7 @@ def check_modernbert_bf16(ctx: Context, measured: dict) -> None:
     measured["hidden"] = {"fast_err": err_fast, "plain_bf16_err": err_plain, "bound": bound}
     if not err_fast <= bound:
         failures.append(f"hidden: error {err_fast:.3g} > bound {bound:.3g}")
-    ref_norm = torch.sqrt(sum((g_.float() ** 2).sum() for g_ in reference_grads.values()))
-
-    def rel(gs):
-        return float(torch.sqrt(sum(((gs[k].float() - v.float()) ** 2).sum() for k, v in reference_grads.items()))
-                     / ref_norm)
-
-    g_plain, g_fast = rel(plain_grads), rel(fast_grads)
+    g_plain, g_fast = grads_rel(plain_grads, reference_grads), grads_rel(fast_grads, reference_grads)
     g_bound = 2 * g_plain + BF16_ULP
     measured["grads_rel"] = {"fast_err": g_fast, "plain_bf16_err": g_plain, "bound": g_bound}
     if not g_fast <= g_bound:
