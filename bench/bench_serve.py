@@ -288,6 +288,8 @@ def main() -> None:
         args.clients, args.requests, args.rounds = 8, 48, 1
     if args.clients > 256 or args.requests * args.rounds > 20000 or args.rounds < 1:
         raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests per server, 1 round or more")
+    if args.random_model is not None and not args.random_model.is_file():
+        raise SystemExit(f"--random-model {args.random_model}: no such vocabulary file")
     texts = load_texts(args.requests, args.seed, args.data)
     warmup = min(16, len(texts))
     load_before = [round(x, 2) for x in os.getloadavg()]
