@@ -261,16 +261,19 @@ def test_distilling_moves_the_students_logits_to_the_teachers(teacher, files, tm
     torch.manual_seed(7)  # a student that knows nothing: random one-layer encoder and head
     BertForSequenceClassification(tiny(tokenizer.vocab_size, num_hidden_layers=1), 2, ["neg", "pos"]).save_pretrained(
         tmp_path / "student", tokenizer=tokenizer)
-    dev = [t for t, _ in rows(16, 2)] + [t for t, _ in rows(16, 11)]
-    batch = batch_of(teacher, dev, [0] * len(dev))
-    before = mean_kl(BertForSequenceClassification.from_pretrained(tmp_path / "student"), t_model, batch)
+    batch = batch_of(teacher, [t for t, _ in rows(16, 2)], [0] * 16)  # the dev file's texts
+    before = mean_kl(BertForSequenceClassification.from_pretrained(tmp_path / "student"), t_model, batch, 2.0)
     # Soft losses only, on the training texts and the unlabelled transfer set: the student sees no gold label.
     cfg = DistillConfig(temperature=2.0, alpha_soft=1.0, alpha_hard=0.0)
     results = distill_task("classify", teacher, files["train"], files["dev"], tmp_path / "run",
                            FinetuneConfig(epochs=6, dropout=0.0, **QUICK), cfg, student_dir=tmp_path / "student",
                            transfer_path=files["transfer"])
-    after = mean_kl(BertForSequenceClassification.from_pretrained(tmp_path / "run" / "model"), t_model, batch)
-    assert after < 0.25 * before, (before, after)
+    dev_kl = [r["teacher_kl"] for r in results["epochs"]]  # T^2 x KL from the teacher on dev, every epoch
+    # 60 steps take it from ~1.8 to 0.25-0.6 whatever the student's seed (five tried): at least halved.
+    assert dev_kl[-1] < 0.5 * before and dev_kl[-1] < dev_kl[0], (before, dev_kl)
+    # The saved student is the best epoch's (by accuracy), and the figure recorded for it is its own.
+    saved = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert mean_kl(saved, t_model, batch, 2.0) == pytest.approx(results["best"]["teacher_kl"], rel=1e-4, abs=1e-6)
     records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     kl = [r["kl"] for r in records if "kl" in r]
     assert len(kl) == results["max_steps"] == 60 and np.mean(kl[-5:]) < 0.5 * np.mean(kl[:5])

@@ -29,7 +29,9 @@ RUN_DIR/results.json, metrics.jsonl and resume checkpoints:
     distill_task   a fine-tuned teacher (sequence classification / regression on GLUE or your CSV/TSV/JSONL
                    files, or token classification on CoNLL files) -> a student with the same head, on the
                    training file plus an optional unlabelled transfer set (only the soft losses apply to it);
-                   the dev file is evaluated every epoch with the task's metric and the best epoch kept. The
+                   the dev file is evaluated every epoch with the task's metric and the best epoch kept (a
+                   classifier's also with teacher_agreement, how often the student's class is the teacher's,
+                   and teacher_kl, T^2 x KL from the teacher's dev distribution, 0 = the same). The
                    task side (reading, features, metric, the epoch loop, the best model) is fine-tuning's:
                    `bertkit.tasks` families run by `bertkit.taskrun.run_task`
 
@@ -814,8 +816,12 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     teacher_metrics, teacher_output = family.evaluate(data.dev_examples, data.dev_features, teacher_logits)
     teacher_top = np.asarray(teacher_output).argmax(-1) if head == "classification" else None
 
-    def agreement(output) -> dict[str, float]:  # how often the student's class is the teacher's
-        return {"teacher_agreement": float(np.mean(np.asarray(output).argmax(-1) == teacher_top))}
+    def agreement(output) -> dict[str, float]:  # how often the student's class is the teacher's, and how close
+        student_logits = torch.as_tensor(np.asarray(output), dtype=torch.float32)
+        kl = soft_kl(student_logits, torch.as_tensor(np.asarray(teacher_output), dtype=torch.float32),
+                     distill.temperature)
+        return {"teacher_agreement": float(np.mean(np.asarray(output).argmax(-1) == teacher_top)),
+                "teacher_kl": float(kl.mean())}
 
     summary = {"kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
                "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),

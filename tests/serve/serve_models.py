@@ -27,8 +27,7 @@ def sentence(rng: random.Random, low: int = 1, high: int = 30) -> str:
 
 
 def fixed_vocabulary() -> WordPieceTokenizer:
-    """A WordPiece vocabulary written out, not trained (training breaks ties between equal counts differently run
-    to run, so a trained vocabulary, and with it every random model's function, would change between runs): the
+    """A WordPiece vocabulary written out, not trained, so that every test input's pieces are its words: the
     special tokens, every word of WORDS whole, each of their letters alone and as a ##suffix, and punctuation."""
     letters = sorted(set("".join(WORDS)))
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,?!'", *letters, *(f"##{c}" for c in letters),

@@ -1,5 +1,8 @@
 """The tokenizer gives Google's ids (checked against the pure-Python original kept in transformers)."""
 
+import random
+import tempfile
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -171,6 +174,65 @@ def test_train_from_file_with_invalid_utf8_names_file_and_line(tmp_path):
     (tmp_path / "c.txt").write_bytes(b"good line\nanother\n\xff bad\n")
     with pytest.raises(ValueError, match=r"c.txt:3"):
         WordPieceTokenizer.train(iter_lines([tmp_path / "c.txt"]), vocab_size=100, show_progress=False)
+
+
+def tied_texts() -> list[str]:
+    """Words of a few letters, each as frequent as many others: a trainer that breaks ties by chance shows it."""
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 6))) for _ in range(60)]
+    return [" ".join(words[i:i + 6]) for i in range(0, 60, 6)] * 2
+
+
+def _train(texts, **kwargs) -> dict[str, int]:
+    fields = dict(vocab_size=120, min_frequency=1, show_progress=False, **kwargs)
+    return WordPieceTokenizer.train(texts, **fields).get_vocab()
+
+
+def test_training_gives_the_same_vocabulary_and_ids_every_time():
+    first = _train(tied_texts())
+    assert len(first) == 120
+    for _ in range(4):  # the bare `tokenizers` trainer gives another vocabulary nearly every time on this text
+        assert _train(tied_texts()) == first
+
+
+def test_training_reads_a_generator_through_a_temporary_copy_that_it_removes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert _train(iter(tied_texts())) == _train(tied_texts())
+    assert list(tmp_path.iterdir()) == []
+
+    def broken():
+        yield "some text"
+        yield 3
+
+    with pytest.raises(TypeError, match=r"texts\[1\] is int"):
+        _train(broken())
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="no text to train on"):
+        _train(iter(["", "  "]))
+
+
+def test_a_cut_alphabet_keeps_the_most_frequent_characters_and_ties_go_to_the_lower_code_point():
+    vocab = _train(["ab ba ab ba ab ba hg gh fe ef dc cd"], limit_alphabet=4)  # a, b 6 times; c .. h twice
+    assert sorted(t for t in vocab if len(t) == 1) == ["a", "b", "c", "d"]
+    assert sorted(t for t in vocab if t.startswith("##") and len(t) == 3) == ["##a", "##b", "##c", "##d"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_continuations_follow_the_special_tokens_in_code_point_order(sample):
+    if not any(t.strip() for t in sample):
+        return
+    try:
+        tok = WordPieceTokenizer.train(sample, vocab_size=80, min_frequency=1, show_progress=False)
+    except ValueError:  # only characters that normalisation removes
+        return
+    tokens = [tok.id_to_token(i) for i in range(tok.vocab_size)]
+    assert tokens[:5] == list(SPECIAL_TOKENS)
+    singles = [t for t in tokens if t.startswith("##") and len(t) == 3]
+    # Every one-character continuation was handed to the trainer in order, none made up in its hash map's order.
+    assert tokens[5:5 + len(singles)] == sorted(singles)
+    for piece in singles:  # a continuation of a character of the alphabet
+        assert piece[2:] in tok.get_vocab()
 
 
 @pytest.mark.slow

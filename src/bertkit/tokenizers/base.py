@@ -45,8 +45,12 @@ frame with the file's own post-processor, which is what transformers does with t
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,6 +141,45 @@ def checked_texts(texts: Iterable[str]) -> Iterator[str]:
             raise TypeError(f"texts[{i}] is {type(text).__name__}, not str{hint}")
         if text.strip():
             yield text
+
+
+@contextlib.contextmanager
+def replayable(texts: Iterable[str]) -> Iterator[Callable[[], Iterator[str]]]:
+    """A function that gives the non-blank strings of `texts` (`checked_texts`) afresh at each call, for training
+    that reads its text twice. A list or tuple is read again; any other iterable (a generator, `iter_lines` over
+    corpus files) is read once, the first call copying its strings to a temporary file (JSON Lines) that later
+    calls read; the file is removed on leaving the context, error or not. A later call while the first pass has
+    not been read to its end is a RuntimeError."""
+    if isinstance(texts, (list, tuple)):
+        yield lambda: checked_texts(texts)
+        return
+    handle, name = tempfile.mkstemp(prefix="bertkit-texts-", suffix=".jsonl")
+    os.close(handle)
+    state = {"passes": 0, "complete": False}
+
+    def first() -> Iterator[str]:
+        with open(name, "w", encoding="utf-8", newline="\n") as spool:
+            for text in checked_texts(texts):
+                spool.write(json.dumps(text, ensure_ascii=False) + "\n")
+                yield text
+        state["complete"] = True
+
+    def again() -> Iterator[str]:
+        if not state["complete"]:
+            raise RuntimeError("the texts' first pass was not read to its end")
+        with open(name, encoding="utf-8", newline="\n") as spool:
+            for line in spool:
+                yield json.loads(line)
+
+    def passes() -> Iterator[str]:
+        state["passes"] += 1
+        return first() if state["passes"] == 1 else again()
+
+    try:
+        yield passes
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
 
 
 def train_engine(engine, trainer, texts: Iterable[str]) -> None:

@@ -121,6 +121,7 @@ class UnigramTokenizer(JsonTokenizer):
         learned = [(piece, float(score)) for piece, score in json.loads(engine.to_str())["model"]["vocab"]]
         if [p for p, _ in learned[:len(specials)]] != list(specials):
             raise RuntimeError(f"the trainer did not put {specials} first")  # an engine change, not input
+        learned[len(specials):] = canonical_order(learned[len(specials):])
         if xlnet:
             backend = build_xlnet_backend(learned)
             return cls(Tokenizer.from_str(backend.to_str()), xlnet_config(), source="trained vocabulary")
@@ -132,6 +133,34 @@ class UnigramTokenizer(JsonTokenizer):
 
     def __repr__(self) -> str:
         return f"UnigramTokenizer(vocab_size={self.vocab_size}, extra_ids={self.extra_ids})"
+
+
+def canonical_order(pieces: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The `tokenizers` Unigram trainer's pieces [(piece, log-probability)] in an order that is the same on every
+    run for the same text; the trainer's own changes from process to process in three ways, each undone here:
+
+    - the characters it must keep but had pruned come back with the scores min, min + 1e-4, min + 2e-4, ... (min:
+      the lowest score it learned) handed out in its hash set's order: here in code point order;
+    - its sums run in hash-map order, so scores differ in their last bits: they are rounded to 8 decimals (a change
+      of at most 5e-9 in a log probability; a score within ~1e-14 of a rounding boundary, about one in 10^6, may
+      still round either way);
+    - equal scores come in hash-map order: here in code point order.
+    """
+    if not pieces:
+        return []
+    lowest = min(score for _, score in pieces)
+    rungs: dict[int, list[int]] = {}  # k -> the single characters scored min + k * 1e-4
+    for i, (piece, score) in enumerate(pieces):
+        k = round((score - lowest) / 1e-4)
+        if len(piece) == 1 and abs(score - (lowest + k * 1e-4)) < 1e-9:
+            rungs.setdefault(k, []).append(i)
+    ladder: list[int] = []
+    while len(rungs.get(len(ladder), ())) == 1:
+        ladder.append(rungs[len(ladder)][0])
+    pieces = list(pieces)
+    for i, char in zip(ladder, sorted(pieces[i][0] for i in ladder)):  # the rungs' scores, characters re-dealt
+        pieces[i] = (char, pieces[i][1])
+    return sorted(((piece, round(score, 8)) for piece, score in pieces), key=lambda item: (-item[1], item[0]))
 
 
 def build_t5_backend(vocab: list[tuple[str, float]]) -> Tokenizer:

@@ -34,15 +34,17 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tqdm import tqdm
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, checked_texts, train_engine, truncate_longest_first
+from bertkit.tokenizers.base import PieceTokenizer, replayable, train_engine, truncate_longest_first
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer (as transformers keeps it)
@@ -268,6 +270,52 @@ class Pieces:
         return len(self.ids)
 
 
+class _CharCounts:
+    """How often each character occurs in many strings, counted a megabyte at a time with numpy."""
+
+    def __init__(self) -> None:
+        self.totals = np.zeros(0x110000, dtype=np.int64)
+        self.buffer: list[str] = []
+        self.size = 0
+
+    def add(self, text: str) -> None:
+        self.buffer.append(text)
+        self.size += len(text)
+        if self.size >= 1 << 20:
+            self._flush()
+
+    def _flush(self) -> None:
+        codes = np.frombuffer("".join(self.buffer).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        self.totals += np.bincount(codes, minlength=len(self.totals))
+        self.buffer, self.size = [], 0
+
+    def finish(self) -> Counter[str]:
+        self._flush()
+        return Counter({chr(c): int(self.totals[c]) for c in np.flatnonzero(self.totals)})
+
+
+def _fixed_order(engine, counts: Counter[str], limit_alphabet: int) -> tuple[list[str], list[str]]:
+    """(continuations, initial alphabet) for the `tokenizers` WordPiece trainer, from the character counts of the
+    text it will be fed: "##c" for every word character c of the alphabet it will keep, in code point order, and
+    that alphabet itself when it must cut one (more than `limit_alphabet` characters; else []).
+
+    The engine's normaliser works character by character, so the counts of its output are those of each
+    character's normal form; its alphabet is every character that its pre-tokenizer keeps (all but whitespace),
+    and a word character is one that the pre-tokenizer leaves inside a word (not punctuation, not CJK).
+    """
+    normal: Counter[str] = Counter()
+    for char, n in counts.items():
+        for c in engine.normalizer.normalize_str(char):
+            normal[c] += n
+    chars = sorted((c for c in normal if engine.pre_tokenizer.pre_tokenize_str(c)), key=lambda c: (-normal[c], c))
+    kept = sorted(chars[:limit_alphabet])
+
+    def inside_a_word(c: str) -> bool:
+        return len(engine.pre_tokenizer.pre_tokenize_str(engine.normalizer.normalize_str(f"a{c}a"))) == 1
+
+    return [f"##{c}" for c in kept if inside_a_word(c)], (kept if len(chars) > limit_alphabet else [])
+
+
 class WordPieceTokenizer(PieceTokenizer):
     """BERT's WordPiece tokenizer.
 
@@ -377,9 +425,16 @@ class WordPieceTokenizer(PieceTokenizer):
               show_progress: bool = True) -> "WordPieceTokenizer":
         """Learn a WordPiece vocabulary of at most `vocab_size` tokens from an iterable of strings.
 
-        texts: any iterable of strings (read lazily, once); to train from corpus files pass
-        `bertkit.data.corpus.iter_lines(paths)`, whose errors name the file and line. Blank strings are skipped;
-        ValueError when nothing is left. Special tokens get ids 0-4.
+        texts: any iterable of strings; to train from corpus files pass `bertkit.data.corpus.iter_lines(paths)`,
+        whose errors name the file and line. The text is read twice (see `replayable`: a generator is copied to a
+        temporary file as it is read). Blank strings are skipped; ValueError when nothing is left. Special tokens
+        get ids 0-4, then every "##" continuation of the alphabet's word characters, in code point order.
+
+        The same text gives the same vocabulary, ids included, on every run: the `tokenizers` trainer numbers
+        the continuation pieces in its hash map's order, which changes from process to process, and breaks ties
+        between equally frequent merges by those numbers. Counting the characters first and handing the trainer
+        the continuations (and, when there are more than `limit_alphabet` characters, the kept alphabet: the most
+        frequent, ties to the lower code point) fixes that order.
         """
         if vocab_size < len(SPECIAL_TOKENS) + 1:
             raise ValueError(f"vocab_size {vocab_size} is too small")
@@ -387,14 +442,27 @@ class WordPieceTokenizer(PieceTokenizer):
         engine = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS))
         engine.normalizer = cls._normalizer(lowercase, strip)
         engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
-                                            continuing_subword_prefix="##", show_progress=show_progress)
-        # The texts the engine's tables would get wrong are given to it already split by Google's rules (words
-        # joined by spaces), which its normaliser leaves as they are but for a few characters whose category
-        # changed since its tables (U+1734 say): the vocabulary learns from Google's words.
-        train_engine(engine, trainer, (" ".join(w for w, _ in google_words(t, lowercase, strip))
-                                       if needs_python(t, lowercase) else t for t in checked_texts(texts)))
+        with replayable(texts) as passes:
+            # The texts the engine's tables would get wrong are given to it already split by Google's rules (words
+            # joined by spaces), which its normaliser leaves as they are but for a few characters whose category
+            # changed since its tables (U+1734 say): the vocabulary learns from Google's words.
+            def fed() -> Iterator[str]:
+                return (" ".join(w for w, _ in google_words(t, lowercase, strip)) if needs_python(t, lowercase)
+                        else t for t in passes())
+
+            counts = _CharCounts()
+            for text in tqdm(fed(), desc="counting characters", unit=" texts", unit_scale=True, mininterval=1,
+                             disable=not show_progress):
+                counts.add(text)
+            counts = counts.finish()
+            if not counts:
+                raise ValueError("the texts given have no text to train on")
+            continuations, alphabet = _fixed_order(engine, counts, limit_alphabet)
+            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                                special_tokens=[*SPECIAL_TOKENS, *continuations],
+                                                limit_alphabet=limit_alphabet, initial_alphabet=alphabet,
+                                                continuing_subword_prefix="##", show_progress=show_progress)
+            train_engine(engine, trainer, fed())
         vocab = engine.get_vocab()
         return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary")
 
