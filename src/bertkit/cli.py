@@ -17,7 +17,7 @@ from pathlib import Path
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from bertkit.data.corpus import iter_lines
+    from bertkit.data.corpus import CorpusLines, iter_lines
     from bertkit.tokenizers import ByteLevelBPETokenizer, UnigramTokenizer, WordPieceTokenizer
 
     if args.kind != "wordpiece" and (args.cased or args.strip_accents is not None):
@@ -37,7 +37,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         return
     if args.min_frequency is not None and args.kind == "unigram":
         raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
-    texts = iter_lines(args.files)  # file:line errors come from the corpus reader
+    texts = CorpusLines(args.files)  # file:line errors come from the corpus reader; training reads the files twice
     vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
     min_frequency = 2 if args.min_frequency is None else args.min_frequency
     if getattr(args, "xlnet", False) and (args.kind != "unigram" or args.extra_ids is not None):

@@ -588,7 +588,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     import torch
 
     from bertkit.checkpoint import read_config
-    from bertkit.data.corpus import iter_lines
+    from bertkit.data.corpus import CorpusLines
     from bertkit.data.prepare import prepare
     from bertkit.finetune import FinetuneConfig, finetune
     from bertkit.models import model_class
@@ -659,7 +659,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         tokenizer = WordPieceTokenizer.from_pretrained(tok_dir)
     else:
         say(f"2/7 vocabulary: training a {vocab_size:,}-token uncased WordPiece vocabulary")
-        tokenizer = WordPieceTokenizer.train(iter_lines(paths), vocab_size=vocab_size, show_progress=progress)
+        tokenizer = WordPieceTokenizer.train(CorpusLines(paths), vocab_size=vocab_size, show_progress=progress)
         tokenizer.save(tok_dir)
     lap("vocabulary")
 

@@ -211,6 +211,17 @@ def test_training_reads_a_generator_through_a_temporary_copy_that_it_removes(tmp
         _train(iter(["", "  "]))
 
 
+def test_corpus_files_are_read_twice_not_copied(tmp_path, monkeypatch):
+    from bertkit.data.corpus import CorpusLines
+
+    (tmp_path / "corpus.txt").write_text("\n".join(tied_texts()) + "\n", encoding="utf-8")
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: pytest.fail("a copy of files that can be read again"))
+    assert _train(CorpusLines([tmp_path / "corpus.txt"])) == _train(tied_texts())
+    (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2"):
+        _train(CorpusLines(tmp_path / "bad.txt"))
+
+
 def test_a_cut_alphabet_keeps_the_most_frequent_characters_and_ties_go_to_the_lower_code_point():
     vocab = _train(["ab ba ab ba ab ba hg gh fe ef dc cd"], limit_alphabet=4)  # a, b 6 times; c .. h twice
     assert sorted(t for t in vocab if len(t) == 1) == ["a", "b", "c", "d"]

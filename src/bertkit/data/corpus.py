@@ -326,6 +326,20 @@ def iter_lines(paths: str | os.PathLike | Iterable[str | os.PathLike], format: s
         raise ValueError(f"corpus {names} is empty: no text was read from it")
 
 
+class CorpusLines:
+    """The sentences of corpus files (`iter_lines`) as an iterable that reads the files afresh each time it is
+    iterated: vocabulary training, which reads its text twice, re-reads the files rather than copying them."""
+
+    rereadable = True  # `bertkit.tokenizers.base.replayable` reads such an iterable again instead of copying it
+
+    def __init__(self, paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None):
+        self.paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        self.format = format
+
+    def __iter__(self) -> Iterator[str]:
+        return iter_lines(self.paths, format=self.format)
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size

@@ -146,11 +146,11 @@ def checked_texts(texts: Iterable[str]) -> Iterator[str]:
 @contextlib.contextmanager
 def replayable(texts: Iterable[str]) -> Iterator[Callable[[], Iterator[str]]]:
     """A function that gives the non-blank strings of `texts` (`checked_texts`) afresh at each call, for training
-    that reads its text twice. A list or tuple is read again; any other iterable (a generator, `iter_lines` over
-    corpus files) is read once, the first call copying its strings to a temporary file (JSON Lines) that later
-    calls read; the file is removed on leaving the context, error or not. A later call while the first pass has
-    not been read to its end is a RuntimeError."""
-    if isinstance(texts, (list, tuple)):
+    that reads its text twice. A list, a tuple or an iterable marked `rereadable` (`bertkit.data.corpus.CorpusLines`:
+    corpus files) is read again; any other iterable (a generator, `iter_lines`) is read once, the first call copying
+    its strings to a temporary file (JSON Lines) that later calls read; the file is removed on leaving the context,
+    error or not. A later call while the first pass has not been read to its end is a RuntimeError."""
+    if isinstance(texts, (list, tuple)) or getattr(texts, "rereadable", False):
         yield lambda: checked_texts(texts)
         return
     handle, name = tempfile.mkstemp(prefix="bertkit-texts-", suffix=".jsonl")

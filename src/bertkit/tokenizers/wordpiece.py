@@ -425,9 +425,9 @@ class WordPieceTokenizer(PieceTokenizer):
               show_progress: bool = True) -> "WordPieceTokenizer":
         """Learn a WordPiece vocabulary of at most `vocab_size` tokens from an iterable of strings.
 
-        texts: any iterable of strings; to train from corpus files pass `bertkit.data.corpus.iter_lines(paths)`,
-        whose errors name the file and line. The text is read twice (see `replayable`: a generator is copied to a
-        temporary file as it is read). Blank strings are skipped; ValueError when nothing is left. Special tokens
+        texts: any iterable of strings; to train from corpus files pass `bertkit.data.corpus.CorpusLines(paths)`,
+        whose errors name the file and line. The text is read twice (see `replayable`: corpus files and lists are
+        read again, a generator is copied to a temporary file as it is read). Blank strings are skipped; ValueError when nothing is left. Special tokens
         get ids 0-4, then every "##" continuation of the alphabet's word characters, in code point order.
 
         The same text gives the same vocabulary, ids included, on every run: the `tokenizers` trainer numbers
