@@ -155,3 +155,27 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path):
     losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
               for run in ("whole", "half")]
     assert len(losses[0]) == 6 and losses[0] == losses[1]
+
+
+def test_a_restarted_torchrun_attempt_keeps_its_process_group_keys_apart(monkeypatch):
+    """Under torchrun's agent store, each attempt's keys (every rank's address) live under its own prefix, so a
+    restarted rank never reads the address of a rank of the attempt before."""
+    import torch.distributed as dist
+
+    from bertkit.trainer import Distributed, _attempt_store
+
+    assert _attempt_store(Distributed(0, 2, 0)) == {}  # plain torchrun or env://: torch's own store
+    from datetime import timedelta
+
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    server.set("rank_1", "the address of attempt 0's rank 1")  # what a killed rank left behind
+    for attempt in ("0", "1"):
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", attempt)
+        fields = _attempt_store(Distributed(0, 1, 0))  # one client (a store client waits for world_size of them)
+        assert (fields["rank"], fields["world_size"]) == (0, 1)
+        fields["store"].set("rank_1", f"attempt {attempt}")
+        assert server.get(f"bertkit/attempt-{attempt}/rank_1") == f"attempt {attempt}".encode()  # PrefixStore adds "/"
+    assert server.get("rank_1") == b"the address of attempt 0's rank 1"

@@ -182,8 +182,28 @@ def setup_distributed(device: str = "auto") -> tuple[Distributed, torch.device]:
             dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", **_attempt_store(info))
     return info, dev
+
+
+def _attempt_store(info: Distributed) -> dict[str, Any]:
+    """init_process_group's store for a restarted torchrun job: {} (torch's own) unless torchrun's agent hosts it.
+
+    The agent keeps one store for every attempt of a job (`--max-restarts`), and the process group writes the same
+    keys in it each time (every rank's address): a restarted rank could read the address of a rank of the attempt
+    before, dead by then, and stop with Gloo's "connectFullMesh failed ... Connection refused" (NCCL passes its
+    unique id through the same store); this happened on about one restart in two. Keys under the attempt's own
+    prefix fix it.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    from torch.distributed.constants import default_pg_timeout
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+                          is_master=False, timeout=default_pg_timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"store": dist.PrefixStore(f"bertkit/attempt-{attempt}", store), "rank": info.rank,
+            "world_size": info.world_size}
 
 
 def check_device(device: str) -> torch.device:
