@@ -815,13 +815,13 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     teacher_logits = forward_all(teacher, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
     teacher_metrics, teacher_output = family.evaluate(data.dev_examples, data.dev_features, teacher_logits)
     teacher_top = np.asarray(teacher_output).argmax(-1) if head == "classification" else None
+    teacher_dev = torch.as_tensor(teacher_output, dtype=torch.float32) if teacher_top is not None else None
 
     def agreement(output) -> dict[str, float]:  # how often the student's class is the teacher's, and how close
-        student_logits = torch.as_tensor(np.asarray(output), dtype=torch.float32)
-        kl = soft_kl(student_logits, torch.as_tensor(np.asarray(teacher_output), dtype=torch.float32),
-                     distill.temperature)
-        return {"teacher_agreement": float(np.mean(np.asarray(output).argmax(-1) == teacher_top)),
-                "teacher_kl": float(kl.mean())}
+        output = np.asarray(output)
+        return {"teacher_agreement": float(np.mean(output.argmax(-1) == teacher_top)),
+                "teacher_kl": float(soft_kl(torch.as_tensor(output, dtype=torch.float32), teacher_dev,
+                                            distill.temperature).mean())}
 
     summary = {"kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
                "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),

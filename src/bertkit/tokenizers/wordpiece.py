@@ -44,7 +44,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tqdm import tqdm
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, replayable, train_engine, truncate_longest_first
+from bertkit.tokenizers.base import PieceTokenizer, replayable, truncate_longest_first
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer (as transformers keeps it)
@@ -427,8 +427,9 @@ class WordPieceTokenizer(PieceTokenizer):
 
         texts: any iterable of strings; to train from corpus files pass `bertkit.data.corpus.CorpusLines(paths)`,
         whose errors name the file and line. The text is read twice (see `replayable`: corpus files and lists are
-        read again, a generator is copied to a temporary file as it is read). Blank strings are skipped; ValueError when nothing is left. Special tokens
-        get ids 0-4, then every "##" continuation of the alphabet's word characters, in code point order.
+        read again, a generator is copied to a temporary file as it is read). Blank strings are skipped; ValueError
+        when nothing is left. Special tokens get ids 0-4, then every "##" continuation of the alphabet's word
+        characters, in code point order.
 
         The same text gives the same vocabulary, ids included, on every run: the `tokenizers` trainer numbers
         the continuation pieces in its hash map's order, which changes from process to process, and breaks ties
@@ -462,7 +463,7 @@ class WordPieceTokenizer(PieceTokenizer):
                                                 special_tokens=[*SPECIAL_TOKENS, *continuations],
                                                 limit_alphabet=limit_alphabet, initial_alphabet=alphabet,
                                                 continuing_subword_prefix="##", show_progress=show_progress)
-            train_engine(engine, trainer, fed())
+            engine.train_from_iterator(fed(), trainer=trainer)  # texts already checked (and non-empty) above
         vocab = engine.get_vocab()
         return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary")
 
