@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import html
+import sys
+from pathlib import Path
 
 PAGE = "reference/cli.md"
+SRC = Path(__file__).resolve().parents[2] / "src"  # the tree the site is built from, ahead of any installed copy
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser, str]]:
@@ -58,11 +61,12 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for group in parser._action_groups:
         actions = [a for a in group._group_actions
-                   if not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction, argparse._VersionAction))]
+                   if not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction))]
         if not actions:
             continue
         title = group.title or "options"
-        rows += ["", f"**{_cell(title)}**", "", "| option | help | default |", "| --- | --- | --- |"]
+        column = "option" if any(a.option_strings for a in actions) else "argument"
+        rows += ["", f"**{_cell(title)}**", "", f"| {column} | help | default |", "| --- | --- | --- |"]
         for action in actions:
             help_text = "" if action.help is argparse.SUPPRESS else (action.help or "")
             if "%(" in help_text:
@@ -72,7 +76,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
                     pass
             if action.choices and not isinstance(action.choices, dict):
                 help_text += f" (choices: {', '.join(map(str, action.choices))})"
-            if action.required:
+            if action.required and action.option_strings:
                 help_text += " (required)"
             rows.append(f"| `{_names(action)}` | {_cell(help_text)} | {_cell(_default(action))} |")
     return rows
@@ -96,6 +100,8 @@ def _section(name: str, parser: argparse.ArgumentParser, help_text: str, depth: 
 def render(parser: argparse.ArgumentParser | None = None) -> str:
     """The whole CLI reference as Markdown: one section per verb (and sub-verb), one table row per option."""
     if parser is None:
+        if str(SRC) not in sys.path:
+            sys.path.insert(0, str(SRC))
         from bertkit.cli import build_parser
 
         parser = build_parser()
@@ -115,8 +121,12 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def on_files(files, config):
-    """MkDocs hook: add the generated page to the site's files."""
+    """MkDocs hook: the generated page takes the place of docs/reference/cli.md, which in the repository only
+    says where the reference comes from (so that links to it from the README resolve there too)."""
     from mkdocs.structure.files import File
 
+    placeholder = files.get_file_from_path(PAGE)
+    if placeholder is not None:
+        files.remove(placeholder)
     files.append(File.generated(config, PAGE, content=render()))
     return files
