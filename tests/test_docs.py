@@ -104,6 +104,21 @@ def test_reference_cells_keep_code_and_escape_tags():
     assert hook._cell("a\n   b") == "a b"
 
 
+def test_included_reports_keep_their_figures_under_the_page_s_headings(tmp_path):
+    spec = importlib.util.spec_from_file_location("includes", DOCS / "hooks" / "includes.py")
+    includes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(includes)
+    (tmp_path / "r.md").write_text("# Report\n\n| a |\n|---|\n| 1.25 |\n```\n# not a heading\n```\n")
+    page = "## Run\n\n<!-- include: r.md -->\n\nafter\n"
+    assert includes.expand(page, root=tmp_path) == (
+        "## Run\n\n### Report\n\n| a |\n|---|\n| 1.25 |\n```\n# not a heading\n```\n\nafter\n")
+    with pytest.raises(FileNotFoundError, match="missing.md"):
+        includes.expand("<!-- include: missing.md -->\n", root=tmp_path)
+    # the GPU page's reports exist and carry their figures into the page
+    gpu = includes.expand((DOCS / "performance" / "gpu.md").read_text(encoding="utf-8"))
+    assert "<!-- include:" not in gpu and "NVIDIA H200" in gpu and "tok/s" in gpu
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
                     reason="mkdocs is not installed (pip install -e '.[docs]'; `make test` installs it)")
 def test_site_builds_strict(tmp_path):
