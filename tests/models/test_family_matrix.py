@@ -51,8 +51,8 @@ SUFFIX = {"classify": "ForSequenceClassification", "glue": "ForSequenceClassific
 BY_HAND = {("causal", "classify"), ("causal", "glue"), ("causal", "swag")}
 FINETUNE = ["--epochs", "1", "--batch-size", "8", "--max-seq-length", "40", "--learning-rate", "1e-3", "--quiet"]
 CELLS = [(family, kind) for family in MATRIX_FAMILIES for kind in MATRIX_KINDS]
-# onnxruntime cells take seconds each: the new heads' families in the quick run, the others with -m slow
-QUICK_EXPORT = {"distilbert", "t5", "xlnet", "elmo"}
+# The onnxruntime cells take from seconds to tens of seconds each, most of it in torch.export: they run with
+# -m slow; every head they export is exported in the quick run of tests/serve/test_export.py (the new ones too).
 
 
 def run(*argv) -> None:
@@ -353,8 +353,7 @@ def check_export(matrix, family: str, capsys) -> None:
 
 
 def _marks(family: str, kind: str):
-    slow = kind == "export" and family not in QUICK_EXPORT and (family, kind) not in REFUSED
-    return [pytest.mark.slow] if slow else []
+    return [pytest.mark.slow] if kind == "export" and (family, kind) not in REFUSED else []
 
 
 @pytest.mark.parametrize("family, kind", [pytest.param(f, k, marks=_marks(f, k), id=f"{f}-{k}") for f, k in CELLS])
