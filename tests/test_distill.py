@@ -40,6 +40,12 @@ def write_csv(path: Path, data: list[tuple[str, str]]) -> Path:
     return path
 
 
+def tiny_fields(**overrides) -> dict:
+    """tiny()'s sizes without a model_type, for BertConfig.for_family."""
+    return dict(vocab_size=20, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                max_position_embeddings=64, initializer_range=0.1, **overrides)
+
+
 def tiny(vocab_size: int, **overrides) -> BertConfig:
     # A larger initialisation than BERT's 0.02 lets a randomly initialised 32-wide model learn in a few steps.
     fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -187,7 +193,11 @@ def test_hidden_path_gives_the_forward_logits_and_the_uniform_map():
     torch.manual_seed(0)
     ids = torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 3, 0, 0, 0]])
     mask, types = (ids != 0).long(), torch.zeros_like(ids)
-    for model in (BertForSequenceClassification(tiny(20), 3), BertForTokenClassification(tiny(20), 4)):
+    # every family's own sentence head (RoBERTa's dense head, DistilBERT's pre_classifier, a causal model's last
+    # token), not only BERT's pooler
+    configs = [tiny(20), tiny(20, causal=True), BertConfig.for_family("roberta", **tiny_fields(type_vocab_size=1)),
+               BertConfig.for_family("electra", **tiny_fields()), BertConfig.for_family("distilbert", **tiny_fields())]
+    for model in (*(BertForSequenceClassification(c, 3) for c in configs), BertForTokenClassification(tiny(20), 4)):
         model.eval()
         logits, hidden = model_outputs(model, ids, mask, types, hidden=True)
         assert torch.allclose(logits, model(ids, mask, types).logits, atol=1e-6)

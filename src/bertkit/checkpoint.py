@@ -143,6 +143,12 @@ _TASK_HEADS = {"classifier": HEAD_KEYS["classifier"], "qa": HEAD_KEYS["qa"]}
 # `classifier.out_proj`) where BERT has pooler + linear; their token classifiers keep the plain `classifier`.
 _DENSE_TASK_HEADS = {**_TASK_HEADS, "classifier": {**HEAD_KEYS["classifier"], **_linear("classifier.dense", "classifier.dense"),
                                                    **_linear("classifier.out_proj", "classifier.out")}}
+# ELECTRA's multiple-choice model summarises the first token (`sequence_summary.summary`) before its `classifier`;
+# DistilBERT's sequence classifier and multiple-choice model have `pre_classifier` there. Both are the `summary`
+# layer of bertkit's task models (bertkit.models.heads.SENTENCE_HEADS).
+_ELECTRA_TASK_HEADS = {**_DENSE_TASK_HEADS, "classifier": {**_DENSE_TASK_HEADS["classifier"],
+                                                           **_linear("sequence_summary.summary", "summary")}}
+_DISTIL_TASK_HEADS = {**_TASK_HEADS, "classifier": {**HEAD_KEYS["classifier"], **_linear("pre_classifier", "summary")}}
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 
@@ -180,13 +186,12 @@ FORMATS: dict[str, Format] = {
     "electra": Format("electra.", ELECTRA_ENCODER_KEYS,
                       {"discriminator": {**_linear("discriminator_predictions.dense", "rtd.dense"),
                                          **_linear("discriminator_predictions.dense_prediction", "rtd.out")},
-                       "pretraining": _ELECTRA_GENERATOR, "mlm": _ELECTRA_GENERATOR, **_DENSE_TASK_HEADS},
+                       "pretraining": _ELECTRA_GENERATOR, "mlm": _ELECTRA_GENERATOR, **_ELECTRA_TASK_HEADS},
                       (*_BUFFERS, "generator_lm_head.weight"), "Electra",
                       {"BertForPreTraining": "ElectraForMaskedLM", "BertForReplacedTokenDetection":
                        "ElectraForPreTraining", "BertLMHeadModel": "ElectraForCausalLM"}, "ELECTRA"),
     "distilbert": Format("distilbert.", DISTILBERT_ENCODER_KEYS,
-                         {"pretraining": _DISTIL_MLM, "mlm": _DISTIL_MLM, "qa": HEAD_KEYS["qa"],
-                          "classifier": HEAD_KEYS["classifier"]},
+                         {"pretraining": _DISTIL_MLM, "mlm": _DISTIL_MLM, **_DISTIL_TASK_HEADS},
                          (*_BUFFERS, "vocab_projector.weight"), "DistilBert",
                          {"BertForPreTraining": "DistilBertForMaskedLM"}, "DistilBERT"),
 }

@@ -66,9 +66,6 @@ class Family:
     pair_head: bool = False  # the pretraining model has a sentence-pair head on the pooler (NSP, SOP)
     pooler: bool = True  # the bare encoder has a pooler (ELECTRA and DistilBERT have none)
     head_act: str | None = None  # the MLM head's activation when the family hard-codes one (else hidden_act)
-    # Sequence classification reads the pooler (None), or has a head of its own on the first token: dropout ->
-    # dense -> this activation -> dropout -> out_proj (RoBERTa: tanh, ELECTRA: gelu), with no pooler.
-    classifier_act: str | None = None
     projection_always: bool = False  # embedding_size is always projected, even when equal to hidden_size (ALBERT)
 
 
@@ -79,7 +76,7 @@ FAMILIES: dict[str, Family] = {
     # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
     "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
                       optional={"causal": "is_decoder"}, fixed={"padding_offset_positions": True},
-                      written={"tie_word_embeddings": True}, head_act="gelu", classifier_act="tanh"),
+                      written={"tie_word_embeddings": True}, head_act="gelu"),
     # ALBERT: factorised embeddings and shared layers; one layer per group (inner_group_num 1) is all we build.
     "albert": Family(keys={**_SAME, "embedding_size": "embedding_size", "num_hidden_groups": "num_hidden_groups",
                            "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
@@ -88,11 +85,12 @@ FAMILIES: dict[str, Family] = {
                      required={"inner_group_num": 1, "down_scale_factor": 1, "gap_size": 0, "net_structure_type": 0,
                                "num_memory_blocks": 0},
                      ignored=frozenset({"classifier_dropout_prob"}), pair_head=True, projection_always=True),
-    # ELECTRA: the embedding projection exists only when embedding_size differs from hidden_size; no pooler.
+    # ELECTRA: the embedding projection exists only when embedding_size differs from hidden_size; no pooler. The
+    # multiple-choice head is the sequence summary transformers' defaults describe (bertkit.models.heads).
     "electra": Family(keys={**_SAME, "embedding_size": "embedding_size"}, optional={"causal": "is_decoder"},
-                      written={"tie_word_embeddings": True}, pooler=False, head_act="gelu", classifier_act="gelu",
-                      ignored=frozenset({"summary_type", "summary_use_proj", "summary_activation",
-                                         "summary_last_dropout", "summary_first_dropout"})),
+                      written={"tie_word_embeddings": True}, pooler=False, head_act="gelu",
+                      required={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
+                      ignored=frozenset({"summary_last_dropout", "summary_first_dropout"})),
     # DistilBERT: other key names, no token types, LayerNorm epsilon hard-coded to 1e-12, no pooler.
     "distilbert": Family(keys={"vocab_size": "vocab_size", "hidden_size": "dim", "num_hidden_layers": "n_layers",
                                "num_attention_heads": "n_heads", "intermediate_size": "hidden_dim",

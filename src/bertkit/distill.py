@@ -204,7 +204,7 @@ def model_outputs(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         return model.scores(encoded, attention_mask), encoded.hidden_states
     out = model.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
     if isinstance(model, BertForSequenceClassification):
-        logits = model.classifier(model.dropout(out.pooler_output))  # (B, C)
+        logits = model.sentence_logits(out, attention_mask)  # (B, C): the family's own sentence head
     elif isinstance(model, BertForTokenClassification):
         logits = model.classifier(model.dropout(out.last_hidden_state))  # (B, T, C)
     else:

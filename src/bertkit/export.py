@@ -18,9 +18,10 @@ serves (`bertkit_kind`), so `bertkit serve --backend onnx` refuses a graph of an
 
 Families: the BERT family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT) and ModernBERT, whose padded path (rotary
 positions, additive masks for the global and the sliding-window layers) traces as it is once the model reads the
-attention mask as a plain 0/1 padding mask (`bertkit.models.bert.exporting`). T5 is refused (`REFUSED`): an
-encoder-decoder generates token by token, which takes an encoder graph, a decoder-step graph with its key/value
-cache, and the search loop outside ONNX.
+attention mask as a plain 0/1 padding mask (`bertkit.models.bert.exporting`). T5, XLNet and ELMo are refused, in
+one line, with the reason the matrix's table gives (`bertkit.tasks.base.REFUSED`: T5, for one, generates token by
+token, which takes an encoder graph, a decoder-step graph with its key/value cache, and the search loop outside
+ONNX).
 
 Opset 18: the oldest that the torch.export-based exporter writes, so the widest range of runtimes reads the file
 (onnxruntime 1.14 and later); nothing in a BERT needs a newer operator (LayerNormalization is opset 17).
@@ -40,9 +41,6 @@ import torch
 
 OPSET = 18
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-# Families the export refuses, and why (appended to the refusal).
-REFUSED = {"t5": "; an encoder-decoder generates token by token, which needs an encoder graph and a decoder-step graph "
-                 "(with its key/value cache) driven by a loop outside ONNX; serve T5 with the torch backend"}
 
 
 class _Head(torch.nn.Module):
@@ -64,9 +62,15 @@ class _Head(torch.nn.Module):
 
 def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tuple[torch.nn.Module, str]:
     """(the model directory's model for `kind`, the kind), loaded as the server loads it (`bertkit.serve`)."""
+    from bertkit.checkpoint import CONFIG_NAME, read_config
     from bertkit.config import BertConfig, ModernBertConfig
     from bertkit.serve.engine import SERVED_KINDS, detect_kind
+    from bertkit.tasks.base import matrix_family, refusal
 
+    if (Path(model_dir) / CONFIG_NAME).is_file():  # the families export refuses (bertkit.tasks.base.REFUSED)
+        message = refusal(matrix_family(read_config(model_dir)), "export", "bertkit export onnx")
+        if message is not None:
+            raise ValueError(f"{message} ({model_dir})")
     kind = kind or detect_kind(model_dir)
     if kind not in SERVED_KINDS:
         raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
@@ -88,8 +92,7 @@ def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tu
         model = load_encoder(model_dir)
     if not isinstance(model.config, (BertConfig, ModernBertConfig)):
         raise ValueError(f"{model_dir}: ONNX export covers the BERT family (BERT, RoBERTa, ALBERT, ELECTRA, "
-                         f"DistilBERT) and ModernBERT; this is a {model.config.model_type} model" + REFUSED.get(
-                             model.config.model_type, ""))
+                         f"DistilBERT) and ModernBERT; this is a {model.config.model_type} model")
     return model.eval(), kind
 
 

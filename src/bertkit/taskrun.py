@@ -537,9 +537,15 @@ def task_family(kind: str, model_dir: str | os.PathLike, verb: str = "finetune")
     (T5) the text-to-text family (`bertkit.tasks.text2text`), which takes glue, classify and squad; ValueError
     naming the verb, the kind and the model type for another kind."""
     from bertkit.checkpoint import CONFIG_NAME, read_config
+    from bertkit.tasks.base import matrix_family, refusal
 
     model_dir = Path(model_dir)
-    model_type = read_config(model_dir).get("model_type") if (model_dir / CONFIG_NAME).is_file() else None
+    raw = read_config(model_dir) if (model_dir / CONFIG_NAME).is_file() else {}
+    model_type = raw.get("model_type")
+    # the matrix's refused cells (bertkit.tasks.base.REFUSED), before any task file is read
+    message = refusal(matrix_family(raw), kind, f"bertkit {verb} {kind}") if raw else None
+    if message is not None:
+        raise ValueError(message)
     if model_type == "t5":
         from bertkit.tasks.text2text import text_to_text_family
 

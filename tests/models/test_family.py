@@ -610,9 +610,13 @@ def test_distilbert_bare_encoder(tmp_path):
     ids, mask, _, _ = batch(config)
     with torch.no_grad():
         close(ours(ids, mask).last_hidden_state, theirs(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
-    with pytest.raises(NotImplementedError, match="distilbert has no pooler"):
-        from bertkit.models import BertForSequenceClassification
-        BertForSequenceClassification(config)
+    from bertkit.models import BertForSequenceClassification
+
+    # No pooler to read: the classifier starts DistilBERT's own head (pre_classifier) fresh on the encoder.
+    classifier = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=2).eval()
+    assert classifier.bert.pooler is None and classifier.summary.weight.shape == (config.hidden_size,) * 2
+    with torch.no_grad():
+        close(classifier.bert(ids, mask).last_hidden_state, ours(ids, mask).last_hidden_state, mask)
 
 
 # ==================================================================================================================
@@ -721,9 +725,9 @@ def test_bert_masked_lm_and_unknown_family_tensors(tmp_path):
 
     BertForReplacedTokenDetection(family_config("electra")).save_pretrained(tmp_path / "electra")
     state = load_file(str(tmp_path / "electra" / "model.safetensors"))
-    state["sequence_summary.summary.weight"] = torch.zeros(2, 2)  # ElectraForMultipleChoice's head: not built here
+    state["pre_classifier.weight"] = torch.zeros(2, 2)  # DistilBERT's classifier head: no ELECTRA model has it
     save_file(state, str(tmp_path / "electra" / "model.safetensors"))
-    with pytest.raises(CheckpointError, match="not part of an ELECTRA model: sequence_summary.summary.weight"):
+    with pytest.raises(CheckpointError, match="not part of an ELECTRA model: pre_classifier.weight"):
         BertForReplacedTokenDetection.from_pretrained(tmp_path / "electra")
     with pytest.raises(CheckpointError, match="cannot hold a BertForReplacedTokenDetection"):
         BertForReplacedTokenDetection.from_pretrained(tmp_path / "mlm")

@@ -1,7 +1,9 @@
 """Task models of every family against transformers' matching classes, both directions, on identical weights.
 
 BERT and ALBERT classify sequences on the pooler; RoBERTa and ELECTRA have a dense head of their own on the first
-token (`classifier.dense`, `classifier.out_proj`), which bertkit builds as `SentenceHead`.
+token (`classifier.dense`, `classifier.out_proj`), which bertkit builds as `SentenceHead`; ELECTRA's multiple
+choice summarises the first token (`sequence_summary.summary`) and DistilBERT's classifiers have a
+`pre_classifier` (bertkit.models.heads.SENTENCE_HEADS).
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ CASES = [
     ("roberta", "BertForMultipleChoice", "RobertaForMultipleChoice"),
     ("roberta", "BertForTokenClassification", "RobertaForTokenClassification"),
     ("electra", "BertForQuestionAnswering", "ElectraForQuestionAnswering"),
+    # the families without a pooler: their own heads (ELECTRA's sequence summary, DistilBERT's pre_classifier)
+    ("electra", "BertForMultipleChoice", "ElectraForMultipleChoice"),
+    ("distilbert", "BertForSequenceClassification", "DistilBertForSequenceClassification"),
+    ("distilbert", "BertForMultipleChoice", "DistilBertForMultipleChoice"),
+    ("distilbert", "BertForTokenClassification", "DistilBertForTokenClassification"),
+    ("distilbert", "BertForQuestionAnswering", "DistilBertForQuestionAnswering"),
+    ("albert", "BertForMultipleChoice", "AlbertForMultipleChoice"),
 ]
 
 
 def their_logits(theirs, name, ids, mask, types):
     if "MultipleChoice" in name:  # (B, C, T): the batch's rows as two choices of one example... and of another
         ids, mask, types = (t[:2].unsqueeze(0) for t in (ids, mask, types))
-    out = theirs(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    types = {} if "DistilBert" in name else {"token_type_ids": types}  # DistilBERT takes no token types
+    out = theirs(input_ids=ids, attention_mask=mask, **types)
     if "Question" in name:
         return torch.stack([out.start_logits, out.end_logits], -1)
     return out.logits
@@ -83,11 +93,24 @@ def test_transformers_task_model_loads_in_bertkit(model_type, ours_name, theirs_
 
 
 @pytest.mark.parametrize("model_type, has_sentence_head", [("bert", False), ("albert", False), ("roberta", True),
-                                                            ("electra", True)])
+                                                            ("electra", True), ("distilbert", False)])
 def test_sequence_classifier_head_kind_follows_the_family(model_type, has_sentence_head):
     model = bertkit.models.BertForSequenceClassification(family_config(model_type), num_labels=2)
     assert isinstance(model.classifier, SentenceHead) is has_sentence_head
-    assert (model.bert.pooler is None) is has_sentence_head
+    assert (model.bert.pooler is None) is (has_sentence_head or model_type == "distilbert")
+
+
+def test_electra_summary_settings_other_than_the_built_one_are_refused(tmp_path):
+    """ElectraForMultipleChoice's summary follows config.json's summary_* keys; bertkit builds transformers'
+    defaults (first token, a projection, gelu), so a config.json asking for another summary is refused by name."""
+    from bertkit.config import BertConfig
+
+    raw = {**family_config("electra").json_dict(), "summary_type": "first", "summary_use_proj": True,
+           "summary_activation": "gelu", "summary_last_dropout": 0.3}
+    assert BertConfig.from_dict(raw) == family_config("electra")
+    for key, value in (("summary_type", "last"), ("summary_use_proj", False), ("summary_activation", "tanh")):
+        with pytest.raises(ValueError, match=f"{key}={value!r} is not supported by bertkit"):
+            BertConfig.from_dict({**raw, key: value}, source="config.json")
 
 
 def test_roberta_regression_head_round_trips_through_transformers(tmp_path):

@@ -38,8 +38,9 @@ def fixed_vocabulary() -> WordPieceTokenizer:
 def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
     """kind -> a model directory with random weights and a fixed WordPiece vocabulary: classify (3 labels,
     length 24), ner (5 BIO tags, 24), squad (v1.1, length 32, stride 8, question cut at 8), swag (24), a
-    pretraining model (fill-mask and embeddings); the heads the family has. model_type: a BERT family
-    (`BertConfig.for_family`) or "modernbert"."""
+    pretraining model (fill-mask and embeddings). model_type: a BERT family
+    (`BertConfig.for_family`), "causal" (BERT with causal attention; BertForCausalLM in the pretraining model's
+    place) or "modernbert"."""
     tokenizer = fixed_vocabulary()
     fields = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=64, max_position_embeddings=64, initializer_range=0.2)
@@ -53,6 +54,9 @@ def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
                                      "eos_token_id": tokenizer.sep_id})
         classes = (ModernBertForSequenceClassification, ModernBertForTokenClassification,
                    ModernBertForQuestionAnswering, ModernBertForMultipleChoice, ModernBertForMaskedLM)
+    elif model_type == "causal":  # GPT-style: sentence heads read the last real token; the LM for fill-mask's place
+        config = BertConfig(**fields, causal=True)
+        classes = (*classes[:4], BertForCausalLM)
     else:
         if model_type == "roberta":
             fields.update(type_vocab_size=1, pad_token_id=1)
@@ -74,10 +78,7 @@ def build_models(root: Path, model_type: str = "bert") -> dict[str, Path]:
     }
     out = {}
     for kind, (build, info) in infos.items():
-        try:
-            model = build()
-        except NotImplementedError:  # heads on the pooled vector, in families without a pooler (ELECTRA, DistilBERT)
-            continue
+        model = build()  # every family has every head (its own: bertkit.models.heads.SENTENCE_HEADS)
         path = root / f"{model_type}-{kind}"
         model.save_pretrained(path, tokenizer=tokenizer)
         if info is not None:

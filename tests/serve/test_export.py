@@ -1,5 +1,7 @@
 """`bertkit export onnx`: every served head's graph has dynamic batch and sequence axes, and onnxruntime's outputs
-equal bertkit's within 1e-4 on batches of rows of different lengths (padding included), for every BERT family."""
+equal bertkit's within 1e-4 on batches of rows of different lengths (padding included), for every head of every
+family that exports (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, causal, ModernBERT); the families export refuses
+(T5, XLNet, ELMo, `bertkit.tasks.base.REFUSED`) are refused in one line with the table's reason."""
 
 from __future__ import annotations
 
@@ -104,26 +106,46 @@ def test_a_graph_of_another_head_is_refused(exported, capsys, tmp_path):
         open_session(tmp_path / "missing.onnx", "classify")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["roberta", "albert", "electra", "distilbert"])
-def test_every_family_exports(model_type, tmp_path):
+# Every other family's served heads, cell by cell (BERT's are above, ModernBERT's below; T5, XLNet and ELMo are
+# refused). The heads new to a family without a pooler in the quick run: DistilBERT's pre_classifier (sequence
+# classification; multiple choice is the same head) and ELECTRA's sequence summary; the rest with -m slow.
+FAMILY_CELLS = [pytest.param(model_type, kind, id=f"{model_type}-{kind}",
+                             marks=[] if (model_type, kind) in {("distilbert", "classify"), ("electra", "swag")}
+                             else [pytest.mark.slow])
+                for model_type in ("roberta", "albert", "electra", "distilbert", "causal")
+                for kind in ("classify", "ner", "squad", "swag")]
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory):
+    root, made = tmp_path_factory.mktemp("export-families"), {}
+
+    def get(model_type: str) -> dict:
+        if model_type not in made:
+            made[model_type] = build_models(root / model_type, model_type)
+        return made[model_type]
+
+    return get
+
+
+@pytest.mark.parametrize("model_type, kind", FAMILY_CELLS)
+def test_every_family_exports_every_served_head(model_type, kind, family_models, tmp_path):
     from bertkit.export import export_onnx
 
-    models = build_models(tmp_path, model_type)
-    assert {"ner", "squad"} <= set(models)
-    for kind in [k for k in ("classify", "ner", "squad") if k in models]:
-        summary = export_onnx(models[kind], tmp_path / f"{kind}.onnx")
-        assert summary["max_abs_diff"] <= 1e-4
-        session = open_session(summary["out"], kind)
-        model, _ = load_for_export(models[kind], kind)
-        ids, mask, types = batch(model.config, kind, [3, 40, 21], seed=4)
-        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
-        got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0]
-        want = outputs(model, kind, ids, mask, types)
-        if kind != "classify":
-            real = mask.numpy().astype(bool)
-            got, want = got[real], want[real]
-        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    directory = family_models(model_type)[kind]
+    summary = export_onnx(directory, tmp_path / f"{kind}.onnx")
+    assert summary["kind"] == kind and summary["max_abs_diff"] <= 1e-4
+    session = open_session(summary["out"], kind)
+    model, _ = load_for_export(directory, kind)
+    assert model.config.model_type == ("bert" if model_type == "causal" else model_type)
+    ids, mask, types = batch(model.config, kind, [3, 40, 21], seed=4)
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
+    got = session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0]
+    want = outputs(model, kind, ids, mask, types)
+    if kind in ("ner", "squad"):
+        real = mask.numpy().astype(bool)
+        got, want = got[real], want[real]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +200,32 @@ def test_modernbert_exports_every_served_head(kind, modernbert, tmp_path):
             assert_same(got, ref, tol=1e-4)
 
 
-def test_t5_is_refused_with_the_reason(tmp_path):
-    from bertkit.config import T5Config
-    from bertkit.export import export_onnx
-    from bertkit.models import T5ForConditionalGeneration
+def refused_directory(model_type: str, path):
+    """A tiny directory of a family the export refuses: T5, an XLNet classifier, an ELMo language model."""
+    from bertkit.config import ElmoConfig, T5Config, XLNetConfig
+    from bertkit.models import ElmoLanguageModel, T5ForConditionalGeneration, XLNetForSequenceClassification
 
-    T5ForConditionalGeneration(T5Config.preset("tiny", vocab_size=64, d_model=16, d_ff=32, d_kv=8)).save_pretrained(
-        tmp_path / "t5")
-    with pytest.raises(ValueError, match="encoder-decoder generates token by token"):
-        export_onnx(tmp_path / "t5", tmp_path / "t5.onnx", "embeddings")
-    assert not (tmp_path / "t5.onnx").exists()
+    if model_type == "t5":
+        model = T5ForConditionalGeneration(T5Config.preset("tiny", vocab_size=64, d_model=16, d_ff=32, d_kv=8))
+    elif model_type == "xlnet":
+        model = XLNetForSequenceClassification(XLNetConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, d_inner=32),
+                                               num_labels=2)
+    else:
+        model = ElmoLanguageModel(ElmoConfig.preset("tiny", vocab_size=30, char_vocab_size=40, max_characters=10))
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("model_type, kind", [("t5", "embeddings"), ("xlnet", "classify"), ("elmo", "embeddings")])
+def test_refused_families_are_refused_in_one_line_with_the_reason(model_type, kind, tmp_path, capsys):
+    from bertkit.export import export_onnx
+    from bertkit.tasks.base import REFUSED
+
+    directory = refused_directory(model_type, tmp_path / model_type)
+    with pytest.raises(ValueError) as caught:
+        export_onnx(directory, tmp_path / "out.onnx", kind)
+    assert REFUSED[model_type, "export"] in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "out.onnx").exists()
+    assert main(["export", "onnx", "--model", str(directory), "--out", str(tmp_path / "out.onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and REFUSED[model_type, "export"] in err, err

@@ -1,12 +1,28 @@
 """Task models (fine-tuning): a small head on the encoder, as in the BERT paper, section 4.
 
-Sequence classification and regression on the pooled [CLS] vector (RoBERTa and ELECTRA: a dense head of their
-own on the first token, `SentenceHead`), token classification on every token, multiple
-choice as one [CLS] score per (context, choice), and extractive question answering as a start and an end score per
-token. Their parameter names follow transformers' `BertFor...` classes (checkpoint.py renames them per family).
+Sequence classification and regression on a sentence vector, token classification on every token, multiple
+choice as one sentence score per (context, choice), and extractive question answering as a start and an end score
+per token. Their parameter names follow transformers' `BertFor...` classes (checkpoint.py renames them per family).
+
+Which sentence vector, and through which layers, is the family's: transformers gives each family's sequence
+classifier and multiple-choice model a head of its own, and `SENTENCE_HEADS` says which one bertkit builds (the
+one table of that fact; the matrix in docs/reference/family-matrix.md is checked against it):
+
+    pooler    BERT's pooler, tanh(dense(first token)) -> dropout -> linear       BERT, ALBERT; RoBERTa's choices
+    dense     first token -> dropout -> dense -> act -> dropout -> out_proj      RoBERTa (tanh), ELECTRA (gelu)
+              (`SentenceHead`: transformers' RobertaClassificationHead, ElectraClassificationHead)
+    summary   first token -> dense -> act -> dropout p -> linear                 DistilBERT's pre_classifier (relu,
+              (a `summary` Linear, then `classifier`)                            p = seq_classif_dropout 0.2);
+                                                                                 ELECTRA's sequence summary for
+                                                                                 choices (gelu, p = 0.1)
+
+A causal (GPT-style) model reads the last real token instead of the first (see `last_real_token`), through the same
+layers.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +33,42 @@ from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput
 from bertkit.models.kernels import Linear, activation
 
 
+@dataclass(frozen=True)
+class HeadSpec:
+    """How one family's sequence classifier or multiple-choice model turns the encoder output into scores."""
+
+    style: str  # "pooler", "dense" or "summary" (see the module docstring)
+    act: str | None = None  # the dense layer's activation ("dense", "summary")
+    # "summary": the dropout after the activation (transformers' default of the family's config key, which
+    # bertkit's config does not carry: DistilBERT's seq_classif_dropout, ELECTRA's summary_last_dropout);
+    # "dense" uses hidden_dropout_prob as transformers does without classifier_dropout
+    dropout: float | None = None
+
+
+_POOLER = HeadSpec("pooler")
+# model_type -> role ("sequence", "choice") -> the head transformers' class of that family has:
+# BertFor*, AlbertFor*, RobertaForSequenceClassification (RobertaClassificationHead) / RobertaForMultipleChoice
+# (pooler), ElectraForSequenceClassification (ElectraClassificationHead) / ElectraForMultipleChoice
+# (ElectraSequenceSummary: summary_type "first", summary_use_proj, summary_activation "gelu",
+# summary_last_dropout 0.1), DistilBertForSequenceClassification / DistilBertForMultipleChoice (pre_classifier,
+# ReLU, dropout seq_classif_dropout 0.2).
+SENTENCE_HEADS: dict[str, dict[str, HeadSpec]] = {
+    "bert": {"sequence": _POOLER, "choice": _POOLER},
+    "albert": {"sequence": _POOLER, "choice": _POOLER},
+    "roberta": {"sequence": HeadSpec("dense", "tanh"), "choice": _POOLER},
+    "electra": {"sequence": HeadSpec("dense", "gelu"), "choice": HeadSpec("summary", "gelu", 0.1)},
+    "distilbert": {"sequence": HeadSpec("summary", "relu", 0.2), "choice": HeadSpec("summary", "relu", 0.2)},
+}
+
+
+# model_type -> the dropout transformers' question-answering class of that family applies before its outputs
+QA_DROPOUT = {"distilbert": 0.1}
+
+
+def _act(name: str):
+    return torch.tanh if name == "tanh" else activation(name)
+
+
 class SentenceHead(nn.Module):
     """RoBERTa's and ELECTRA's sequence-classification head, in place of BERT's pooler + linear: the first token's
     vector -> dropout -> dense (H -> H) -> activation (tanh for RoBERTa, gelu for ELECTRA) -> dropout -> out."""
@@ -25,7 +77,7 @@ class SentenceHead(nn.Module):
         super().__init__()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.act = torch.tanh if act == "tanh" else activation(act)
+        self.act = _act(act)
         self.out = Linear(config.hidden_size, num_labels)
 
     def forward(self, first: torch.Tensor) -> torch.Tensor:
@@ -57,12 +109,15 @@ class NamedLabels:
 
 
 class _LabelledHead(NamedLabels, PreTrainedModel):
-    """Shared by models whose head predicts one of `num_labels` named labels."""
+    """Shared by models whose head predicts one of `num_labels` named labels.
+
+    role: "token" (a linear layer on every token) or "sequence" / "choice" (the family's sentence head,
+    `SENTENCE_HEADS`)."""
 
     head_family = "classifier"
 
-    def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
-                 regression: bool = False, add_pooler: bool = True, sentence_head: bool = False) -> None:
+    def __init__(self, config: BertConfig, num_labels: int, labels: list[str] | None, regression: bool,
+                 role: str) -> None:
         super().__init__()
         if labels is not None and len(labels) != num_labels:
             raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
@@ -71,17 +126,38 @@ class _LabelledHead(NamedLabels, PreTrainedModel):
         self.config, self.num_labels = config, num_labels
         self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
         self.regression = regression
-        # A family with a sentence head of its own (RoBERTa, ELECTRA) classifies sequences without the pooler.
-        own_head = sentence_head and config.family.classifier_act is not None
-        if own_head:
-            add_pooler = False
-        if add_pooler and not config.family.pooler:
-            raise NotImplementedError(f"{type(self).__name__} reads the pooled [CLS] vector, and {config.model_type} "
-                                      f"has no pooler; its own classification head is not implemented")
-        self.bert = BertModel(config, add_pooler=add_pooler)
+        H = config.hidden_size
+        self.spec = SENTENCE_HEADS[config.model_type][role] if role != "token" else None
+        style = self.spec.style if self.spec is not None else "token"
+        self.bert = BertModel(config, add_pooler=style == "pooler")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = (SentenceHead(config, num_labels, config.family.classifier_act) if own_head
-                           else Linear(config.hidden_size, num_labels))
+        if style == "dense":
+            self.classifier = SentenceHead(config, num_labels, self.spec.act)
+        else:
+            if style == "summary":
+                self.summary = Linear(H, H)
+                self.summary_act = _act(self.spec.act)
+                self.summary_dropout = nn.Dropout(self.spec.dropout)
+            self.classifier = Linear(H, num_labels)
+
+    def sentence_logits(self, out, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The family's sentence head on an encoder output of (B, T) inputs -> (B, num_labels).
+
+        The vector is the pooled first token ("pooler"), the first token's last-layer vector ("dense",
+        "summary"), or for a causal model the last real token's (GPT-1's extract token; the pooler, which sees
+        only the first token there, is not read)."""
+        style = self.spec.style
+        if self.config.causal:
+            vector = last_real_token(out.last_hidden_state, attention_mask)  # (B, H)
+        elif style == "pooler":
+            vector = out.pooler_output  # (B, H)
+        else:
+            vector = out.last_hidden_state[:, 0]  # (B, H)
+        if style == "dense":
+            return self.classifier(vector)
+        if style == "summary":
+            return self.classifier(self.summary_dropout(self.summary_act(self.summary(vector))))
+        return self.classifier(self.dropout(vector))
 
 
 def last_real_token(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -97,7 +173,8 @@ def last_real_token(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -
 
 
 class BertForSequenceClassification(_LabelledHead):
-    """[CLS] pooled output -> dropout -> linear: classification (cross-entropy) or, with one output, regression.
+    """The family's sentence head (`SENTENCE_HEADS`; BERT: [CLS] pooled output -> dropout -> linear):
+    classification (cross-entropy) or, with one output, regression.
 
     A causal model (config.causal, GPT-style) reads the last real token instead (GPT-1's extract token: the input
     is framed start ... [delimiter ...] extract by the tokenizer's specials, and only the last position has seen
@@ -110,7 +187,7 @@ class BertForSequenceClassification(_LabelledHead):
 
     def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
                  regression: bool = False) -> None:
-        super().__init__(config, num_labels, labels, regression or num_labels == 1, sentence_head=True)
+        super().__init__(config, num_labels, labels, regression or num_labels == 1, "sequence")
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -118,13 +195,7 @@ class BertForSequenceClassification(_LabelledHead):
         """labels: (B,) class ids, or (B,) floats for regression."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         causal = self.config.causal
-        if causal:
-            vector = last_real_token(out.last_hidden_state, attention_mask)  # (B, H)
-            logits = self.classifier(vector if isinstance(self.classifier, SentenceHead) else self.dropout(vector))
-        elif isinstance(self.classifier, SentenceHead):
-            logits = self.classifier(out.last_hidden_state[:, 0])  # (B, num_labels)
-        else:
-            logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        logits = self.sentence_logits(out, attention_mask)  # (B, num_labels)
         loss = None
         if labels is not None:
             if self.regression:
@@ -150,7 +221,7 @@ class BertForTokenClassification(_LabelledHead):
 
     def __init__(self, config: BertConfig, num_labels: int = 2, labels: list[str] | None = None,
                  regression: bool = False) -> None:
-        super().__init__(config, num_labels, labels, False, add_pooler=False)
+        super().__init__(config, num_labels, labels, False, "token")
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -166,13 +237,15 @@ class BertForTokenClassification(_LabelledHead):
 
 
 class BertForMultipleChoice(_LabelledHead):
-    """One [CLS] score per (context, choice) pair, softmax over the choices (SWAG)."""
+    """One score per (context, choice) pair from the family's sentence head (`SENTENCE_HEADS`; BERT: the pooled
+    [CLS]), softmax over the choices (SWAG). A causal model scores each choice at its last real token, as GPT-1
+    did for its multiple-choice tasks (the first token sees only itself there)."""
 
     architecture = "BertForMultipleChoice"
 
     def __init__(self, config: BertConfig, num_labels: int = 1, labels: list[str] | None = None,
                  regression: bool = False) -> None:
-        super().__init__(config, 1, None, False)
+        super().__init__(config, 1, None, False, "choice")
         self.init_weights()
 
     def config_extras(self) -> dict:
@@ -186,9 +259,9 @@ class BertForMultipleChoice(_LabelledHead):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels: (B,) the right choice."""
         B, C, T = input_ids.shape
-        flat = [None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids)]
-        out = self.bert(input_ids.reshape(B * C, T), *flat)
-        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
+        mask, types = (None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids))
+        out = self.bert(input_ids.reshape(B * C, T), mask, types)
+        logits = self.sentence_logits(out, mask).view(B, C)  # (B, C)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
         return TaskOutput(loss, logits)
 
@@ -203,6 +276,10 @@ class BertForQuestionAnswering(PreTrainedModel):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooler=False)
+        # DistilBertForQuestionAnswering drops out the last layer before its outputs (qa_dropout, 0.1 by default);
+        # the other families' classes do not
+        p = QA_DROPOUT.get(config.model_type, 0.0)
+        self.dropout = nn.Dropout(p) if p else nn.Identity()
         self.qa = Linear(config.hidden_size, 2)
         self.init_weights()
 
@@ -211,7 +288,7 @@ class BertForQuestionAnswering(PreTrainedModel):
                 end_positions: torch.Tensor | None = None) -> TaskOutput:
         """start_positions, end_positions: (B,) token indices of the answer span (0 when there is none)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
-        logits = self.qa(out.last_hidden_state)  # (B, T, 2)
+        logits = self.qa(self.dropout(out.last_hidden_state))  # (B, T, 2)
         return TaskOutput(span_loss(logits, start_positions, end_positions), logits)
 
 

@@ -63,10 +63,14 @@ T5_GLUE: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str] | None]] = 
 def text_to_text_family(kind: str, model_type: str, verb: str = "finetune") -> type["Text2TextFamily"]:
     """The family that fine-tunes an encoder-decoder (`model_type`, e.g. t5) for `kind`; ValueError naming the verb,
     the kind and the model type for a kind that needs a head T5 does not have (ner, swag)."""
+    from bertkit.tasks.base import refusal
+
+    message = refusal(model_type, kind, f"bertkit {verb} {kind}")
+    if message is not None:  # the matrix's refused cells (bertkit.tasks.base.REFUSED)
+        raise ValueError(message)
     if kind not in TEXT_TO_TEXT_KINDS:
         raise ValueError(f"bertkit {verb} {kind}: a {model_type} model (model_type {model_type}) is an "
-                         f"encoder-decoder, fine-tuned as text to text for {', '.join(TEXT_TO_TEXT_KINDS)} only; "
-                         f"{kind} needs an encoder with a per-token or per-choice head (BERT, ModernBERT)")
+                         f"encoder-decoder, fine-tuned as text to text for {', '.join(TEXT_TO_TEXT_KINDS)} only")
     return Text2TextFamily
 
 
