@@ -1,8 +1,8 @@
-"""Google's ids on any Unicode: bertkit's WordPiece against a pure-Python transcription of Google's algorithm.
+"""transformers' ids on any Unicode: bertkit's WordPiece with `compat="transformers"` against a pure-Python
+transcription of transformers' BertTokenizer (Google's rules have their own test, test_google_rules.py).
 
-The reference below is written from the algorithm of google-research/bert `tokenization.py` as transformers keeps
-it in its legacy BertTokenizer (the contract; where the two differ, transformers' port is what every BERT user
-runs): drop NUL, U+FFFD and every category C* character but \\t \\n \\r; whitespace (space, \\t, \\n, \\r, Zs) to " ";
+The reference below is written from transformers' pure-Python BertTokenizer (`BertTokenizerLegacy` in transformers
+5), its port of google-research/bert `tokenization.py`: drop NUL, U+FFFD and every category C* character but \\t \\n \\r; whitespace (space, \\t, \\n, \\r, Zs) to " ";
 spaces around CJK ideographs; NFC; split on whitespace (`str.split`); per word, when uncased, `str.lower` and NFD
 with every Mn dropped; split off punctuation (ASCII 33-47, 58-64, 91-96, 123-126 and categories P*); greedy
 longest-match-first WordPiece, words over 100 characters [UNK]. Special tokens written in the text stay whole.
@@ -186,9 +186,11 @@ IN_PROCESS = _in_process_vocab()
 def tokenizer(request) -> WordPieceTokenizer:
     """Both Google vocabularies (skipped without ../shared/data) and an in-process one in three casings."""
     if request.param == "google-uncased":
-        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-uncased-vocab.txt"), lowercase=True)
+        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-uncased-vocab.txt"), lowercase=True,
+                                             compat="transformers")
     if request.param == "google-cased":
-        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-cased-vocab.txt"), lowercase=False)
+        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-cased-vocab.txt"), lowercase=False,
+                                             compat="transformers")
     lowercase = request.param != "own-cased"
     strip = False if request.param == "own-lowercase-keep-accents" else None
     return WordPieceTokenizer(IN_PROCESS, lowercase=lowercase, strip_accents=strip)

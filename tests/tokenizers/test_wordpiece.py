@@ -1,4 +1,4 @@
-"""The tokenizer gives Google's ids (checked against the pure-Python original kept in transformers)."""
+"""The tokenizer with `compat="transformers"` gives the ids of transformers' pure-Python BertTokenizer (BertTokenizerLegacy)."""
 
 import random
 import tempfile
@@ -39,7 +39,7 @@ def tiny_pair(tiny_tokenizer, tiny_vocab_dir):
 def google_pair(request):
     name, lowercase = request.param
     path = shared_data("vocab", name)
-    return _pair_of(WordPieceTokenizer.from_vocab(path, lowercase=lowercase), path, lowercase)
+    return _pair_of(WordPieceTokenizer.from_vocab(path, lowercase=lowercase, compat="transformers"), path, lowercase)
 
 
 def _check(tok, ref, text, pair=None, max_length=None):
