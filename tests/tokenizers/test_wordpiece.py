@@ -248,11 +248,13 @@ def test_continuations_follow_the_special_tokens_in_code_point_order(sample):
 
 @pytest.mark.slow
 def test_full_wikitext_parity():
-    """Every line of WikiText-2 (both splits), both Google vocabs (bench/tokenizer_parity.py does the same)."""
+    """Every line of WikiText-2 (both splits), both Google vocabs, both rule sets against their own references
+    (bench/tokenizer_parity.py does the same)."""
     from importlib import import_module
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    result = import_module("tokenizer_parity").run(shared_data())
-    assert result["mismatches"] == 0, result
+    for compat in ("google", "transformers"):
+        result = import_module("tokenizer_parity").run(shared_data(), compat=compat)
+        assert result["mismatches"] == 0, result

@@ -28,8 +28,8 @@ it, U+1ABF no accent, U+0890 no format character) and lower-cases letter by lett
     class, decomposition): the engine alone; every table since agrees on those (a test checks each of them)
     anything else (newer or changed characters, surrogates, anything beyond the BMP, a capital sigma when
     lower-casing, and for Google's rules private-use characters, which they keep): `google_words` applies the
-    rules above in Python, keeping for every character where in the
-    text it came from, and the engine only pieces the words
+    rules above in Python, keeping for every character where in the text it came from, and the engine only
+    pieces the words
 
 Both roads give the same ids, tokens and word ids, and character offsets into the original text (where the engine
 cuts a cluster of combining marks that NFC composed or reordered, the Python road gives the whole cluster). What
