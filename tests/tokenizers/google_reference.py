@@ -23,9 +23,9 @@ def load_vocab(vocab_file) -> "collections.OrderedDict[str, int]":
     """Loads a vocabulary file into a dictionary (each line stripped, as Google's reader does)."""
     vocab = collections.OrderedDict()
     index = 0
-    with open(vocab_file, encoding="utf-8") as reader:
+    with open(vocab_file, "rb") as reader:  # as tf.io.gfile.GFile reads it: lines end at "\n" only
         while True:
-            token = reader.readline()
+            token = reader.readline().decode("utf-8", "ignore")  # convert_to_unicode
             if not token:
                 break
             token = token.strip()

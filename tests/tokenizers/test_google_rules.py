@@ -85,6 +85,23 @@ def test_googles_vocab_file_reader_reads_the_same_vocabularies():
         assert load_tokenizer(path).get_vocab() == dict(google.load_vocab(path))
 
 
+def test_vocab_files_are_read_as_each_reference_reads_them(tmp_path):
+    """Lines end at "\n" (Google) or "\n" / "\r" (transformers), never at U+0085 or U+2028 inside a token; Google
+    strips every token."""
+    legacy = pytest.importorskip("transformers.models.bert.tokenization_bert_legacy")
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("\n".join([*google.SPECIALS, "a\u2028b", "c\x85", "d ", "\u3000e", "##f"]).encode() + b"\n")
+    assert WordPieceTokenizer.from_vocab(path, compat="google").get_vocab() == dict(google.load_vocab(path))
+    assert WordPieceTokenizer.from_vocab(path, compat="transformers").get_vocab() == dict(
+        legacy.load_vocab(str(path)))
+    path.write_bytes(b"[PAD]\r\n[UNK]\r[CLS]\n[SEP]\n[MASK]\nx")  # a lone "\r" ends a line for transformers only
+    assert list(WordPieceTokenizer.from_vocab(path, compat="transformers").get_vocab()) == [
+        *google.SPECIALS, "x"] == list(legacy.load_vocab(str(path)))
+    assert "[UNK]\r[CLS]" in google.load_vocab(path)
+    with pytest.raises(ValueError, match="lacks the special tokens"):
+        WordPieceTokenizer.from_vocab(path, compat="google")
+
+
 # ---- the engine's road ------------------------------------------------------------------------------------------
 def _ref_words(text: str, lowercase: bool) -> list[str]:
     return google.BasicTokenizer(do_lower_case=lowercase).tokenize(text)

@@ -288,6 +288,16 @@ def _word(word: str, where: Where, rules: tuple, out: list) -> None:
         out.append((word[start:], (starts[start:], ends[start:])))
 
 
+def _vocab_lines(text: str, compat: str) -> list[str]:
+    """The tokens of a vocab.txt as each reference reads them: Google's `load_vocab` splits at "\n" only and
+    strips every token (`str.strip`); transformers' reads text lines ("\n", "\r\n" or "\r") and drops only the
+    line end. Never `str.splitlines`, which also splits at U+0085, U+2028 and other separators inside a token."""
+    lines = text.split("\n") if compat == "google" else re.split("\r\n|\r|\n", text)
+    if lines and lines[-1] == "":  # the end of the last line, not a line
+        lines.pop()
+    return [line.strip() for line in lines] if compat == "google" else lines
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -515,8 +525,7 @@ class WordPieceTokenizer(PieceTokenizer):
             line = raw[: err.start].count(b"\n") + 1
             raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8") from None
         vocab: dict[str, int] = {}
-        for number, token in enumerate(text.splitlines(), start=1):
-            token = token.rstrip("\r")  # Google's vocab files end lines with "\n"; tolerate Windows ones
+        for number, token in enumerate(_vocab_lines(text, compat), start=1):
             if token in vocab:
                 raise ValueError(f"{path}:{number}: token {token!r} appears twice (first on line {vocab[token] + 1})")
             vocab[token] = len(vocab)
