@@ -72,14 +72,17 @@ def load_tokenizer(path: str, kind: str | None = None):
 
 
 def add_wordpiece_rule_options(parser: argparse.ArgumentParser) -> None:
-    """--compat, --cased/--no-cased, --force-casing: how a WordPiece vocabulary is applied (`load_with_rules`)."""
+    """--compat, --cased/--no-cased (or --lowercase true|false), --force-casing: how a WordPiece vocabulary is
+    applied (`load_with_rules`)."""
     parser.add_argument("--compat", choices=["google", "transformers"],
                         help="WordPiece rules: google (tokenization.py; the default for a bare vocab.txt) or "
                              "transformers (BertTokenizer; the default for a directory transformers wrote)")
-    parser.add_argument("--cased", action=argparse.BooleanOptionalAction, default=None,
+    casing = parser.add_mutually_exclusive_group()
+    casing.add_argument("--cased", action=argparse.BooleanOptionalAction, default=None,
                         help="override the casing (a bare vocab.txt: cased when it holds capitalised pieces)")
+    casing.add_argument("--lowercase", choices=["true", "false"], help="the same as --no-cased / --cased")
     parser.add_argument("--force-casing", action="store_true",
-                        help="accept a --cased / --no-cased that contradicts the vocabulary")
+                        help="accept a casing that contradicts the vocabulary")
 
 
 def load_with_rules(path: str, kind: str | None, args: argparse.Namespace):
@@ -87,6 +90,8 @@ def load_with_rules(path: str, kind: str | None, args: argparse.Namespace):
     and casing a bare vocab.txt got."""
     from bertkit.tokenizers import detect_tokenizer_kind, load_tokenizer as load
 
+    if args.lowercase is not None:
+        args.cased = args.lowercase == "false"
     given = [name for name, value in (("--cased", args.cased), ("--compat", args.compat)) if value is not None]
     found = kind or detect_tokenizer_kind(path)
     if found != "wordpiece":

@@ -272,6 +272,8 @@ def test_cli_tokenize_says_which_rules_and_refuses_a_contradicting_casing(tmp_pa
     assert cli.main(["tokenize", "--model-or-vocab", str(cased), "--no-cased", "Hello"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "but lower-casing was asked for" in err and "--force-casing" in err
+    assert cli.main(["tokenize", "--model-or-vocab", str(cased), "--lowercase", "true", "Hello"]) == 2
+    assert "but lower-casing was asked for" in capsys.readouterr().err
     assert cli.main(["tokenize", "--model-or-vocab", str(cased), "--no-cased", "--force-casing", "--json",
                      "Hello"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == ["[CLS]", "hello", "[SEP]"]
