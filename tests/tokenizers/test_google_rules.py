@@ -24,11 +24,9 @@ from bertkit.tokenizers.wordpiece import google_words, needs_python, vocabulary_
 
 import google_reference as google
 from conftest import shared_data
-from test_unicode_parity import FAST, IN_PROCESS, LETTERS, PUNCTUATION, _check_offsets, char, special
+from test_unicode_parity import (FAST, IN_PROCESS, LETTERS, PUNCTUATION, _check_offsets, char, decomposed,
+                                 special)
 
-# Decomposed (NFD) accents and Greek: Google's cased rules keep the combining marks as they come.
-decomposed = st.sampled_from(["Café résumé naïve Ångström", "Ελληνικά ΆΈΉ ΐΰ", "Ünïcödé ÀÉÎÕÜ"]).map(
-    lambda s: unicodedata.normalize("NFD", s))
 google_long_word = st.builds(lambda n, tail: "x" * n + tail, st.integers(195, 205),
                              st.sampled_from(["", "\u0301", "\u200b", "\ue000", ".", "Σ", "A"]))
 texts = st.lists(st.one_of(char, char, char, char, char, char, special, decomposed, google_long_word),
