@@ -1,9 +1,16 @@
-"""Parity check and throughput: bertkit's WordPieceTokenizer against Google's original tokenizer on WikiText-2.
+"""Parity check and throughput: bertkit's WordPieceTokenizer against both reference tokenizers on WikiText-2.
 
-The reference is transformers' pure-Python port of Google's `tokenization.py`,
-`transformers.models.bert.tokenization_bert_legacy.BertTokenizerLegacy`. For both Google vocabularies
-(bert-base-uncased, lower-cased; bert-base-cased, cased) and every line of `wikitext-2/wiki.test.raw` and
-`wiki.valid.raw` (blank ones included), it compares input_ids, token_type_ids and attention_mask of:
+Each rule set against its own reference (`--compat`, default both):
+
+    google        bertkit as a user gets it from a bare vocab.txt (`load_tokenizer(vocab.txt)`: Google's rules, the
+                  vocabulary's casing) against google-research/bert `tokenization.py` (`FullTokenizer`, transcribed
+                  in tests/tokenizers/google_reference.py; pairs cut as its `_truncate_seq_pair` cuts them)
+    transformers  `load_tokenizer(vocab.txt, compat="transformers")` against transformers' pure-Python port,
+                  `transformers.models.bert.tokenization_bert_legacy.BertTokenizerLegacy`
+
+For both Google vocabularies (bert-base-uncased, lower-cased; bert-base-cased, cased) and every line of
+`wikitext-2/wiki.test.raw` and `wiki.valid.raw` (blank ones included), it compares input_ids, token_type_ids and
+attention_mask of:
 
     single texts   ours.encode_batch(lines)                    ref(line) (no truncation)
     pairs          ours.encode_batch(a, b, max_length=64)      ref(a, b, truncation=True, max_length=64)
@@ -14,8 +21,10 @@ then the reference does. bertkit runs batched on the `tokenizers` engine (which 
 reference is a Python loop: the ratio is what a user of each gets, not a per-core comparison.
 
     python bench/tokenizer_parity.py [--data-dir ../shared/data] [--max-length 64] [--limit N]
+                                     [--compat google|transformers]
 
-Prints one JSON line; exits 1 when any encoding differs. `run(data_dir)` returns the same dict.
+Also counted, for the record: the lines on which the two references themselves differ (`references_differ`).
+Prints one JSON line per rule set; exits 1 when any encoding differs. `run(data_dir)` returns the same dict.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 FILES = ("wiki.test.raw", "wiki.valid.raw")
 VOCABS = {"uncased": ("bert-base-uncased-vocab.txt", True), "cased": ("bert-base-cased-vocab.txt", False)}
 FIELDS = ("input_ids", "token_type_ids", "attention_mask")
@@ -69,27 +79,63 @@ def _fields(encoding) -> dict:
     return {field: list(getattr(encoding, field)) for field in FIELDS}
 
 
-def run(data_dir: str | Path | None = None, max_length: int = 64, limit: int | None = None) -> dict:
+class GoogleReference:
+    """Google's `FullTokenizer` framed as its run_classifier.py frames inputs, with the call signature of
+    transformers' tokenizers that `_run` uses."""
+
+    def __init__(self, vocab_path: Path, lowercase: bool) -> None:
+        sys.path.insert(0, str(ROOT / "tests" / "tokenizers"))
+        import google_reference
+
+        self.tokenizer = google_reference.FullTokenizer(str(vocab_path), do_lower_case=lowercase)
+        self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [self.inv_vocab[i] for i in ids]
+
+    def __call__(self, a: str, b: str | None = None, truncation: bool = False, max_length: int | None = None,
+                 **_) -> dict:
+        tokens_a = self.tokenizer.tokenize(a)
+        tokens_b = None if b is None else self.tokenizer.tokenize(b)
+        if truncation and max_length is not None:  # run_classifier.py's _truncate_seq_pair: pop from the longer
+            budget = max_length - (2 if tokens_b is None else 3)
+            while len(tokens_a) + len(tokens_b or []) > budget:
+                if tokens_b is None or len(tokens_a) > len(tokens_b):
+                    tokens_a.pop()
+                else:
+                    tokens_b.pop()
+        tokens = ["[CLS]", *tokens_a, "[SEP]"]
+        types = [0] * len(tokens)
+        if tokens_b is not None:
+            tokens += [*tokens_b, "[SEP]"]
+            types += [1] * (len(tokens_b) + 1)
+        return {"input_ids": self.tokenizer.convert_tokens_to_ids(tokens), "token_type_ids": types,
+                "attention_mask": [1] * len(tokens)}
+
+
+def run(data_dir: str | Path | None = None, max_length: int = 64, limit: int | None = None,
+        compat: str = "transformers") -> dict:
     """Check every line (and consecutive pair) of WikiText-2 test+valid with both Google vocabularies.
 
-    limit: only the first `limit` lines of each file (a smoke run). Returns the JSON-able result:
+    limit: only the first `limit` lines of each file (a smoke run); compat: the rule set checked (see the module
+    docstring). Returns the JSON-able result:
     lines / pairs (per vocabulary; each is checked with both), mismatches (over both vocabularies),
-    examples (the first few mismatches), lines/s of both and ratio = bertkit / transformers.
+    examples (the first few mismatches), lines/s of both and ratio = bertkit / reference.
     """
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the reference warns on every truncated pair that it returns no overflow
     try:
-        return _run(data_dir, max_length, limit)
+        return _run(data_dir, max_length, limit, compat)
     finally:
         hf_logging.set_verbosity(verbosity)
 
 
-def _run(data_dir: str | Path | None, max_length: int, limit: int | None) -> dict:
+def _run(data_dir: str | Path | None, max_length: int, limit: int | None, compat: str) -> dict:
     from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
-    from bertkit import WordPieceTokenizer
+    from bertkit.tokenizers import load_tokenizer
 
     data_dir = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
     paths = [data_dir / "wikitext-2" / name for name in FILES]
@@ -101,12 +147,16 @@ def _run(data_dir: str | Path | None, max_length: int, limit: int | None) -> dic
     pairs = {name: consecutive_pairs(lines) for name, lines in corpora.items()}
 
     mismatches, examples = 0, []
-    per_vocab = {}
+    per_vocab, references_differ = {}, {}
     seconds = {"bertkit": 0.0, "transformers": 0.0}
     for vocab_name, (_, lowercase) in VOCABS.items():
-        ours = WordPieceTokenizer.from_vocab(vocab_paths[vocab_name], lowercase=lowercase)
-        ref = BertTokenizerLegacy(str(vocab_paths[vocab_name]), do_lower_case=lowercase)
-        found = 0
+        # A bare vocab.txt: Google's rules by default, the casing from the vocabulary (checked here).
+        ours = load_tokenizer(vocab_paths[vocab_name], compat=None if compat == "google" else compat)
+        assert (ours.compat, ours.lowercase) == (compat, lowercase), (ours, vocab_name)
+        legacy = BertTokenizerLegacy(str(vocab_paths[vocab_name]), do_lower_case=lowercase)
+        google = GoogleReference(vocab_paths[vocab_name], lowercase)
+        ref, other = (google, legacy) if compat == "google" else (legacy, google)
+        found = differ = 0
         for file_name, lines in corpora.items():
             # Single texts, timed: A (bertkit, batched) then B (reference, one call per line).
             start = time.perf_counter()
@@ -121,6 +171,7 @@ def _run(data_dir: str | Path | None, max_length: int, limit: int | None) -> dic
                     found += 1
                     if len(examples) < MAX_EXAMPLES:
                         examples.append(bad)
+                differ += other(line)["input_ids"] != b["input_ids"]
             # Pairs with longest-first truncation.
             file_pairs = pairs[file_name]
             ours_pairs = ours.encode_batch([a for _, a, _ in file_pairs], [b for _, _, b in file_pairs],
@@ -135,16 +186,18 @@ def _run(data_dir: str | Path | None, max_length: int, limit: int | None) -> dic
                     if len(examples) < MAX_EXAMPLES:
                         examples.append(bad)
         per_vocab[vocab_name] = found
+        references_differ[vocab_name] = differ
         mismatches += found
 
     n_lines = sum(map(len, corpora.values()))
     n_pairs = sum(map(len, pairs.values()))
     timed_lines = n_lines * len(VOCABS)
     ours_rate, ref_rate = timed_lines / seconds["bertkit"], timed_lines / seconds["transformers"]
-    return {"bench": "tokenizer_parity", "lines": n_lines, "pairs": n_pairs, "vocabs": list(VOCABS),
-            "max_length": max_length, "mismatches": mismatches, "mismatches_by_vocab": per_vocab,
+    return {"bench": "tokenizer_parity", "compat": compat, "reference": type(ref).__name__, "lines": n_lines,
+            "pairs": n_pairs, "vocabs": list(VOCABS), "max_length": max_length, "mismatches": mismatches,
+            "mismatches_by_vocab": per_vocab, "references_differ_on_lines": references_differ,
             "examples": examples, "bertkit_lines_per_s": round(ours_rate, 1),
-            "transformers_lines_per_s": round(ref_rate, 1), "ratio": round(ours_rate / ref_rate, 2)}
+            "reference_lines_per_s": round(ref_rate, 1), "ratio": round(ours_rate / ref_rate, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,15 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=64, help="max_length of the pair encodings (default 64)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N lines of each file")
     parser.add_argument("--quick", action="store_true", help="same as --limit 500")
+    parser.add_argument("--compat", choices=["google", "transformers"], action="append",
+                        help="rule set to check (repeatable; default both)")
     args = parser.parse_args(argv)
     limit = args.limit if args.limit is not None else (500 if args.quick else None)
-    try:
-        result = run(args.data_dir, args.max_length, limit)
-    except FileNotFoundError as err:
-        print(f"tokenizer_parity: skipped, {err}", file=sys.stderr)
-        return 0
-    print(json.dumps(result, ensure_ascii=False), flush=True)
-    return 1 if result["mismatches"] else 0
+    failed = False
+    for compat in args.compat or ["google", "transformers"]:
+        try:
+            result = run(args.data_dir, args.max_length, limit, compat)
+        except FileNotFoundError as err:
+            print(f"tokenizer_parity: skipped, {err}", file=sys.stderr)
+            return 0
+        print(json.dumps(result, ensure_ascii=False), flush=True)
+        failed |= bool(result["mismatches"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

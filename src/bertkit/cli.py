@@ -20,9 +20,9 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from bertkit.data.corpus import CorpusLines, iter_lines
     from bertkit.tokenizers import ByteLevelBPETokenizer, UnigramTokenizer, WordPieceTokenizer
 
-    if args.kind != "wordpiece" and (args.cased or args.strip_accents is not None):
+    if args.kind != "wordpiece" and (args.cased or args.strip_accents is not None or args.compat is not None):
         kept = "byte-level BPE keeps the text as is" if args.kind == "bpe" else "unigram normalises with NFKC only"
-        raise ValueError(f"--cased and --strip-accents are WordPiece options; {kept}")
+        raise ValueError(f"--cased, --strip-accents and --compat are WordPiece options; {kept}")
     if args.extra_ids is not None and args.kind != "unigram":
         raise ValueError("--extra-ids is a unigram option (T5's sentinel tokens)")
     if args.kind == "word":
@@ -58,7 +58,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         return
     tok = WordPieceTokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency,
                                    lowercase=not args.cased, strip_accents=args.strip_accents,
-                                   show_progress=not args.quiet)
+                                   show_progress=not args.quiet, compat=args.compat or "transformers")
     tok.save(args.out)
     print(f"wrote a {tok.vocab_size}-token {'cased' if args.cased else 'uncased'} vocabulary to {args.out}")
 
@@ -71,15 +71,43 @@ def load_tokenizer(path: str, kind: str | None = None):
     return load(path, kind=kind)
 
 
-def cmd_tokenize(args: argparse.Namespace) -> None:
-    tok = load_tokenizer(args.model_or_vocab, args.tokenizer_kind)
-    if args.cased is not None:  # a bare vocab.txt carries no casing; let the user say
-        from bertkit.tokenizers import WordPieceTokenizer
+def add_wordpiece_rule_options(parser: argparse.ArgumentParser) -> None:
+    """--compat, --cased/--no-cased (or --lowercase true|false), --force-casing: how a WordPiece vocabulary is
+    applied (`load_with_rules`)."""
+    parser.add_argument("--compat", choices=["google", "transformers"],
+                        help="WordPiece rules: google (tokenization.py; the default for a bare vocab.txt) or "
+                             "transformers (BertTokenizer; the default for a directory transformers wrote)")
+    casing = parser.add_mutually_exclusive_group()
+    casing.add_argument("--cased", action=argparse.BooleanOptionalAction, default=None,
+                        help="override the casing (a bare vocab.txt: cased when it holds capitalised pieces)")
+    casing.add_argument("--lowercase", choices=["true", "false"], help="the same as --no-cased / --cased")
+    parser.add_argument("--force-casing", action="store_true",
+                        help="accept a casing that contradicts the vocabulary")
 
-        if tok.kind != "wordpiece":
-            raise ValueError(f"--cased applies to a WordPiece vocabulary; {args.model_or_vocab} holds a {tok.kind} "
-                             f"tokenizer, whose files decide its casing")
-        tok = WordPieceTokenizer(tok.get_vocab(), lowercase=not args.cased)
+
+def load_with_rules(path: str, kind: str | None, args: argparse.Namespace):
+    """`load_tokenizer` with the options of `add_wordpiece_rule_options`; says on stderr, in one line, which rules
+    and casing a bare vocab.txt got."""
+    from bertkit.tokenizers import detect_tokenizer_kind, load_tokenizer as load
+
+    if args.lowercase is not None:
+        args.cased = args.lowercase == "false"
+    given = [name for name, value in (("--cased", args.cased), ("--compat", args.compat)) if value is not None]
+    found = kind or detect_tokenizer_kind(path)
+    if found != "wordpiece":
+        if given:
+            raise ValueError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a WordPiece "
+                             f"vocabulary; {path} holds a {found} tokenizer, whose files decide its rules")
+        return load(path, kind=kind)
+    tok = load(path, kind=kind, compat=args.compat, lowercase=None if args.cased is None else not args.cased,
+               force_casing=args.force_casing)
+    if tok.rules_note:
+        print(tok.rules_note, file=sys.stderr)
+    return tok
+
+
+def cmd_tokenize(args: argparse.Namespace) -> None:
+    tok = load_with_rules(args.model_or_vocab, args.tokenizer_kind, args)
     needed = tok.num_special_tokens(args.pair is not None)
     if args.max_length is not None and args.max_length < needed:
         frame = tok.build_inputs([], None if args.pair is None else [])[0]
@@ -141,7 +169,8 @@ def cmd_info(args: argparse.Namespace) -> None:
 def cmd_prepare(args: argparse.Namespace) -> None:
     from bertkit.data.prepare import prepare
 
-    manifest = prepare(args.corpus, args.tokenizer, args.out, eval_paths=args.eval_corpus,
+    tokenizer = load_with_rules(args.tokenizer, args.tokenizer_kind, args)
+    manifest = prepare(args.corpus, tokenizer, args.out, eval_paths=args.eval_corpus,
                        eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
                        shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet,
                        tokenizer_kind=args.tokenizer_kind)
@@ -723,6 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="unigram: XLNet's layout (<unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop> at ids "
                             "0-8, framing `A <sep> B <sep> <cls>`, padding on the left), for --objective xlnet")
     train.add_argument("--cased", action="store_true", help="wordpiece: keep case and accents (default: uncased)")
+    train.add_argument("--compat", choices=["google", "transformers"],
+                       help="wordpiece: the rules saved with the vocabulary (default transformers, which "
+                            "transformers' BertTokenizer also applies; google: tokenization.py's)")
     train.add_argument("--strip-accents", action=argparse.BooleanOptionalAction, default=None,
                        help="wordpiece: strip accents (default: when uncased)")
     train.add_argument("--out", required=True, help="directory for the vocabulary and tokenizer files")
@@ -741,8 +773,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="default: detected from the files (json reads any tokenizer.json as it stands)")
     tokenize.add_argument("--pair", help="second text (segment B)")
     tokenize.add_argument("--max-length", type=int, help="truncate (longest first) to this many tokens")
-    tokenize.add_argument("--cased", action=argparse.BooleanOptionalAction, default=None,
-                          help="override the casing (a bare vocab.txt is taken as uncased)")
+    add_wordpiece_rule_options(tokenize)
     tokenize.add_argument("--json", action="store_true", help="print one JSON object")
     tokenize.add_argument("text", help="the text to encode")
     tokenize.set_defaults(func=cmd_tokenize)
@@ -799,6 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--shard-tokens", type=int, default=2 ** 24, help="tokens per shard (default 16M)")
     prep.add_argument("--seed", type=int, default=0, help="seed of the eval-fraction choice")
     prep.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_wordpiece_rule_options(prep)
     prep.set_defaults(func=cmd_prepare)
 
     pre = verbs.add_parser("pretrain", help="pretrain a BERT on prepared shards",

@@ -1,8 +1,8 @@
-"""Google's ids on any Unicode: bertkit's WordPiece against a pure-Python transcription of Google's algorithm.
+"""transformers' ids on any Unicode: bertkit's WordPiece with `compat="transformers"` against a pure-Python
+transcription of transformers' BertTokenizer (Google's rules have their own test, test_google_rules.py).
 
-The reference below is written from the algorithm of google-research/bert `tokenization.py` as transformers keeps
-it in its legacy BertTokenizer (the contract; where the two differ, transformers' port is what every BERT user
-runs): drop NUL, U+FFFD and every category C* character but \\t \\n \\r; whitespace (space, \\t, \\n, \\r, Zs) to " ";
+The reference below is written from transformers' pure-Python BertTokenizer (`BertTokenizerLegacy` in transformers
+5), its port of google-research/bert `tokenization.py`: drop NUL, U+FFFD and every category C* character but \\t \\n \\r; whitespace (space, \\t, \\n, \\r, Zs) to " ";
 spaces around CJK ideographs; NFC; split on whitespace (`str.split`); per word, when uncased, `str.lower` and NFD
 with every Mn dropped; split off punctuation (ASCII 33-47, 58-64, 91-96, 123-126 and categories P*); greedy
 longest-match-first WordPiece, words over 100 characters [UNK]. Special tokens written in the text stay whole.
@@ -10,8 +10,8 @@ longest-match-first WordPiece, words over 100 characters [UNK]. Special tokens w
 `unicodedata` is the table.
 
 Random texts draw from every plane: ASCII, controls and format characters, every kind of whitespace, combining
-marks, CJK, Hangul, emoji, Greek capitals (final sigma), characters newer than the engine's tables, unassigned
-code points, private use, surrogates, and words near the 100-character limit. The fast suite checks about 10^4
+marks, decomposed (NFD) accents and Greek, CJK, Hangul, emoji, Greek capitals (final sigma), characters newer than
+the engine's tables, unassigned code points, private use, surrogates, and words near the 100-character limit. The fast suite checks about 10^4
 texts; `pytest -m slow` ten times as many.
 """
 
@@ -158,7 +158,11 @@ special = st.sampled_from(SPECIAL_TOKENS)
 char = st.one_of(alphabet, alphabet, alphabet, any_char, marks, cjk, emoji, unassigned)
 long_word = st.builds(lambda n, tail: "x" * n + tail, st.integers(95, 105), st.sampled_from(["", "\u0301", "\u200b",
                                                                                            "\U000e0001", ".", "Σ"]))
-texts = st.lists(st.one_of(char, char, char, char, char, char, char, special, long_word), max_size=40).map("".join)
+# Decomposed (NFD) accents and Greek: the rules that compose (transformers') and those that do not (Google's) differ.
+decomposed = st.sampled_from(["Café résumé naïve Ångström", "Ελληνικά ΆΈΉ ΐΰ", "Ünïcödé ÀÉÎÕÜ"]).map(
+    lambda s: unicodedata.normalize("NFD", s))
+texts = st.lists(st.one_of(char, char, char, char, char, char, char, special, long_word, decomposed),
+                 max_size=40).map("".join)
 batches = st.lists(texts, min_size=10, max_size=40)
 pairs = st.lists(st.tuples(texts, texts, st.none() | st.integers(3, 40)), min_size=4, max_size=16)
 
@@ -186,9 +190,11 @@ IN_PROCESS = _in_process_vocab()
 def tokenizer(request) -> WordPieceTokenizer:
     """Both Google vocabularies (skipped without ../shared/data) and an in-process one in three casings."""
     if request.param == "google-uncased":
-        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-uncased-vocab.txt"), lowercase=True)
+        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-uncased-vocab.txt"), lowercase=True,
+                                             compat="transformers")
     if request.param == "google-cased":
-        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-cased-vocab.txt"), lowercase=False)
+        return WordPieceTokenizer.from_vocab(shared_data("vocab", "bert-base-cased-vocab.txt"), lowercase=False,
+                                             compat="transformers")
     lowercase = request.param != "own-cased"
     strip = False if request.param == "own-lowercase-keep-accents" else None
     return WordPieceTokenizer(IN_PROCESS, lowercase=lowercase, strip_accents=strip)

@@ -1,4 +1,4 @@
-"""The tokenizer gives Google's ids (checked against the pure-Python original kept in transformers)."""
+"""The tokenizer with `compat="transformers"` gives the ids of transformers' pure-Python BertTokenizer (BertTokenizerLegacy)."""
 
 import random
 import tempfile
@@ -39,7 +39,7 @@ def tiny_pair(tiny_tokenizer, tiny_vocab_dir):
 def google_pair(request):
     name, lowercase = request.param
     path = shared_data("vocab", name)
-    return _pair_of(WordPieceTokenizer.from_vocab(path, lowercase=lowercase), path, lowercase)
+    return _pair_of(WordPieceTokenizer.from_vocab(path, lowercase=lowercase, compat="transformers"), path, lowercase)
 
 
 def _check(tok, ref, text, pair=None, max_length=None):
@@ -248,11 +248,13 @@ def test_continuations_follow_the_special_tokens_in_code_point_order(sample):
 
 @pytest.mark.slow
 def test_full_wikitext_parity():
-    """Every line of WikiText-2 (both splits), both Google vocabs (bench/tokenizer_parity.py does the same)."""
+    """Every line of WikiText-2 (both splits), both Google vocabs, both rule sets against their own references
+    (bench/tokenizer_parity.py does the same)."""
     from importlib import import_module
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    result = import_module("tokenizer_parity").run(shared_data())
-    assert result["mismatches"] == 0, result
+    for compat in ("google", "transformers"):
+        result = import_module("tokenizer_parity").run(shared_data(), compat=compat)
+        assert result["mismatches"] == 0, result

@@ -1,6 +1,7 @@
 """`load_tokenizer(path)`: the tokenizer that a model or tokenizer directory (or a vocabulary file) holds.
 
-    vocab.txt                   -> WordPieceTokenizer (Google's BERT tokenizer, exactly)
+    vocab.txt                   -> WordPieceTokenizer (BERT's; a bare vocab.txt: Google's tokenization.py rules and
+                                   the casing its vocabulary shows; a directory: the rules and casing its files give)
     vocab.json + merges.txt     -> ByteLevelBPETokenizer (RoBERTa's)
     only a tokenizer.json       -> UnigramTokenizer for a Unigram model (T5's scheme), JsonTokenizer for any other
                                    (WordPiece, BPE, ... as transformers runs that file)
@@ -84,11 +85,15 @@ def detect_tokenizer_kind(path: str | os.PathLike) -> str:
                             f"(byte-level BPE) or tokenizer.json (Unigram or any transformers tokenizer)")
 
 
-def load_tokenizer(path: str | os.PathLike, kind: str | None = None):
+def load_tokenizer(path: str | os.PathLike, kind: str | None = None, *, compat: str | None = None,
+                   lowercase: bool | None = None, force_casing: bool = False):
     """The tokenizer a directory or vocabulary file holds, as a `bertkit.tokenizers.base.PieceTokenizer`.
 
     kind: None detects it from the files (`detect_tokenizer_kind`); one of TOKENIZER_KINDS insists on that kind
     and raises ValueError naming the files found when they are another kind's.
+    compat, lowercase, force_casing: WordPiece only (`WordPieceTokenizer.from_pretrained`): the rule set
+    ("google" | "transformers") and casing instead of those the files give; a casing that contradicts the
+    vocabulary is refused unless force_casing. ValueError when given for another kind, whose files decide.
     """
 
     if kind is not None and kind not in TOKENIZER_KINDS:
@@ -118,7 +123,10 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None):
                 or (kind == "bpe" and path.suffix != ".json")):
             raise ValueError(f"{path}: a {kind} tokenizer is not read from this file ({expected} expected)")
     if kind == "wordpiece":
-        return WordPieceTokenizer.from_pretrained(path)
+        return WordPieceTokenizer.from_pretrained(path, compat=compat, lowercase=lowercase, force_casing=force_casing)
+    if compat is not None or lowercase is not None:
+        raise ValueError(f"{path}: holds a {kind} tokenizer, whose files decide its rules and casing; compat and "
+                         f"lowercase apply to a WordPiece vocabulary")
     if kind == "bpe":
         if path.is_file():
             return ByteLevelBPETokenizer.from_files(path, path.parent / "merges.txt")

@@ -1,13 +1,23 @@
-"""WordPiece tokenisation on the `tokenizers` engine, giving exactly the ids of Google's original Python tokenizer.
+"""WordPiece tokenisation on the `tokenizers` engine, giving exactly the ids of one of two reference tokenizers.
 
-Google's rules (google-research/bert `tokenization.py`, as transformers keeps them in its legacy BertTokenizer), with
-the running interpreter's `unicodedata` as the Unicode table:
+Two rule sets (`compat`), each exact, with the running interpreter's `unicodedata` as the Unicode table:
 
-    drop NUL, U+FFFD and every character of a category C* but tab, newline and carriage return; whitespace -> " "
-    -> spaces around CJK ideographs -> NFC -> split on whitespace
-    -> per word [uncased: lower-case with `str.lower` (final sigma), strip accents (NFD, drop Mn)]
-    -> split off every punctuation character (ASCII symbols and categories P*)
-    -> greedy longest-match-first WordPiece (words over 100 characters become [UNK])
+    "google"        google-research/bert `tokenization.py` (`FullTokenizer`), which made Google's checkpoints:
+                    drop NUL, U+FFFD and every character of category Cc or Cf but tab, newline and carriage return;
+                    whitespace (space, tab, newline, return, Zs) -> " " -> spaces around CJK ideographs
+                    -> split on whitespace (`str.split`)
+                    -> per word [uncased: lower-case with `str.lower` (final sigma), strip accents (NFD, drop Mn)]
+                    -> split off every punctuation character (ASCII symbols and categories P*)
+                    -> greedy longest-match-first WordPiece (words over 200 characters become [UNK])
+    "transformers"  transformers' pure-Python BertTokenizer (`BertTokenizerLegacy` since transformers 5), which
+                    changed three things: it drops every category C* character (unassigned, private use and
+                    surrogates too), composes characters (NFC) after the CJK spaces, and takes words up to 100
+                    characters; its `strip_accents` may differ from its casing
+
+A bare vocab.txt gets Google's rules and the casing its vocabulary shows (`vocabulary_casing`); a directory that
+transformers (or an earlier bertkit) wrote gets transformers' rules and its own casing; bertkit saves the choice
+(`bertkit_compat` in tokenizer_config.json). Both rule sets keep the five special tokens written in a text whole
+(Google's tokenizer has no special tokens: its scripts add them as ids).
 
 The engine normalises, splits and pieces text at native speed, but with Unicode tables of its own that are older
 than Python's: it keeps unassigned code points, does not know characters added since (U+061D is no punctuation to
@@ -17,8 +27,9 @@ it, U+1ABF no accent, U+0890 no format character) and lower-cases letter by lett
     ASCII, or only characters that Unicode 3.2 already had and that no later version changed (category, combining
     class, decomposition): the engine alone; every table since agrees on those (a test checks each of them)
     anything else (newer or changed characters, surrogates, anything beyond the BMP, a capital sigma when
-    lower-casing): `google_words` applies the rules above in Python, keeping for every character where in the
-    text it came from, and the engine only pieces the words
+    lower-casing, and for Google's rules private-use characters, which they keep): `google_words` applies the
+    rules above in Python, keeping for every character where in the text it came from, and the engine only
+    pieces the words
 
 Both roads give the same ids, tokens and word ids, and character offsets into the original text (where the engine
 cuts a cluster of combining marks that NFC composed or reordered, the Python road gives the whole cluster). What
@@ -31,6 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import unicodedata
@@ -46,8 +58,13 @@ from tqdm import tqdm
 from bertkit.io import atomic_write
 from bertkit.tokenizers.base import PieceTokenizer, replayable, truncate_longest_first
 
+log = logging.getLogger(__name__)
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenizer (as transformers keeps it)
+COMPATS = ("google", "transformers")  # the two rule sets (see the module docstring)
+# Longer words become [UNK]: `max_input_chars_per_word` of Google's WordpieceTokenizer, and transformers' default.
+MAX_WORD_CHARS = {"google": 200, "transformers": 100}
+RULES = {"google": "Google's tokenization.py rules", "transformers": "transformers' BertTokenizer rules"}
 
 # CJK ideograph blocks that BERT surrounds with spaces (as in Google's tokenizer).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
@@ -57,8 +74,8 @@ _SPECIAL_IN_TEXT = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
 
 
 # ---- Google's rules in Python, for the texts the engine's own tables would get wrong ----------------------------
-@functools.lru_cache(maxsize=1)
-def _engine_unsafe() -> re.Pattern:
+@functools.lru_cache(maxsize=2)
+def _engine_unsafe(compat: str = "transformers") -> re.Pattern:
     """A pattern matching every character on which the engine's Unicode tables may disagree with the interpreter's.
 
     Safe are the BMP characters assigned in Unicode 3.2 (`unicodedata.ucd_3_2_0`) whose general category, canonical
@@ -66,6 +83,7 @@ def _engine_unsafe() -> re.Pattern:
     normalisation, and any table of the last twenty years agrees on their category, so the engine gives Google's
     result on every text made only of them. Unsafe: everything else, surrogates (the engine cannot even receive
     them) and every code point beyond the BMP (rare in text; not scanned, to keep this one-off scan at ~50 ms).
+    Under Google's rules also private-use characters (Co): Google keeps them, the engine drops them.
     """
     old = unicodedata.ucd_3_2_0
     unsafe: list[list[int]] = []
@@ -73,6 +91,7 @@ def _engine_unsafe() -> re.Pattern:
         char = chr(cp)
         category = old.category(char)
         if not (category == "Cn" or category == "Cs" or category != unicodedata.category(char)
+                or (compat == "google" and category == "Co")
                 or old.combining(char) != unicodedata.combining(char)
                 or old.decomposition(char) != unicodedata.decomposition(char)):
             continue
@@ -84,12 +103,12 @@ def _engine_unsafe() -> re.Pattern:
     return re.compile(f"[{ranges}\\U00010000-\\U0010ffff]")
 
 
-def needs_python(text: str, lowercase: bool) -> bool:
-    """True when `text` must go through `google_words`: the engine alone might not give Google's ids for it."""
-    if text.isascii():  # O(1) in CPython; the engine's rules for ASCII are Google's exactly
+def needs_python(text: str, lowercase: bool, compat: str = "transformers") -> bool:
+    """True when `text` must go through `google_words`: the engine alone might not give the rules' ids for it."""
+    if text.isascii():  # O(1) in CPython; the engine's rules for ASCII are both rule sets' exactly
         return False
     # A capital sigma lower-cases by its context (str.lower's Final_Sigma rule); the engine always writes "σ".
-    return (lowercase and "\u03a3" in text) or _engine_unsafe().search(text) is not None
+    return (lowercase and "\u03a3" in text) or _engine_unsafe(compat).search(text) is not None
 
 
 def _is_punctuation(char: str) -> bool:
@@ -103,11 +122,18 @@ _KEEP, _DROP, _SPACE, _CJK, _PUNCT = range(5)
 
 
 class _CharKinds(dict):
-    """character -> what Google's rules do with it (_KEEP, _DROP, _SPACE, _CJK or _PUNCT), looked up once."""
+    """character -> what the rules do with it (_KEEP, _DROP, _SPACE, _CJK or _PUNCT), looked up once.
+
+    dropped: the control categories cleaning removes (Google's: Cc and Cf; transformers': every C*).
+    """
+
+    def __init__(self, dropped: tuple[str, ...]) -> None:
+        super().__init__()
+        self.dropped = dropped
 
     def __missing__(self, char: str) -> int:
         cp = ord(char)
-        if cp == 0 or cp == 0xFFFD or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r"):
+        if cp == 0 or cp == 0xFFFD or (unicodedata.category(char) in self.dropped and char not in "\t\n\r"):
             kind = _DROP  # cleaned away: its neighbours touch
         elif char.isspace():  # Google's whitespace (space, \t, \n, \r, Zs) and str.split's (U+2028, U+2029)
             kind = _SPACE
@@ -120,7 +146,7 @@ class _CharKinds(dict):
         return kind
 
 
-_KINDS = _CharKinds()
+_KINDS = {"google": _CharKinds(("Cc", "Cf")), "transformers": _CharKinds(("Cc", "Cf", "Cn", "Co", "Cs"))}
 
 
 def _strip_accents(text: str) -> str:
@@ -180,60 +206,69 @@ def _aligned(transform, text: str, where: Where, by_char: bool = False) -> tuple
     return out, (new_starts, new_ends)
 
 
-def google_words(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[tuple[str, Where]]:
-    """Google's BasicTokenizer on `text`: its words, each with where in `text` every one of its characters came from.
+def google_words(text: str, lowercase: bool = True, strip_accents: bool | None = None,
+                 compat: str = "transformers") -> list[tuple[str, Where]]:
+    """The BasicTokenizer of `compat`'s rules on `text`: its words, each with where in `text` every one of its
+    characters came from.
 
     Returns [(word, (starts, ends))], word[i] came from text[starts[i]:ends[i]] (a combining mark composed into it
-    included). The words are exactly those of Google's tokenizer (see the module docstring) under the interpreter's
-    `unicodedata`; special tokens written in the text ("[MASK]") come back whole. strip_accents: None = lowercase.
+    included). The words are exactly those of the reference tokenizer (see the module docstring) under the
+    interpreter's `unicodedata`; special tokens written in the text ("[MASK]") come back whole. strip_accents:
+    None = lowercase.
     """
     strip = lowercase if strip_accents is None else strip_accents
+    rules = (lowercase, strip, compat == "transformers", _KINDS[compat])
     words: list[tuple[str, Where]] = []
     done = 0
     for match in _SPECIAL_IN_TEXT.finditer(text):
-        _segment(text, done, match.start(), lowercase, strip, words)
+        _segment(text, done, match.start(), rules, words)
         size = len(match.group())
         words.append((match.group(), ([match.start()] * size, [match.end()] * size)))
         done = match.end()
-    _segment(text, done, len(text), lowercase, strip, words)
+    _segment(text, done, len(text), rules, words)
     return words
 
 
 _NOT_SPACE = re.compile(r"\S+")  # `re`'s \s is exactly str.isspace
 
 
-def _segment(text: str, start: int, end: int, lowercase: bool, strip: bool, out: list) -> None:
-    """Append to `out` Google's words of text[start:end] (no special token in it)."""
+def _segment(text: str, start: int, end: int, rules: tuple, out: list) -> None:
+    """Append to `out` the words of text[start:end] (no special token in it).
+
+    rules: (lowercase, strip accents, compose with NFC, the rules' `_CharKinds`)."""
     part = text[start:end]
-    kinds = {_KINDS[char] for char in set(part)}
+    table = rules[3]
+    kinds = {table[char] for char in set(part)}
     if _DROP not in kinds and _CJK not in kinds:  # most texts: the words are the runs between whitespace
         for match in _NOT_SPACE.finditer(part):
             a, b = match.start() + start, match.end() + start
-            _word(match.group(), (range(a, b), range(a + 1, b + 1)), lowercase, strip, out)
+            _word(match.group(), (range(a, b), range(a + 1, b + 1)), rules, out)
         return
     chars: list[str] = []
     starts: list[int] = []
     for i in range(start, end):
         char = text[i]
-        kind = _KINDS[char]
+        kind = table[char]
         if kind == _KEEP or kind == _PUNCT:
             chars.append(char), starts.append(i)
         elif kind != _DROP:  # whitespace ends a word; a CJK ideograph is a word of its own
             if chars:
-                _word("".join(chars), (starts, [s + 1 for s in starts]), lowercase, strip, out)
+                _word("".join(chars), (starts, [s + 1 for s in starts]), rules, out)
                 chars, starts = [], []
             if kind == _CJK:
-                _word(char, (range(i, i + 1), range(i + 1, i + 2)), lowercase, strip, out)
+                _word(char, (range(i, i + 1), range(i + 1, i + 2)), rules, out)
     if chars:
-        _word("".join(chars), (starts, [s + 1 for s in starts]), lowercase, strip, out)
+        _word("".join(chars), (starts, [s + 1 for s in starts]), rules, out)
 
 
-def _word(word: str, where: Where, lowercase: bool, strip: bool, out: list) -> None:
+def _word(word: str, where: Where, rules: tuple, out: list) -> None:
     """Append to `out` the words of one whitespace-separated chunk: normalised, punctuation split off."""
+    lowercase, strip, nfc, table = rules
     if word.isascii():  # already NFC, no accents
         word = word.lower() if lowercase else word
     else:
-        word, where = _aligned(_nfc, word, where)
+        if nfc:  # transformers' rules only; Google's never compose
+            word, where = _aligned(_nfc, word, where)
         if lowercase:
             word, where = _aligned(str.lower, word, where, by_char=True)
         if strip:
@@ -244,13 +279,55 @@ def _word(word: str, where: Where, lowercase: bool, strip: bool, out: list) -> N
     starts, ends = where
     start = 0
     for i, char in enumerate(word):
-        if _KINDS[char] == _PUNCT:
+        if table[char] == _PUNCT:
             if start < i:
                 out.append((word[start:i], (starts[start:i], ends[start:i])))
             out.append((char, (starts[i:i + 1], ends[i:i + 1])))
             start = i + 1
     if start < len(word):
         out.append((word[start:], (starts[start:], ends[start:])))
+
+
+def _vocab_lines(text: str, compat: str) -> list[str]:
+    """The tokens of a vocab.txt as each reference reads them: Google's `load_vocab` splits at "\n" only and
+    strips every token (`str.strip`); transformers' reads text lines ("\n", "\r\n" or "\r") and drops only the
+    line end. Never `str.splitlines`, which also splits at U+0085, U+2028 and other separators inside a token."""
+    lines = text.split("\n") if compat == "google" else re.split("\r\n|\r|\n", text)
+    if lines and lines[-1] == "":  # the end of the last line, not a line
+        lines.pop()
+    return [line.strip() for line in lines] if compat == "google" else lines
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _engine_words(words: list[str]) -> list[str]:
+    """The words as the engine can take them: one holding a lone surrogate (which Google's rules keep; the engine
+    cannot receive it) becomes "[UNK]", which is what WordPiece makes of it, as no vocabulary piece holds one."""
+    return [("[UNK]" if not w.isascii() and _SURROGATE.search(w) else w) for w in words]
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def _engine_casing(normalizer: dict) -> tuple[str, bool, bool | None] | None:
+    """("transformers", lowercase, strip_accents) from a tokenizer.json normaliser holding BertNormalizers (alone or
+    in a Sequence, as bertkit writes it); None for any other normaliser."""
+    steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    bert = [step for step in steps if isinstance(step, dict) and step.get("type") == "BertNormalizer"]
+    if not bert:
+        return None
+    lowercase = any(step.get("lowercase", True) for step in bert)
+    strip = any(step.get("lowercase", True) if step.get("strip_accents") is None else step["strip_accents"]
+                for step in bert)
+    return "transformers", lowercase, None if strip == lowercase else strip
 
 
 @dataclass
@@ -316,6 +393,39 @@ def _fixed_order(engine, counts: Counter[str], limit_alphabet: int) -> tuple[lis
     return [f"##{c}" for c in kept if inside_a_word(c)], (kept if len(chars) > limit_alphabet else [])
 
 
+def _capitalised(vocab: Iterable[str]) -> list[str]:
+    """The pieces that a lower-cased text can never reach: any with a character that `str.lower` changes ("The",
+    "##A"), special and reserved tokens ("[CLS]", "[unused0]") aside."""
+    return [t for t in vocab if t != t.lower() and not (t.startswith("[") and t.endswith("]"))]
+
+
+def vocabulary_casing(vocab: Iterable[str]) -> tuple[bool | None, str]:
+    """(cased, why) for a WordPiece vocabulary: True when it holds capitalised pieces (Google's cased vocabularies
+    hold thousands), False when it has lower-case letters but no capitalised piece (an uncased one), None when it
+    has no cased letter at all (nothing to tell by). `why` says it in words, for the one line the user sees."""
+    tokens = list(vocab)
+    capitals = _capitalised(tokens)
+    if capitals:
+        return True, f"cased vocabulary ({len(capitals)} capitalised pieces, e.g. {', '.join(capitals[:3])})"
+    if any(t != t.upper() for t in tokens if not (t.startswith("[") and t.endswith("]"))):
+        return False, "uncased vocabulary (no capitalised piece)"
+    return None, "vocabulary without cased letters"
+
+
+def _check_casing(source: str, vocab: Iterable[str], lowercase: bool | None, force_casing: bool) -> tuple[bool, str]:
+    """(lowercase, note): the casing asked for, or the vocabulary's when None; ValueError for a casing that
+    contradicts the vocabulary (lower-casing for a cased one, keeping case for an uncased one) unless forced."""
+    cased, why = vocabulary_casing(vocab)
+    if lowercase is None:
+        return cased is not True, why
+    if cased is not None and lowercase == cased and not force_casing:
+        wanted, what = ("lower-casing", "its capitalised pieces would never be used") if lowercase else (
+            "no lower-casing", "every capitalised word would be pieced as the vocabulary never saw it")
+        raise ValueError(f"{source}: {why}, but {wanted} was asked for: {what}; leave the casing to the vocabulary, "
+                         f"or force it (force_casing=True, --force-casing)")
+    return bool(lowercase), why + (" (casing forced)" if cased is not None and lowercase == cased else "")
+
+
 class WordPieceTokenizer(PieceTokenizer):
     """BERT's WordPiece tokenizer.
 
@@ -327,17 +437,30 @@ class WordPieceTokenizer(PieceTokenizer):
     cls_token, sep_token, pad_token, unk_token, mask_token = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 
     def __init__(self, vocab: dict[str, int], lowercase: bool = True, strip_accents: bool | None = None,
-                 source: str = "vocab") -> None:
+                 source: str = "vocab", compat: str = "transformers") -> None:
+        """vocab: {token: id}, ids 0..V-1; compat: "google" or "transformers" (the module docstring), whose
+        rules tie accent stripping to lower-casing (Google's; strip_accents must be None or equal lowercase)."""
+        if compat not in COMPATS:
+            raise ValueError(f"compat {compat!r}: choose google (Google's tokenization.py) or transformers "
+                             f"(transformers' BertTokenizer)")
+        if compat == "google" and strip_accents is not None and bool(strip_accents) != bool(lowercase):
+            raise ValueError(f"{source}: Google's rules strip accents exactly when they lower-case; "
+                             f"strip_accents={strip_accents} with lowercase={lowercase} needs compat='transformers'")
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
             raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}; a BERT vocabulary needs "
                              f"all of {list(SPECIAL_TOKENS)}")
         if sorted(vocab.values()) != list(range(len(vocab))):
             raise ValueError(f"{source}: vocabulary ids must be 0..{len(vocab) - 1} without gaps")
+        self.compat = compat
         self.lowercase = bool(lowercase)
         self.strip_accents = self.lowercase if strip_accents is None else bool(strip_accents)
-        self.backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS))
-        self.backend.normalizer = self._normalizer(self.lowercase, self.strip_accents)
+        # Which rules and casing were chosen, and why, when they were not the files' own (a bare vocab.txt);
+        # the command line prints it.
+        self.rules_note: str | None = None
+        self.backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]",
+                                                  max_input_chars_per_word=MAX_WORD_CHARS[compat]))
+        self.backend.normalizer = self._normalizer(self.lowercase, self.strip_accents, compat)
         self.backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         self.backend.decoder = decoders.WordPiece(prefix="##")
         self.backend.add_special_tokens(list(SPECIAL_TOKENS))
@@ -352,21 +475,24 @@ class WordPieceTokenizer(PieceTokenizer):
 
     @property
     def _words(self) -> Tokenizer:
-        """The engine without normaliser or pre-tokenizer: it only pieces words already split by Google's rules."""
+        """The engine without normaliser or pre-tokenizer: it only pieces words already split by the rules."""
         if self._word_engine is None:
             engine = Tokenizer(models.WordPiece(self._vocab, unk_token="[UNK]",
-                                                max_input_chars_per_word=MAX_WORD_CHARS))
+                                                max_input_chars_per_word=MAX_WORD_CHARS[self.compat]))
             engine.add_special_tokens(list(SPECIAL_TOKENS))
             self._word_engine = engine
         return self._word_engine
 
     @staticmethod
-    def _normalizer(lowercase: bool, strip_accents: bool) -> normalizers.Normalizer:
-        # Google's rules with the engine's tables: exact on the texts `needs_python` lets through (see the module
+    def _normalizer(lowercase: bool, strip_accents: bool, compat: str = "transformers") -> normalizers.Normalizer:
+        # The rules with the engine's tables: exact on the texts `needs_python` lets through (see the module
         # docstring); also what transformers runs when it reads the saved tokenizer.json.
+        if compat == "google":  # clean, CJK spaces, [NFD + drop Mn, lower-case]: nothing composes
+            return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                              strip_accents=strip_accents, lowercase=lowercase)
         steps = [normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
                                             lowercase=False),
-                 # Google's tokenizer (as kept by transformers) composes characters before lower-casing.
+                 # transformers' BertTokenizer composes characters before lower-casing.
                  normalizers.NFC()]
         if lowercase or strip_accents:
             steps.append(normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False,
@@ -375,9 +501,15 @@ class WordPieceTokenizer(PieceTokenizer):
 
     # ---- construction ----------------------------------------------------------------------------------------
     @classmethod
-    def from_vocab(cls, path: str | os.PathLike, lowercase: bool = True,
-                   strip_accents: bool | None = None) -> "WordPieceTokenizer":
-        """Load a `vocab.txt` (one token per line, the line number is the id)."""
+    def from_vocab(cls, path: str | os.PathLike, lowercase: bool | None = None, strip_accents: bool | None = None,
+                   compat: str = "google", force_casing: bool = False) -> "WordPieceTokenizer":
+        """Load a `vocab.txt` (one token per line, the line number is the id).
+
+        A bare vocabulary carries no casing: lowercase None takes the vocabulary's (`vocabulary_casing`: cased when
+        it holds capitalised pieces), and a lowercase that contradicts it raises ValueError unless force_casing.
+        compat: Google's rules by default, as Google's checkpoints were made with them. `rules_note` says what was
+        chosen and why (also logged).
+        """
         path = Path(path)
         if path.is_dir():
             path = path / "vocab.txt"
@@ -393,36 +525,61 @@ class WordPieceTokenizer(PieceTokenizer):
             line = raw[: err.start].count(b"\n") + 1
             raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8") from None
         vocab: dict[str, int] = {}
-        for number, token in enumerate(text.splitlines(), start=1):
-            token = token.rstrip("\r")  # Google's vocab files end lines with "\n"; tolerate Windows ones
+        for number, token in enumerate(_vocab_lines(text, compat), start=1):
             if token in vocab:
                 raise ValueError(f"{path}:{number}: token {token!r} appears twice (first on line {vocab[token] + 1})")
             vocab[token] = len(vocab)
         if not vocab:
             raise ValueError(f"{path}: the vocabulary is empty")
-        return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source=str(path))
+        detected = lowercase is None
+        lowercase, why = _check_casing(str(path), vocab, lowercase, force_casing)
+        tok = cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source=str(path), compat=compat)
+        if detected:
+            tok.rules_note = (f"{path.name}: {why}: {'lower-casing' if lowercase else 'no lower-casing'}; "
+                              f"{RULES[compat]}")
+            log.info("%s", tok.rules_note)
+        return tok
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "WordPieceTokenizer":
-        """Load from a model directory: `vocab.txt` plus casing from `tokenizer_config.json` when present.
+    def from_pretrained(cls, directory: str | os.PathLike, *, compat: str | None = None,
+                        lowercase: bool | None = None, force_casing: bool = False) -> "WordPieceTokenizer":
+        """Load from a model directory: `vocab.txt`, with the rules and casing its other files give.
 
-        A path to a vocab file itself is read with `from_vocab` (uncased).
+            tokenizer_config.json   its do_lower_case and strip_accents; compat from `bertkit_compat`, else
+                                    transformers (a directory transformers or an earlier bertkit wrote)
+            only a tokenizer.json   transformers' rules, casing from its BertNormalizer
+            neither, or a vocab.txt itself   `from_vocab`: Google's rules, the vocabulary's casing
+
+        compat / lowercase (None: as above) override the files; a lowercase that contradicts the vocabulary's
+        casing raises ValueError unless force_casing (the casing a file gives is taken as it stands).
         """
         directory = Path(directory)
-        if directory.is_file():
-            return cls.from_vocab(directory)
-        lowercase, strip_accents = True, None
-        config = directory / "tokenizer_config.json"
-        if config.is_file():
-            data = json.loads(config.read_text(encoding="utf-8"))
-            lowercase = bool(data.get("do_lower_case", True))
-            strip_accents = data.get("strip_accents")
-        return cls.from_vocab(directory / "vocab.txt", lowercase=lowercase, strip_accents=strip_accents)
+        vocab_file = directory if directory.is_file() else directory / "vocab.txt"
+        config, engine_file = directory / "tokenizer_config.json", directory / "tokenizer.json"
+        settings = None
+        if directory.is_dir() and config.is_file():
+            data = _read_json(config)
+            settings = (data.get("bertkit_compat", "transformers"), data.get("do_lower_case", True),
+                        data.get("strip_accents"))
+        elif directory.is_dir() and engine_file.is_file():
+            settings = _engine_casing(_read_json(engine_file).get("normalizer") or {})
+        if settings is None:
+            return cls.from_vocab(vocab_file, lowercase=lowercase, compat=compat or "google",
+                                  force_casing=force_casing)
+        found_compat, found_lowercase, strip_accents = settings
+        if found_compat not in COMPATS:
+            raise ValueError(f"{config}: bertkit_compat {found_compat!r} is neither google nor transformers")
+        tok = cls.from_vocab(vocab_file, lowercase=bool(found_lowercase), force_casing=True,
+                             strip_accents=None if compat == "google" else strip_accents,
+                             compat=compat or found_compat)
+        if lowercase is not None and lowercase != tok.lowercase:
+            tok = cls.from_vocab(vocab_file, lowercase=lowercase, compat=tok.compat, force_casing=force_casing)
+        return tok
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 30522, min_frequency: int = 2,
               lowercase: bool = True, strip_accents: bool | None = None, *, limit_alphabet: int = 1000,
-              show_progress: bool = True) -> "WordPieceTokenizer":
+              show_progress: bool = True, compat: str = "transformers") -> "WordPieceTokenizer":
         """Learn a WordPiece vocabulary of at most `vocab_size` tokens from an iterable of strings.
 
         texts: any iterable of strings; to train from corpus files pass `bertkit.data.corpus.CorpusLines(paths)`,
@@ -436,20 +593,28 @@ class WordPieceTokenizer(PieceTokenizer):
         between equally frequent merges by those numbers. Counting the characters first and handing the trainer
         the continuations (and, when there are more than `limit_alphabet` characters, the kept alphabet: the most
         frequent, ties to the lower code point) fixes that order.
+
+        compat: the rules the vocabulary learns from and the tokenizer keeps (saved with it); transformers' by
+        default, so that transformers' BertTokenizer reads the saved directory with the same ids.
         """
         if vocab_size < len(SPECIAL_TOKENS) + 1:
             raise ValueError(f"vocab_size {vocab_size} is too small")
+        if compat not in COMPATS:
+            raise ValueError(f"compat {compat!r}: choose google or transformers")
         strip = lowercase if strip_accents is None else strip_accents
-        engine = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS))
-        engine.normalizer = cls._normalizer(lowercase, strip)
+        if compat == "google" and strip != lowercase:
+            raise ValueError("Google's rules strip accents exactly when they lower-case; "
+                             "a different strip_accents needs compat='transformers'")
+        engine = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS[compat]))
+        engine.normalizer = cls._normalizer(lowercase, strip, compat)
         engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         with replayable(texts) as passes:
             # The texts the engine's tables would get wrong are given to it already split by Google's rules (words
             # joined by spaces), which its normaliser leaves as they are but for a few characters whose category
             # changed since its tables (U+1734 say): the vocabulary learns from Google's words.
             def fed() -> Iterator[str]:
-                return (" ".join(w for w, _ in google_words(t, lowercase, strip)) if needs_python(t, lowercase)
-                        else t for t in passes())
+                return (" ".join(w for w, _ in google_words(t, lowercase, strip, compat))
+                        if needs_python(t, lowercase, compat) else t for t in passes())
 
             counts = _CharCounts()
             for text in tqdm(fed(), desc="counting characters", unit=" texts", unit_scale=True, mininterval=1,
@@ -465,7 +630,8 @@ class WordPieceTokenizer(PieceTokenizer):
                                                 continuing_subword_prefix="##", show_progress=show_progress)
             engine.train_from_iterator(fed(), trainer=trainer)  # texts already checked (and non-empty) above
         vocab = engine.get_vocab()
-        return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary")
+        return cls(vocab, lowercase=lowercase, strip_accents=strip_accents, source="trained vocabulary",
+                   compat=compat)
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write `vocab.txt`, `tokenizer_config.json` and `tokenizer.json` into `directory`."""
@@ -476,7 +642,9 @@ class WordPieceTokenizer(PieceTokenizer):
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
                   "strip_accents": None if self.strip_accents == self.lowercase else self.strip_accents,
                   "tokenize_chinese_chars": True, "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                  "cls_token": "[CLS]", "mask_token": "[MASK]", "model_max_length": 512}
+                  "cls_token": "[CLS]", "mask_token": "[MASK]", "model_max_length": 512,
+                  # bertkit's rule set (transformers ignores the field; its BertTokenizer applies its own rules).
+                  "bertkit_compat": self.compat}
         atomic_write(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
         atomic_write(directory / "tokenizer.json", self.backend.to_str(pretty=True))
 
@@ -495,6 +663,8 @@ class WordPieceTokenizer(PieceTokenizer):
         """SHA-256 of the vocabulary and casing: shards and models record it to refuse a mismatched tokenizer."""
         digest = hashlib.sha256()
         digest.update(f"lowercase={self.lowercase};strip_accents={self.strip_accents}\n".encode())
+        if self.compat != "transformers":  # hashes from before the switch (transformers' rules) stay the same
+            digest.update(f"compat={self.compat}\n".encode())
         for i in range(len(self._id_to_token)):
             digest.update(self._id_to_token[i].encode("utf-8") + b"\n")
         return digest.hexdigest()
@@ -506,7 +676,7 @@ class WordPieceTokenizer(PieceTokenizer):
 
     def needs_python(self, text: str) -> bool:
         """True when `text` goes through Python (`google_words`) rather than the engine alone."""
-        return needs_python(text, self.lowercase)
+        return needs_python(text, self.lowercase, self.compat)
 
     def _by_road(self, texts: Sequence, is_slow, fast, slow) -> list:
         """fast(items) for the items the engine takes alone and slow(items) for the others, in the input order."""
@@ -527,21 +697,25 @@ class WordPieceTokenizer(PieceTokenizer):
         An engine offset (s, e) within a word becomes (starts[s], ends[e - 1]) in the text; word_ids become the
         given word indexes.
         """
-        encodings = self._words.encode_batch([[w for w, _, _ in item] for item in items], is_pretokenized=True,
-                                             add_special_tokens=False)
+        encodings = self._words.encode_batch([_engine_words([w for w, _, _ in item]) for item in items],
+                                             is_pretokenized=True, add_special_tokens=False)
         out = []
         for item, enc in zip(items, encodings):
             offsets, word_ids = [], []
             for (start, end), w in zip(enc.offsets, enc.word_ids):
-                _, (starts, ends), index = item[w]
+                word, (starts, ends), index = item[w]
+                if _SURROGATE.search(word):  # pieced as "[UNK]" (see `_engine_words`): the whole word
+                    start, end = 0, len(word)
                 offsets.append((starts[start], ends[end - 1]))
                 word_ids.append(index)
             out.append(Pieces(list(enc.ids), list(enc.tokens), offsets, word_ids))
         return out
 
     def _google_items(self, texts: Sequence[str]) -> list[list[tuple[str, Where, int]]]:
-        return [[(w, where, i) for i, (w, where) in enumerate(google_words(t, self.lowercase, self.strip_accents))]
-                for t in texts]
+        return [[(w, where, i) for i, (w, where) in enumerate(self._basic(t))] for t in texts]
+
+    def _basic(self, text: str) -> list[tuple[str, Where]]:
+        return google_words(text, self.lowercase, self.strip_accents, self.compat)
 
     def encode_raw(self, texts: Sequence[str]):
         """Encodings (no special tokens) of whole texts: ids, tokens, character offsets, word ids.
@@ -560,8 +734,7 @@ class WordPieceTokenizer(PieceTokenizer):
             return [e.ids for e in call(items, add_special_tokens=False, **options)]
 
         return self._by_road(list(texts), self.needs_python, lambda items: ids(self.backend, items),
-                             lambda items: ids(self._words, [[w for w, _ in google_words(t, self.lowercase,
-                                                                                          self.strip_accents)]
+                             lambda items: ids(self._words, [_engine_words([w for w, _ in self._basic(t)])
                                                              for t in items], is_pretokenized=True))
 
     def encode_words(self, words: Sequence[Sequence[str]]):
@@ -573,7 +746,7 @@ class WordPieceTokenizer(PieceTokenizer):
         """
         def slow(items: list) -> list[Pieces]:
             return self._piece_words([[(w, where, i) for i, word in enumerate(item)
-                                       for w, where in google_words(word, self.lowercase, self.strip_accents)]
+                                       for w, where in self._basic(word)]
                                       for item in items])
 
         return self._by_road([list(item) for item in words], lambda item: any(map(self.needs_python, item)),
@@ -593,4 +766,5 @@ class WordPieceTokenizer(PieceTokenizer):
         return self.backend.decode(ids, skip_special_tokens=False)
 
     def __repr__(self) -> str:
-        return f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+        return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
+                f"compat={self.compat!r})")
