@@ -34,7 +34,8 @@ set, CoLA's out-of-domain sentences) and, for a classifier, writes the confusion
 
 A causal (GPT-style) model fine-tuned for glue or classify reads the last real token and, unless
 config.lm_weight is 0, keeps GPT-1's auxiliary language-modelling loss (`bertkit.models.heads`,
-`bertkit.tasks.classify.SequenceClassificationTask`).
+`bertkit.tasks.classify.SequenceClassificationTask`), scored with the LM head the directory was pretrained with
+(`pretrained_lm_head`; results.json's "lm_head" says "pretrained", or "tied embeddings" for a directory without one).
 
 `predict` (labels with probabilities, entity spans, answers, choices) and `evaluate_predictions` (metrics of a
 predictions file against a data file, SQuAD with the official scripts' keys) ask the same families.
