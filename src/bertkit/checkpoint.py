@@ -8,7 +8,11 @@ standing for the layer index, and its inverse is derived from it. Loading is str
 tensor or a shape that disagrees with config.json is an error that names the tensor.
 
 Weights are data, never code: `.safetensors` is read with safetensors and a legacy `pytorch_model.bin` with
-`torch.load(weights_only=True)`.
+`torch.load(weights_only=True)`, a released ELMo's `weights.hdf5` with h5py (`read_bilm_weights`).
+
+A released ELMo (allenai/bilm-tf's `options.json` + `weights.hdf5`, the layout AllenNLP reads) is a model directory
+too: `read_config` reads its options.json as an ElmoConfig and `read_weights` its hdf5 file as bertkit's tensors,
+so every verb that takes an ELMo directory takes it as it is distributed.
 """
 
 from __future__ import annotations
@@ -466,6 +470,10 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
         if not isinstance(state, dict):
             raise CheckpointError(f"{bin_path}: expected a state dict, found {type(state).__name__}")
         return state
+    from bertkit.tokenizers.word import is_bilm_directory
+
+    if is_bilm_directory(directory):
+        return read_bilm_weights(directory)
     raise CheckpointError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME} in this model directory")
 
 
@@ -656,7 +664,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     """config.json of a model directory as a dict (for `bertkit info`); CheckpointError naming the file when it
     is not a JSON object."""
+    from bertkit.tokenizers.word import is_bilm_directory
+
     path = Path(directory) / CONFIG_NAME
+    if not path.is_file() and is_bilm_directory(directory):
+        return bilm_config(directory)  # a released ELMo: its options.json read as an ElmoConfig
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -794,3 +806,149 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a torn or foreign file: say which
         raise CheckpointError(f"{path}: not a readable bertkit checkpoint ({err})") from None
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Released ELMo models: allenai/bilm-tf's options.json + weights.hdf5 (what AllenNLP's Elmo reads)
+# ------------------------------------------------------------------------------------------------------------------
+def _options_field(options: dict, path: str, source: Path, kind: type | tuple = int) -> Any:
+    value: Any = options
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise CheckpointError(f"{source}: no {path}")
+        value = value[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise CheckpointError(f"{source}: {path} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def bilm_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """The ElmoConfig dict (config.json's fields) of a released ELMo: its options.json in bertkit's names.
+
+    bilm-tf's fields: char_cnn {filters, n_highway, embedding.dim, max_characters_per_token, n_characters,
+    activation (relu only: the char CNN here is relu's)}, lstm {projection_dim, dim, n_layers, cell_clip, proj_clip,
+    use_skip_connections}. vocab_size is the word list's (vocab.txt beside it; the softmax is not in the weights).
+    CheckpointError naming options.json and the field otherwise."""
+    from bertkit.tokenizers.word import BILM_OPTIONS, BILM_VOCAB, read_bilm_vocab
+
+    path = Path(directory) / BILM_OPTIONS
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(options, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(options).__name__}")
+    activation = _options_field(options, "char_cnn.activation", path, str)
+    if activation != "relu":
+        raise CheckpointError(f"{path}: char_cnn.activation {activation!r} is not supported (bertkit's ELMo "
+                              f"character CNN is relu's, as the released models)")
+    clips = {}
+    for name in ("cell_clip", "proj_clip"):
+        value = options["lstm"].get(name) if isinstance(options.get("lstm"), dict) else None
+        clips[name] = None if value in (None, 0) else _options_field(options, f"lstm.{name}", path, (int, float))
+    raw = {"model_type": "elmo",
+           "vocab_size": len(read_bilm_vocab(Path(directory) / BILM_VOCAB)),
+           "char_vocab_size": _options_field(options, "char_cnn.n_characters", path),
+           "max_characters": _options_field(options, "char_cnn.max_characters_per_token", path),
+           "char_embedding_dim": _options_field(options, "char_cnn.embedding.dim", path),
+           "filters": _options_field(options, "char_cnn.filters", path, list),
+           "num_highway": options["char_cnn"].get("n_highway") or 0,
+           "projection_dim": _options_field(options, "lstm.projection_dim", path),
+           "lstm_dim": _options_field(options, "lstm.dim", path),
+           "num_layers": _options_field(options, "lstm.n_layers", path),
+           "residual": _options_field(options, "lstm.use_skip_connections", path, bool),
+           **clips}
+    try:
+        ElmoConfig.from_dict(raw, source=str(path))
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    return raw
+
+
+def _gates_tf_to_torch(w: np.ndarray, cells: int) -> np.ndarray:
+    """Rows of (4H, ...) gate weights from TF's LSTMCell order (i, j, f, o) to torch's (i, f, g, o): j is the
+    candidate (torch's g), so the second and third blocks swap."""
+    i, j, f, o = np.split(w, 4, axis=0)  # each (cells, ...)
+    return np.concatenate([i, f, j, o], axis=0)
+
+
+def read_bilm_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A released ELMo's weights.hdf5 as the state dict of bertkit's ElmoModel (its names on disk).
+
+    bilm-tf's datasets -> bertkit:
+      char_embed (n_characters - 1, E)        char_cnn.embedding.weight, a zero row 0 first (a padding word)
+      CNN/W_cnn_{i} (1, w, E, n), b_cnn_{i}   char_cnn.convs.{i}: (n, E, w) for Conv1d
+      CNN_high_{k}/W_carry, b_carry,          char_cnn.highways.{k}.linear: [W_transform; -W_carry] and
+        W_transform, b_transform                [b_transform; -b_carry] (bilm-tf's carry gate c multiplies the
+                                                transform: c relu(...) + (1 - c) x; ours g = 1 - c = sigmoid(-...))
+      CNN_proj/W_proj (n, P), b_proj          char_cnn.projection (identity when absent: bilm-tf has none when the
+                                                filters add up to P)
+      RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0 (D + P, 4H), B (4H), W_P_0 (H, P)
+                                              bilm.{forward,backward}_layers.{l}.lstm (d 0 forward, 1 backward):
+                                                W_0 split into input and recurrent halves, gates reordered from TF's
+                                                (i, j, f, o) to torch's (i, f, g, o); B with TF LSTMCell's forget
+                                                bias 1.0 added; weight_hr = W_P_0^T
+    h5py reads the file as data. A missing dataset or a shape that disagrees with options.json is a CheckpointError
+    naming the file and the dataset; a missing h5py is one line naming the extra to install."""
+    from bertkit.tokenizers.word import BILM_WEIGHTS
+
+    try:
+        import h5py
+    except ImportError:
+        raise CheckpointError(f"{Path(directory) / BILM_WEIGHTS}: reading a released ELMo needs h5py: "
+                              f"pip install 'bertkit[elmo]'") from None
+    config = ElmoConfig.from_dict(bilm_config(directory))
+    path = Path(directory) / BILM_WEIGHTS
+    P, H = config.projection_dim, config.lstm_dim
+
+    try:
+        fin = h5py.File(path, "r")
+    except OSError as err:
+        raise CheckpointError(f"{path}: not an HDF5 file ({err})") from None
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in fin or not isinstance(fin[name], h5py.Dataset):
+            raise CheckpointError(f"{path}: no dataset {name!r}")
+        value = np.asarray(fin[name][...], dtype=np.float32)
+        if value.shape != shape:
+            raise CheckpointError(f"{path}: {name} has shape {tuple(value.shape)}, options.json makes it {shape}")
+        return value
+
+    out: dict[str, np.ndarray] = {}
+    with fin:
+        chars = get("char_embed", (config.char_vocab_size - 1, config.char_embedding_dim))
+        out["char_cnn.embedding.weight"] = np.concatenate([np.zeros_like(chars[:1]), chars])
+        E = config.char_embedding_dim
+        for i, (width, count) in enumerate(config.filters):
+            w = get(f"CNN/W_cnn_{i}", (1, width, E, count))
+            out[f"char_cnn.convs.{i}.weight"] = w[0].transpose(2, 1, 0)  # (count, E, width)
+            out[f"char_cnn.convs.{i}.bias"] = get(f"CNN/b_cnn_{i}", (count,))
+        n = config.cnn_dim
+        for k in range(config.num_highway):
+            group = f"CNN_high_{k}"
+            out[f"char_cnn.highways.{k}.linear.weight"] = np.concatenate(
+                [get(f"{group}/W_transform", (n, n)).T, -get(f"{group}/W_carry", (n, n)).T])
+            out[f"char_cnn.highways.{k}.linear.bias"] = np.concatenate(
+                [get(f"{group}/b_transform", (n,)), -get(f"{group}/b_carry", (n,))])
+        if n == P and "CNN_proj" not in fin:
+            out["char_cnn.projection.weight"], out["char_cnn.projection.bias"] = np.eye(P, dtype=np.float32), \
+                np.zeros(P, dtype=np.float32)
+        else:
+            out["char_cnn.projection.weight"] = get("CNN_proj/W_proj", (n, P)).T
+            out["char_cnn.projection.bias"] = get("CNN_proj/b_proj", (P,))
+        projected = P < H
+        out_dim = P if projected else H
+        for d, side in enumerate(("forward", "backward")):
+            for layer in range(config.num_layers):
+                group = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+                ours = f"bilm.{side}_layers.{layer}.lstm"
+                w = get(f"{group}/W_0", (P + out_dim, 4 * H)).T  # (4H, input + recurrent)
+                out[f"{ours}.weight_ih_l0"] = _gates_tf_to_torch(w[:, :P], H)
+                out[f"{ours}.weight_hh_l0"] = _gates_tf_to_torch(w[:, P:], H)
+                bias = get(f"{group}/B", (4 * H,)).copy()
+                bias[2 * H:3 * H] += 1.0  # TF's LSTMCell adds forget_bias=1.0 to f at run time, not to B
+                out[f"{ours}.bias_ih_l0"] = _gates_tf_to_torch(bias, H)
+                out[f"{ours}.bias_hh_l0"] = np.zeros(4 * H, dtype=np.float32)
+                if projected:
+                    out[f"{ours}.weight_hr_l0"] = get(f"{group}/W_P_0", (H, P)).T
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}

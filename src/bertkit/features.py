@@ -309,11 +309,12 @@ class FeatureCache:
 
 
 def encoder_fingerprint(model_dir: str | os.PathLike) -> str:
-    """What identifies a model directory's encoder for a feature cache: SHA-256 of its config and weights files."""
+    """What identifies a model directory's encoder for a feature cache: SHA-256 of its config and weights files
+    (a released ELMo's options.json and weights.hdf5)."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin", "options.json", "weights.hdf5"):
         path = Path(model_dir) / name
         if path.is_file():
             with open(path, "rb") as handle:

@@ -34,7 +34,8 @@ set, CoLA's out-of-domain sentences) and, for a classifier, writes the confusion
 
 A causal (GPT-style) model fine-tuned for glue or classify reads the last real token and, unless
 config.lm_weight is 0, keeps GPT-1's auxiliary language-modelling loss (`bertkit.models.heads`,
-`bertkit.tasks.classify.SequenceClassificationTask`).
+`bertkit.tasks.classify.SequenceClassificationTask`), scored with the LM head the directory was pretrained with
+(`pretrained_lm_head`; results.json's "lm_head" says "pretrained", or "tied embeddings" for a directory without one).
 
 `predict` (labels with probabilities, entity spans, answers, choices) and `evaluate_predictions` (metrics of a
 predictions file against a data file, SQuAD with the official scripts' keys) ask the same families.
@@ -148,7 +149,9 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     objective = family.objective()
     if (kind in ("glue", "classify") and getattr(model.config, "causal", False) and config.lm_weight
             and feature_facts is None):  # a task model on the layers has no LM head to score with
-        objective = objective.with_language_model(config.lm_weight)  # GPT-1's L2 + 0.5 L1
+        head = pretrained_lm_head(model_dir)  # L1 scored as pretraining scored it (see SequenceClassificationTask)
+        objective = objective.with_language_model(config.lm_weight, head)  # GPT-1's L2 + 0.5 L1
+        summary["lm_head"] = "pretrained" if head is not None else "tied embeddings"
     with writer_lock(out_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
         results = run_task(data, model, objective, out_dir, dist_info=dist_info, device=device,
                            resume=resume, stop_after_steps=stop_after_steps, summary=summary, resolved=resolved,
@@ -156,6 +159,21 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         if not dist_info.is_main or stop_after_steps is not None:
             return results
         return score_best(data, cls, out_dir, eval_files, results, time.perf_counter() - started, device)
+
+
+def pretrained_lm_head(model_dir: str | os.PathLike):
+    """The LM head a causal model directory was pretrained with (`BertForCausalLM.mlm`: dense, activation,
+    LayerNorm, bias; its decoder, the tied embeddings, left out), or None when the directory holds no LM head (a
+    task model's directory): GPT-1's auxiliary loss then scores with the bare tied embeddings."""
+    from bertkit.checkpoint import HeadMismatchError
+    from bertkit.models import BertForCausalLM
+
+    try:
+        head = BertForCausalLM.from_pretrained(model_dir).mlm
+    except HeadMismatchError:
+        return None
+    head.word_embeddings = None  # the task model decodes with its own embeddings; drop the loaded copy
+    return head
 
 
 def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike], results: dict[str, Any],

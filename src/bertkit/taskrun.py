@@ -397,10 +397,19 @@ def load_model_tokenizer(model_dir: str | os.PathLike, who: str = "model"):
         tokenizer = load_tokenizer(model_dir)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
-    if getattr(tokenizer, "kind", None) == "word" and (Path(model_dir) / "config.json").is_file() and \
-            json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get("model_type") == "elmo":
+    if getattr(tokenizer, "kind", None) == "word" and _model_type(model_dir) == "elmo":
         tokenizer.open_vocabulary = True  # ELMo reads words by their characters: unknown words keep their spelling
     return tokenizer
+
+
+def _model_type(model_dir: str | os.PathLike) -> str | None:
+    """config.json's model_type (a released ELMo's options.json reads as "elmo"); None without a config."""
+    from bertkit.checkpoint import CONFIG_NAME, read_config
+    from bertkit.tokenizers.word import is_bilm_directory
+
+    if not ((Path(model_dir) / CONFIG_NAME).is_file() or is_bilm_directory(model_dir)):
+        return None
+    return read_config(model_dir).get("model_type")
 
 
 def max_positions(model_dir: str | os.PathLike) -> int:
@@ -409,7 +418,7 @@ def max_positions(model_dir: str | os.PathLike) -> int:
     from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
 
     model_dir = Path(model_dir)
-    if not (model_dir / CONFIG_NAME).is_file():
+    if _model_type(model_dir) is None:
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
     config = config_from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME))
     return getattr(config, "max_length", sys.maxsize)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from bertkit import BertConfig, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.finetune import FinetuneConfig, finetune, predict
+from bertkit.finetune import FinetuneConfig, finetune, predict, pretrained_lm_head
 from bertkit.models import BertForCausalLM, BertForSequenceClassification
 from bertkit.models.heads import last_real_token
 from bertkit.tasks.classify import SequenceClassificationTask
@@ -92,6 +92,46 @@ def test_auxiliary_language_model_loss_is_gpt1s():
         plain(model, batch)["cls_loss"][0].item())
 
 
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_auxiliary_loss_is_the_pretrained_language_models_own(model_type, tmp_path):
+    """Fine-tuning a pretrained causal LM, L1 is that LM's loss on the task's inputs: scored with the head it was
+    pretrained with (dense, activation, LayerNorm, bias before the tied embeddings), not with the bare embeddings,
+    an untrained head whose loss starts above log(V) and whose gradient drowns the task's (a 150-step pretrained
+    model then stayed at the majority class on SST-2)."""
+    torch.manual_seed(2)
+    lm = BertForCausalLM(causal_config(model_type))
+    with torch.no_grad():  # a head that pretraining moved away from its initialisation
+        lm.mlm.bias.normal_(0.0, 1.0)
+        lm.mlm.norm.weight.uniform_(0.5, 1.5)
+    lm.save_pretrained(tmp_path / "lm")
+    ids, mask = padded_batch(4)
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+             "labels": torch.tensor([0, 1, 1])}
+    head = pretrained_lm_head(tmp_path / "lm")
+    task = SequenceClassificationTask("cls").with_language_model(0.5, head)
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "lm", num_labels=2).eval()
+    with torch.no_grad():
+        value, count = task(model, batch)["lm_aux_loss"]
+        labels = ids.masked_fill(mask.eq(0), -100)
+        pretrained = BertForCausalLM.from_pretrained(tmp_path / "lm").eval()(ids, mask, labels=labels).loss
+        bare = SequenceClassificationTask("cls").with_language_model(0.5)(model, batch)["lm_aux_loss"][0]
+    assert float(count) == 9 + 5 + 2
+    assert (value / count).item() == pytest.approx(0.5 * pretrained.item(), rel=1e-6)
+    assert abs(bare.item() - value.item()) > 1.0  # the bare embeddings score another model
+    assert not any(p.requires_grad for p in head.parameters())  # kept as pretraining left it
+    # The head decodes with the task model's own embeddings (which fine-tuning trains), not a copy.
+    with torch.no_grad():
+        model.bert.embeddings.word.weight.mul_(2.0)
+        moved = task(model, batch)["lm_aux_loss"][0]
+    assert moved.item() != pytest.approx(value.item())
+
+
+def test_a_directory_without_a_language_model_head_scores_with_the_tied_embeddings(tmp_path):
+    torch.manual_seed(3)
+    BertForSequenceClassification(causal_config("bert"), num_labels=2).save_pretrained(tmp_path / "cls")
+    assert pretrained_lm_head(tmp_path / "cls") is None
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # End to end: a pair task only the second sentence decides
 # ------------------------------------------------------------------------------------------------------------------
@@ -134,7 +174,7 @@ def test_causal_model_learns_a_pair_task_through_the_cli(causal_dir, tmp_path, c
     results = json.loads((out / "results.json").read_text())
     majority = 20 / 32
     assert results["best"]["accuracy"] >= majority + 0.25, results["epochs"]
-    assert results["config"]["lm_weight"] == 0.5
+    assert results["config"]["lm_weight"] == 0.5 and results["lm_head"] == "pretrained"
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("lm_aux_loss" in r for r in logged)  # GPT-1's auxiliary loss was trained
     # The directory predicts in bertkit, and transformers still loads it.

@@ -55,7 +55,12 @@ class ElmoLMOutput:
 # The token encoder: characters -> one vector per word
 # ------------------------------------------------------------------------------------------------------------------
 class Highway(nn.Module):
-    """y = g * x + (1 - g) * relu(W x), g = sigmoid(W_g x) (Srivastava et al.; bilm-tf's carry gate)."""
+    """y = g * x + (1 - g) * relu(W_t x + b_t), g = sigmoid(W_g x + b_g) (Srivastava et al.): g carries the
+    input through, AllenNLP's convention; `linear` holds [W_t; W_g].
+
+    bilm-tf writes the same layer with the other gate: its "carry" gate c = sigmoid(W_carry x + b_carry) multiplies
+    the transform, c * relu(W_t x + b_t) + (1 - c) * x. So g = 1 - c, i.e. W_g = -W_carry and b_g = -b_carry,
+    which is how `bertkit.checkpoint.read_bilm_weights` stores a released model's highway layers."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()

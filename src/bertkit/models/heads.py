@@ -204,10 +204,17 @@ class BertForSequenceClassification(_LabelledHead):
                 loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
         return TaskOutput(loss, logits, (out.last_hidden_state,) if causal else None)
 
-    def language_model_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """GPT-1's language-model head on last-layer vectors (..., H) -> (..., V): the tied input embeddings,
-        h W_e^T (no parameter of its own, so the directory is the same with or without the auxiliary loss)."""
+    def language_model_logits(self, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+        """The language-model head on last-layer vectors (..., H) -> (..., V), always decoding with this model's own
+        (tied, trained) input embeddings W_e.
+
+        head: the pretrained causal LM's head (`BertForCausalLM.mlm`: dense, activation, LayerNorm, bias), whose
+        transform and bias score tokens as pretraining did: LN(act(h W + b)) W_e^T + bias. None: the bare tied
+        embeddings, h W_e^T (GPT-1's head, for a directory without an LM head). Neither adds a parameter to this
+        model, so its directory is the same with or without the auxiliary loss."""
         word = self.bert.embeddings.word.weight  # (V, E)
+        if head is not None:
+            return F.linear(head.norm(head.act(head.dense(hidden))), word, head.bias)
         if word.shape[1] != hidden.shape[-1]:
             raise ValueError(f"the auxiliary LM loss needs embeddings as wide as the hidden states; this model's "
                              f"are factorised ({word.shape[1]} vs {hidden.shape[-1]}): use --lm-weight 0")

@@ -227,14 +227,26 @@ class SequenceClassificationTask:
     L1 the language-modelling loss on the task's own inputs (every real token after the first predicted from
     those before it, scored by the model's `language_model_logits`); logged as `lm_aux_loss` (already weighted,
     mean per predicted token) beside the task's loss (mean per example), which the trainer adds up.
+
+    L1 is the pretrained LM's own loss only when it is scored with the head the LM was pretrained with
+    (`lm_head`: BertForCausalLM's dense + activation + LayerNorm + bias before the tied embeddings). Scored with
+    the bare embeddings instead, L1 starts above log(V) (an untrained head) and its gradient, an order of
+    magnitude above the task's on every encoder layer, reshapes the encoder for that new head: with Adam the
+    classifier's share of each update shrinks to nothing and a pretrained model stays at the majority class.
+    The head is kept as pretraining left it (not trained, not saved); decoding uses the task model's own
+    embeddings, which train as GPT-1's head does.
     """
 
-    def __init__(self, name: str = "cls", regression: bool = False, lm_weight: float = 0.0) -> None:
-        self.name, self.regression, self.lm_weight = name, regression, lm_weight
+    def __init__(self, name: str = "cls", regression: bool = False, lm_weight: float = 0.0,
+                 lm_head: Any = None) -> None:
+        self.name, self.regression, self.lm_weight, self.lm_head = name, regression, lm_weight, lm_head
 
-    def with_language_model(self, weight: float) -> SequenceClassificationTask:
-        """This task plus GPT-1's auxiliary language-modelling loss at `weight` (0: the task alone)."""
-        return type(self)(self.name, self.regression, weight)
+    def with_language_model(self, weight: float, head: Any = None) -> SequenceClassificationTask:
+        """This task plus GPT-1's auxiliary language-modelling loss at `weight` (0: the task alone), scored with
+        `head` (the pretrained LM head, see the class docstring; None: the bare tied embeddings)."""
+        if head is not None:
+            head.requires_grad_(False)
+        return type(self)(self.name, self.regression, weight, head)
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         counts = {f"{self.name}_loss": float(batch["labels"].shape[0])}
@@ -267,7 +279,10 @@ class SequenceClassificationTask:
 
         ids, mask = batch["input_ids"], batch["attention_mask"].ne(0)
         keep = mask[:, 1:] & mask[:, :-1]  # (B, T-1): position t predicts the real token t + 1
-        lm_logits = unwrap(model).language_model_logits(hidden[:, :-1][keep])  # (N, V) only where scored
+        head = self.lm_head
+        if head is not None and head.bias.device != hidden.device:
+            head.to(hidden.device)  # not part of the model, so the trainer does not move it
+        lm_logits = unwrap(model).language_model_logits(hidden[:, :-1][keep], head)  # (N, V) only where scored
         loss = F.cross_entropy(lm_logits.float(), ids[:, 1:][keep], reduction="sum")
         return self.lm_weight * loss, loss.new_tensor(float(keep.sum()))
 

@@ -5,6 +5,8 @@
     vocab.json + merges.txt     -> ByteLevelBPETokenizer (RoBERTa's)
     only a tokenizer.json       -> UnigramTokenizer for a Unigram model (T5's scheme), JsonTokenizer for any other
                                    (WordPiece, BPE, ... as transformers runs that file)
+    options.json + weights.hdf5 -> WordTokenizer on UTF-8 bytes (a released ELMo in bilm-tf's layout; its vocab.txt
+                                   is bilm-tf's word list, not a WordPiece vocabulary)
 
 A directory with the files of the first two kinds is settled by its tokenizer_config.json's `tokenizer_class`;
 a tokenizer.json beside vocab.txt or vocab.json + merges.txt is the copy those kinds save for transformers, so
@@ -20,7 +22,7 @@ from pathlib import Path
 from bertkit.tokenizers.bpe import ByteLevelBPETokenizer
 from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, model_type
 from bertkit.tokenizers.unigram import UnigramTokenizer
-from bertkit.tokenizers.word import CHARS_FILE, WordTokenizer
+from bertkit.tokenizers.word import CHARS_FILE, WordTokenizer, is_bilm_directory
 from bertkit.tokenizers.wordpiece import WordPieceTokenizer
 
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "json", "word")
@@ -60,6 +62,8 @@ def detect_tokenizer_kind(path: str | os.PathLike) -> str:
         return "bpe" if model_type(path) is None else _json_kind(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or vocabulary file")
+    if is_bilm_directory(path):  # before vocab.txt: bilm-tf's word list has that name too
+        return "word"
     wordpiece = (path / "vocab.txt").is_file()
     bpe = [name for name in ("vocab.json", "merges.txt") if (path / name).is_file()]
     if len(bpe) == 1:
@@ -103,7 +107,7 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None, *, compat: 
         kind = detect_tokenizer_kind(path)
     elif not path.exists():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or vocabulary file")
-    elif path.is_dir():
+    elif path.is_dir() and not (kind == "word" and is_bilm_directory(path)):
         needed = _NEEDED[kind]
         missing = [name for name in needed if not (path / name).is_file()]
         if missing:

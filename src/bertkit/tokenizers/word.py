@@ -13,6 +13,13 @@ then 0 (padding); `<s>` and `</s>` get a character of their own, a padding word 
 W - 2 characters is cut (and counted in `char_stats["truncated_words"]`), a character outside the vocabulary is
 <unknown-char> (counted in `char_stats["unknown_chars"]`).
 
+Released ELMo models (allenai/bilm-tf's `options.json` + `weights.hdf5`, which AllenNLP reads too) spell words in
+UTF-8 bytes instead (`byte_chars`, "scheme": "utf-8 bytes" in word_chars.json): bilm-tf's `UnicodeCharsVocabulary`
+ids shifted up by one so that 0 pads a word (as its `Batcher` and AllenNLP's `ELMoCharacterMapper` feed them): a
+byte b is b + 1, begin/end-of-sentence 257/258, begin/end-of-word 259/260, and the rest of a word 261 (bilm-tf's
+padding character), a word cut to W - 2 bytes. `from_bilm(directory)` makes that tokenizer from the directory's
+options.json and bilm-tf's vocab.txt (one word a line, its `<S>`, `</S>`, `<UNK>` read as `<s>`, `</s>`, `<unk>`).
+
 Open vocabulary: the ids a word-level vocabulary gives lose the spelling of unknown words, which the characters
 need. With `open_vocabulary = True`, `encode*` give each unknown word an id of its own above the vocabulary
 (vocab_size, vocab_size + 1, ... in order of first appearance, kept for the process per vocabulary), which `id_to_token`
@@ -43,6 +50,39 @@ CHARS_FILE = "word_chars.json"
 PAD_CHAR, BOW, EOW, UNK_CHAR, BOS_CHAR, EOS_CHAR = range(6)
 FIRST_CHAR = 6
 DEFAULT_MAX_CHARACTERS = 50  # bilm-tf's
+# bilm-tf's character ids (UnicodeCharsVocabulary: bytes 0-255, then these), each + 1 as its Batcher feeds them.
+BYTES_SCHEME = "utf-8 bytes"
+BILM_BOS, BILM_EOS, BILM_BOW, BILM_EOW, BILM_PAD = (c + 1 for c in range(256, 261))
+BILM_CHAR_VOCAB = 262  # 0 (a padding word) + bilm-tf's 261 characters
+BILM_OPTIONS, BILM_WEIGHTS, BILM_VOCAB = "options.json", "weights.hdf5", "vocab.txt"
+_BILM_SPECIALS = {"<S>": "<s>", "</S>": "</s>", "<UNK>": "<unk>"}
+
+
+def is_bilm_directory(path: str | os.PathLike) -> bool:
+    """Whether `path` is a released ELMo in bilm-tf's layout (options.json + weights.hdf5) without a tokenizer.json
+    of bertkit's (a directory bertkit wrote reads as its own)."""
+    path = Path(path)
+    return ((path / BILM_OPTIONS).is_file() and (path / BILM_WEIGHTS).is_file()
+            and not (path / TOKENIZER_FILE).is_file())
+
+
+def read_bilm_vocab(path: str | os.PathLike) -> dict[str, int]:
+    """bertkit's word vocabulary for bilm-tf's vocab.txt (one word a line, most frequent first): the four special
+    tokens, then the file's words in order (`<S>`, `</S>`, `<UNK>` are the specials; a repeated word keeps its first
+    id). Only the specials when the file does not exist (features read words by their characters anyway)."""
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    path = Path(path)
+    if not path.is_file():
+        return vocab
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err})") from None
+    for line in lines:
+        word = line.strip()
+        if word and _BILM_SPECIALS.get(word, word) not in vocab:
+            vocab[word] = len(vocab)
+    return vocab
 
 
 class WordTokenizer(JsonTokenizer):
@@ -51,7 +91,7 @@ class WordTokenizer(JsonTokenizer):
     kind = "word"  # as `load_tokenizer` and shard manifests name it
 
     def __init__(self, backend: Tokenizer, chars: Sequence[str], max_characters: int = DEFAULT_MAX_CHARACTERS,
-                 config: dict | None = None, source: str = TOKENIZER_FILE) -> None:
+                 config: dict | None = None, source: str = TOKENIZER_FILE, byte_chars: bool = False) -> None:
         model = json.loads(backend.to_str()).get("model") or {}
         if model.get("type", "WordLevel") != "WordLevel":
             raise ValueError(f"{source}: a word tokenizer needs a WordLevel model, this one is {model.get('type')}")
@@ -62,7 +102,8 @@ class WordTokenizer(JsonTokenizer):
         if not isinstance(max_characters, int) or max_characters < 3:
             raise ValueError(f"{source}: max_characters must be an integer of at least 3 (the two word marks and a "
                              f"character), got {max_characters!r}")
-        self.chars = list(chars)
+        self.byte_chars = byte_chars  # bilm-tf's UTF-8 byte ids (a released ELMo) instead of learned characters
+        self.chars = [] if byte_chars else list(chars)
         self.char_to_id = {c: FIRST_CHAR + i for i, c in enumerate(self.chars)}
         self.max_characters = max_characters
         self.char_stats = Counter()  # truncated_words, unknown_chars: what char_ids had to change
@@ -73,7 +114,7 @@ class WordTokenizer(JsonTokenizer):
 
     @property
     def char_vocab_size(self) -> int:
-        return FIRST_CHAR + len(self.chars)
+        return BILM_CHAR_VOCAB if self.byte_chars else FIRST_CHAR + len(self.chars)
 
     # ---- construction ----------------------------------------------------------------------------------------
     @classmethod
@@ -82,6 +123,8 @@ class WordTokenizer(JsonTokenizer):
         directory = Path(directory)
         if directory.is_file():
             directory = directory.parent
+        if is_bilm_directory(directory):
+            return cls.from_bilm(directory)
         file, chars_file = directory / TOKENIZER_FILE, directory / CHARS_FILE
         for path in (file, chars_file):
             if not path.is_file():
@@ -89,12 +132,28 @@ class WordTokenizer(JsonTokenizer):
                                         f"{CHARS_FILE}")
         try:
             data = json.loads(chars_file.read_text(encoding="utf-8"))
-            chars, width = data["chars"], data["max_characters"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+            chars, width, scheme = data["chars"], data["max_characters"], data.get("scheme", "learned")
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{chars_file}: not a character vocabulary (chars, max_characters): {err}") from None
         if not isinstance(chars, list) or not all(isinstance(c, str) and len(c) == 1 for c in chars):
             raise ValueError(f"{chars_file}: chars must be a list of single characters")
-        return cls(load_backend(file), chars, width, read_configs(directory), source=str(file))
+        if scheme not in ("learned", BYTES_SCHEME):
+            raise ValueError(f"{chars_file}: scheme must be 'learned' or {BYTES_SCHEME!r}, got {scheme!r}")
+        return cls(load_backend(file), chars, width, read_configs(directory), source=str(file),
+                   byte_chars=scheme == BYTES_SCHEME)
+
+    @classmethod
+    def from_bilm(cls, directory: str | os.PathLike) -> "WordTokenizer":
+        """The tokenizer of a released ELMo in bilm-tf's layout: UTF-8 byte characters (see the module docstring),
+        max_characters from options.json's char_cnn.max_characters_per_token, the words of vocab.txt if present."""
+        directory = Path(directory)
+        options = directory / BILM_OPTIONS
+        try:
+            width = json.loads(options.read_text(encoding="utf-8"))["char_cnn"]["max_characters_per_token"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{options}: no char_cnn.max_characters_per_token ({err!r})") from None
+        vocab = read_bilm_vocab(directory / BILM_VOCAB)
+        return cls(word_backend(vocab), [], width, config=word_config(), source=str(options), byte_chars=True)
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 1, *,
@@ -125,14 +184,17 @@ class WordTokenizer(JsonTokenizer):
     def save(self, directory: str | os.PathLike) -> None:
         """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json and word_chars.json."""
         super().save(directory)
-        atomic_write(Path(directory) / CHARS_FILE, json.dumps({"chars": self.chars, "max_characters":
-                                                               self.max_characters}, ensure_ascii=False) + "\n")
+        data = {"chars": self.chars, "max_characters": self.max_characters}
+        if self.byte_chars:
+            data["scheme"] = BYTES_SCHEME
+        atomic_write(Path(directory) / CHARS_FILE, json.dumps(data, ensure_ascii=False) + "\n")
 
     def vocab_hash(self) -> str:
         import hashlib
 
         digest = hashlib.sha256(super().vocab_hash().encode())
-        digest.update(json.dumps([self.chars, self.max_characters], ensure_ascii=False).encode("utf-8"))
+        digest.update(json.dumps([self.chars, self.max_characters] + ([BYTES_SCHEME] if self.byte_chars else []),
+                                 ensure_ascii=False).encode("utf-8"))
         return digest.hexdigest()
 
     # ---- characters ------------------------------------------------------------------------------------------
@@ -141,6 +203,8 @@ class WordTokenizer(JsonTokenizer):
         W = self.max_characters
         if word == self.pad_token:
             return [PAD_CHAR] * W
+        if self.byte_chars:
+            return self._byte_chars(word)
         if word in (self.cls_token, self.sep_token):
             return [BOW, BOS_CHAR if word == self.cls_token else EOS_CHAR, EOW] + [PAD_CHAR] * (W - 3)
         if len(word) > W - 2:
@@ -154,6 +218,19 @@ class WordTokenizer(JsonTokenizer):
                 i = UNK_CHAR
             ids.append(i)
         return [BOW, *ids, EOW] + [PAD_CHAR] * (W - 2 - len(ids))
+
+    def _byte_chars(self, word: str) -> list[int]:
+        """bilm-tf's spelling of one word (bytes + 1, its marks; see the module docstring)."""
+        W = self.max_characters
+        if word in (self.cls_token, self.sep_token):
+            inner = [BILM_BOS if word == self.cls_token else BILM_EOS]
+        else:
+            data = word.encode("utf-8", "ignore")
+            if len(data) > W - 2:
+                self.char_stats["truncated_words"] += 1
+                data = data[:W - 2]
+            inner = [b + 1 for b in data]
+        return [BILM_BOW, *inner, BILM_EOW] + [BILM_PAD] * (W - 2 - len(inner))
 
     def char_ids(self, words: Sequence[str]) -> np.ndarray:
         """(N, max_characters) int64 character ids of N words."""
@@ -242,8 +319,8 @@ class WordTokenizer(JsonTokenizer):
         return out
 
     def __repr__(self) -> str:
-        return (f"WordTokenizer(vocab_size={self.vocab_size}, chars={len(self.chars)}, "
-                f"max_characters={self.max_characters})")
+        chars = f"'{BYTES_SCHEME}'" if self.byte_chars else len(self.chars)
+        return f"WordTokenizer(vocab_size={self.vocab_size}, chars={chars}, max_characters={self.max_characters})"
 
 
 def word_backend(vocab: dict[str, int]) -> Tokenizer:
