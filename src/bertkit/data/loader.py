@@ -13,8 +13,8 @@ or e mod dupe_factor under static masking, so the dupe_factor fixed copies of BE
 packed rows (FULL-SENTENCES, DOC-SENTENCES) pack a lane chunk's documents. A document's instances (a packed
 chunk's rows) are masked together, at creation, with a generator of their own (`lane_chunk`), so no row's mask
 depends on the rank, the worker or the batch. Rows are padded to max_seq_length (static shapes: every rank's and
-worker's rows line up). A position is, per lane of this rank, (the chunk's first document m, offset in
-it): each rank checkpoints its own.
+worker's rows line up). A position is, per lane of this rank, (the chunk's first document m, offset in it):
+each rank checkpoints its own.
 
 With `workers` > 0, worker processes (torch DataLoader) make the batches, each a contiguous share of the rank's
 rows, outside the training process; the shares are joined into pinned memory (on a CUDA machine), so the copy to
@@ -23,10 +23,9 @@ from the last checkpoint exactly.
 
 T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
 laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
-micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows. For spans: a chunk's
-documents end to end, cut into token
-sequences of `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on
-its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
+micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows (`max_epochs` stops
+these streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
+`random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
 attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
 
 XLNet's permutation LM ("xlnet" instances) is not shuffled: a chunk's documents end to end are cut into G equal
