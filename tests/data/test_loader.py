@@ -136,6 +136,15 @@ def test_worker_processes_make_the_same_batches_and_resume(kind):
         same_rows(a, [b])
 
 
+def test_worker_processes_leave_the_global_random_state_alone():
+    # The training's dropout draws from torch's global generator: starting the workers must not move it.
+    torch.manual_seed(3)
+    take(stream("nsp", 4, workers=2), 2)
+    after_workers = torch.rand(3)
+    torch.manual_seed(3)
+    assert torch.equal(after_workers, torch.rand(3))
+
+
 def test_a_killed_worker_ends_the_stream_with_one_line():
     import multiprocessing
 

@@ -465,8 +465,11 @@ class PretrainingStream:
         from torch.utils.data import DataLoader
 
         n = self.workers
+        # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
+        # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
         loader = DataLoader(_WorkerShares(self, n), batch_size=None, num_workers=n,
-                            prefetch_factor=max(self.prefetch, 1), persistent_workers=False)
+                            prefetch_factor=max(self.prefetch, 1), persistent_workers=False,
+                            generator=torch.Generator().manual_seed(self.seed))
         pin = torch.cuda.is_available()
         parts_iter = iter(loader)
         carried = self.carried_mems
