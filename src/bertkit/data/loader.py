@@ -485,11 +485,14 @@ class PretrainingStream:
                 if carried is not None:
                     batch["mems"], carried = carried, None
                 yield batch
-        except RuntimeError as err:
-            if "DataLoader worker" not in str(err):
+        except (RuntimeError, ConnectionError, EOFError) as err:
+            # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
+            # the read; what a live worker raises comes through as itself
+            if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
                 raise
-            raise DataError(f"a data loader worker process of rank {self.rank} died ({str(err).splitlines()[0]}); "
-                            f"continue from the last checkpoint with --resume") from None
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DataError(f"a data loader worker process of rank {self.rank} died ({why}); continue from the "
+                            f"last checkpoint with --resume") from None
         finally:
             # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
             # watch over them, which raises wherever the process then is) alive
