@@ -26,7 +26,8 @@ SPEED_ROWS = {"peak", "pretrain_T32_dense", "pretrain_T32_varlen", "pretrain_T64
               "pretrain_T32_varlen_attn0",
               "inference_T32_dense", "inference_T32_varlen", "inference_T64_dense", "inference_T64_varlen",
               "modernbert_T32_varlen", "modernbert_T64_varlen", "pretrain_T32_dense_compiled",
-              "pretrain_T32_varlen_compiled", "inference_T32_dense_compiled", "inference_T32_varlen_compiled"}
+              "pretrain_T32_varlen_compiled", "inference_T32_dense_compiled", "inference_T32_varlen_compiled",
+              "e2e_pretrain_bert", "e2e_pretrain_roberta", "e2e_pretrain_modernbert_T1024", "e2e_finetune_sst2"}
 # Keys every timed bertkit-vs-transformers record carries, on CPU as on a GPU (memory is null off CUDA).
 TIMED_KEYS = {"bench", "model", "seq_len", "batch", "batch_size", "dtype", "compile", "bertkit_tokens_per_s",
               "transformers_tokens_per_s", "ratio", "ratio_best", "bertkit_mfu", "transformers_mfu", "peak_gflops",
@@ -87,6 +88,10 @@ def test_cpu_dry_run_writes_every_result_file(dry_run):
     assert "goal_mfu" in records["pretrain_T32_dense"] and "goal_mfu" not in records["inference_T32_dense"]
     assert records["pretrain_T32_varlen_compiled"]["compile"] is True
     assert records["modernbert_T32_varlen"]["modernbert_attention"] == "sdpa"
+    # The end-to-end row: `bertkit pretrain` through the CLI, against bertkit's own model step of the same run.
+    e2e = records["e2e_pretrain_bert"]
+    assert e2e["status"] == "ok" and e2e["bertkit_tokens_per_s"] > 0 and e2e["model_step_tokens_per_s"] > 0
+    assert e2e["ratio_to_step"] == pytest.approx(e2e["bertkit_tokens_per_s"] / e2e["model_step_tokens_per_s"])
 
     report = (out / "report.md").read_text()
     from bench.gpu.report import SPEED_HEADER

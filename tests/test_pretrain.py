@@ -123,19 +123,20 @@ def test_sigkilled_run_resumes_bit_identically(data_dir, tmp_path):
     assert len(losses(full)) == 30
 
 
-def test_two_gloo_processes_equal_one_process(data_dir, tmp_path):
+@pytest.mark.parametrize("processes", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_gloo_processes_equal_one_process(data_dir, tmp_path, processes):
     common = ["--max-steps", "6", "--save-every", "100", "--hidden-dropout-prob", "0",
               "--attention-probs-dropout-prob", "0"]
     one = tmp_path / "one"
     subprocess.run(_cli(*_pretrain_args(data_dir, one, *common, "--batch-size", "8")), check=True, env=_env(),
                    capture_output=True)
     two = tmp_path / "two"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", "4")]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", str(8 // processes))]
     proc = subprocess.run(torchrun, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = (two / "config.yaml").read_text()
-    assert "world_size: 2" in config and "global_batch_size: 8" in config
+    assert f"world_size: {processes}" in config and "global_batch_size: 8" in config
     a, b = losses(one), losses(two)
     assert sorted(a) == sorted(b) == list(range(1, 7))
     for step in a:

@@ -4,11 +4,16 @@ falls, and resuming from the resume state (model, optimizer, data position and R
 from __future__ import annotations
 
 import json
+import types
+import weakref
 
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
+from bertkit import trainer
 from bertkit.checkpoint import latest_checkpoint, load_checkpoint
 from bertkit.trainer import TrainConfig, learning_rate, param_groups, train
 
@@ -179,3 +184,112 @@ def test_a_restarted_torchrun_attempt_keeps_its_process_group_keys_apart(monkeyp
         fields["store"].set("rank_1", f"attempt {attempt}")
         assert server.get(f"bertkit/attempt-{attempt}/rank_1") == f"attempt {attempt}".encode()  # PrefixStore adds "/"
     assert server.get("rank_1") == b"the address of attempt 0's rank 1"
+
+
+# ---- no device reads between log steps -------------------------------------------------------------------------
+class DeviceReads(TorchFunctionMode):
+    """Counts host reads (float, int, bool, item, tolist, numpy) of values computed from the model's parameters:
+    on a GPU each is a wait for the device. A tensor is the device's once it comes from an operation on a
+    parameter, a gradient or another such tensor; the batch's own tensors (host arrays) are not."""
+
+    READS = {"__float__", "__int__", "__bool__", "__index__", "item", "tolist", "numpy"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.device_tensors: dict[int, weakref.ref] = {}  # by id: a tensor's == is elementwise
+        self.reads = 0
+
+    def mark(self, x: torch.Tensor) -> None:
+        if not self.is_device(x):
+            key = id(x)
+            self.device_tensors[key] = weakref.ref(x, lambda _, key=key: self.device_tensors.pop(key, None))
+
+    def is_device(self, x: torch.Tensor) -> bool:
+        ref = self.device_tensors.get(id(x))
+        return isinstance(x, nn.Parameter) or (ref is not None and ref() is x)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        from_device = any(self.is_device(x) for x in inputs)
+        if from_device and getattr(func, "__name__", "") in self.READS:
+            self.reads += 1
+        out = func(*args, **kwargs)
+        if from_device:
+            for x in pytree.tree_leaves(out):
+                if isinstance(x, torch.Tensor):
+                    self.mark(x)
+        return out
+
+
+def count_reads(run, monkeypatch) -> int:
+    """Host reads of device values while `run()` trains; the batch counts as the device's once the loop has moved
+    it there (on a GPU, a read of it waits too)."""
+    mode = DeviceReads()
+    move = trainer._move
+
+    def moved(batch, device):
+        out = move(batch, device)
+        out = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}  # the device's copy
+        for v in out.values():
+            if isinstance(v, torch.Tensor):
+                mode.mark(v)
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "_move", moved)
+        with mode:
+            run()
+    return mode.reads
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_the_step_loop_reads_the_device_only_at_log_and_save_steps(tmp_path, monkeypatch, accumulation):
+    # max_steps 2 and 8 with one log line and one checkpoint at the end: a loop that read a loss, a count or the
+    # gradient norm every step would read four times as often in the longer run.
+    def run(steps, name):
+        batches = regression_batches([4] * (steps * accumulation))
+        c = config(max_steps=steps, log_every=1000, max_grad_norm=1.0, grad_accumulation=accumulation)
+        return lambda: train(linear(), Regression(), batches, c, tmp_path / name)
+
+    short, long = count_reads(run(2, "short"), monkeypatch), count_reads(run(8, "long"), monkeypatch)
+    assert short == long
+    # A log line every 2 steps: the reads grow with the lines, not with the steps.
+    every_two = count_reads(lambda: train(linear(), Regression(), regression_batches([4] * 8 * accumulation),
+                                          config(max_steps=8, log_every=2, max_grad_norm=1.0,
+                                                 grad_accumulation=accumulation), tmp_path / "two"), monkeypatch)
+    assert every_two > long
+
+
+class TinyPretraining(nn.Module):
+    """BertForPreTraining's interface in two layers: MLM logits at `predict_at` (sparse) and NSP logits. The
+    objective and the loop are under test, not the encoder (whose own per-forward checks are the model's)."""
+
+    def __init__(self, vocab: int = 60) -> None:
+        super().__init__()
+        self.embed, self.mlm, self.nsp = nn.Embedding(vocab, 16), nn.Linear(16, vocab), nn.Linear(16, 2)
+
+    def forward(self, input_ids, attention_mask, token_type_ids, predict_at=None):
+        h = self.embed(input_ids)  # (B, T, 16)
+        return types.SimpleNamespace(prediction_logits=self.mlm(h[predict_at]), seq_relationship_logits=self.nsp(h[:, 0]))
+
+
+def test_the_pretraining_objective_reads_nothing_from_the_device(tmp_path, monkeypatch):
+    # MLM + NSP: counts come from the batch, (sum, count) terms stay tensors.
+    from bertkit.objectives import MaskedLMObjective
+
+    g = torch.Generator().manual_seed(0)
+
+    def batch():
+        ids = torch.randint(5, 60, (4, 12), generator=g)
+        labels = torch.where(torch.rand(4, 12, generator=g) < 0.2, ids, torch.full_like(ids, -100))
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+                "labels": labels, "next_sentence_label": torch.randint(0, 2, (4,), generator=g)}
+
+    def run(steps, name):
+        torch.manual_seed(0)
+        batches = [batch() for _ in range(steps)]
+        return lambda: train(TinyPretraining(), MaskedLMObjective("nsp"), batches,
+                             config(max_steps=steps, log_every=1000), tmp_path / name)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)

@@ -30,11 +30,32 @@ def markdown(env: dict, checks: list[dict], speed: list[dict], finished: bool) -
               "`torch.cuda.max_memory_allocated` during one call beyond what was allocated before it.", "",
               SPEED_HEADER, SPEED_RULE]
     for r in speed:
-        if r.get("bench") in (None, "peak") and r["status"] == "ok":
+        if r.get("bench") in (None, "peak") and r["status"] == "ok" or r["name"].startswith("e2e_"):
             continue
         lines.append(speed_row(r))
-    lines.append("")
+    lines += ["", *e2e_table([r for r in speed if r["name"].startswith("e2e_")]), ""]
     return "\n".join(lines)
+
+
+def e2e_table(records: list[dict]) -> list[str]:
+    """The end-to-end rows (bench/gpu/e2e.py): the CLI's rate against the Trainer's and the model step's."""
+    lines = ["## End to end (the CLI against transformers' Trainer and bertkit's own model step)", "",
+             "| row | model | bertkit | Trainer | ratio | model step | end to end / step | MFU |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        if r["status"] != "ok":
+            lines.append(f"| {r['name']} | {r['status']}: {_cell(r.get('reason') or r.get('error') or '')} "
+                         f"| | | | | | |")
+            continue
+        unit = "ex/s" if "bertkit_examples_per_s" in r else "tok/s"
+        ours = r.get("bertkit_examples_per_s", r.get("bertkit_tokens_per_s"))
+        peer = r.get("peer_examples_per_s", r.get("peer_tokens_per_s"))
+        fmt = lambda x, spec: "" if x is None else format(x, spec)  # noqa: E731
+        lines.append(f"| {r['name']} | {_cell(r.get('model', ''))} | {fmt(ours, ',.0f')} {unit} | "
+                     f"{fmt(peer, ',.0f')} | {fmt(r.get('ratio'), '.2f')} | "
+                     f"{fmt(r.get('model_step_tokens_per_s'), ',.0f')} | {fmt(r.get('ratio_to_step'), '.2f')} | "
+                     f"{fmt(r.get('bertkit_mfu'), '.1%')} |")
+    return lines
 
 
 def environment_table(env: dict) -> list[str]:

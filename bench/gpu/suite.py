@@ -230,7 +230,7 @@ def _quiet_transformers():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.gpu import checks, speed
+    from bench.gpu import checks, e2e, speed
 
     args = parse_args(argv)
     ctx = make_context(args)
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
           f"results in {ctx.out}/", flush=True)
     correctness: list[dict] = []
     measurements: list[dict] = []
-    items = speed.plan(ctx)
+    items = speed.plan(ctx) + e2e.plan(ctx)
     names = [name for name, _ in checks.CHECKS] + [name for name, _, _ in items]
     write_results(ctx, env, correctness, measurements, finished=False)
     try:

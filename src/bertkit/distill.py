@@ -310,8 +310,9 @@ class DistillationTask:
             s_logits, t_logits = s_logits[at], t_logits[at]
         s, t = s_logits.float(), t_logits.float()  # (N, C)
         gold = labels[at] if at is not None else labels
-        n = s.new_tensor(float(s.shape[0]))
-        m = s.new_tensor(float(labelled.sum()))
+        # Counts as device values (a fill, a sum): a host read here would wait for the device every step
+        n = torch.full((), float(s.shape[0]), dtype=s.dtype, device=s.device)
+        m = labelled.sum().to(s.dtype)
         out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         if self.head == "regression":
             if c.alpha_soft > 0:
@@ -335,7 +336,7 @@ class DistillationTask:
             for (_, j), h in zip(self.pairs, s_mapped):
                 diff = h.float()[real] - t_hidden[j].float()[real]  # (M, H_t)
                 total = total + (diff ** 2).mean(-1).sum()
-            out["hidden_loss"] = (c.alpha_hidden * total, s.new_tensor(float(real.sum()) * len(self.pairs)))
+            out["hidden_loss"] = (c.alpha_hidden * total, real.sum().to(s.dtype) * len(self.pairs))
         return out
 
 
@@ -635,7 +636,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     from bertkit.data.loader import PretrainingStream, fixed_batches
     from bertkit.data.shards import ShardedCorpus
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
-    from bertkit.pretrain import random_token_ids, stream_options
+    from bertkit.pretrain import data_workers, random_token_ids, stream_options
     from bertkit.tokenizers import load_tokenizer
     from bertkit.trainer import seed_everything, setup_distributed, train
 
@@ -666,7 +667,8 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
     random_ids = random_token_ids(tokenizer)
     stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
-                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids)
+                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids,
+                               workers=data_workers(d.workers, device, dist_info))
 
     eval_batches, teacher_eval = None, {}
     objective = MaskedLMObjective(pair_task=None)

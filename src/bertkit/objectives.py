@@ -30,6 +30,12 @@ OBJECTIVES = {
 }
 
 
+def _count(n: int, like: torch.Tensor) -> torch.Tensor:
+    """A host count as a float32 () tensor beside `like`, written by a fill kernel: `new_tensor(n)` would copy it
+    from pageable host memory, which waits for the device's queue."""
+    return torch.full((), float(n), dtype=torch.float32, device=like.device)
+
+
 @dataclass
 class MaskedLMObjective:
     """MLM (+ NSP or SOP) on a `BertForPreTraining`-like model.
@@ -53,7 +59,7 @@ class MaskedLMObjective:
                     predict_at=at if self.sparse_prediction else None)
         logits = out.prediction_logits if self.sparse_prediction else out.prediction_logits[at]  # (N, V)
         targets = labels[at]
-        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        n = _count(targets.numel(), targets)
         result = {
             "mlm_loss": (F.cross_entropy(logits.float(), targets, reduction="sum"), n),
             "mlm_accuracy": ((logits.argmax(-1) == targets).sum().float(), n),
@@ -62,7 +68,7 @@ class MaskedLMObjective:
             pair = batch["next_sentence_label"]
             keep = pair != IGNORE_INDEX
             scores = out.seq_relationship_logits[keep]
-            m = pair.new_tensor(int(keep.sum()), dtype=torch.float32)
+            m = keep.sum().float()
             result[f"{self.pair_task}_loss"] = (F.cross_entropy(scores.float(), pair[keep], reduction="sum"), m)
             result[f"{self.pair_task}_accuracy"] = ((scores.argmax(-1) == pair[keep]).sum().float(), m)
         return result
@@ -123,9 +129,9 @@ class ElectraObjective:
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
         targets = out.mlm_labels  # (N,)
-        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        n = _count(targets.numel(), targets)
         real = batch["attention_mask"] != 0  # (B, T); packed rows number their documents 1, 2, ...
-        m = n.new_tensor(float(real.sum()))
+        m = real.sum().float()
         scores, replaced = out.rtd_logits[real].float(), out.rtd_labels[real]  # (M,) each
         bce = F.binary_cross_entropy_with_logits(scores, replaced, reduction="sum")
         return {
@@ -154,7 +160,7 @@ class CausalLMObjective:
         logits = model(ids, mask, batch.get("token_type_ids")).logits[:, :-1]  # (B, T-1, V)
         keep = next_token_targets(mask)  # a next token of the same document to predict
         scores, targets = logits[keep].float(), ids[:, 1:][keep]  # (N, V), (N,)
-        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        n = _count(targets.numel(), targets)
         return {"lm_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "lm_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
 
@@ -181,7 +187,7 @@ class SpanCorruptionObjective:
         # averages over the global batch.
         scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
         targets = labels[labels != IGNORE_INDEX]  # (N,), scores (N, V)
-        n = targets.new_tensor(targets.numel(), dtype=torch.float32)
+        n = _count(targets.numel(), targets)
         return {"span_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "span_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
 

@@ -64,6 +64,9 @@ class DataConfig:
     mean_noise_span_length: float = _f(3.0, "T5: mean length of a corrupted span")
     partial_k: int = _f(7, "XLNet: predict about 1/K of the tokens, each span with (K - 1) x its length of context "
                            "(the paper's K = 7); max_predictions_per_seq is the exact count")
+    workers: int | None = _f(None, "processes that make the batches beside the training process (0: in it, by a "
+                                   "background thread); default: up to 4 per GPU, 0 on the CPU. The batches are "
+                                   "the same whatever the number")
     lstm_state: str = _f("carry", "elmo: carry the forward LSTMs' state from one batch of word windows to the next "
                                   "(the lanes continue, as bilm-tf trains) or reset it every batch")
 
@@ -88,6 +91,8 @@ class DataConfig:
             raise ValueError(f"dupe_factor must be at least 1, got {self.dupe_factor}")
         if self.eval_instances < 0:
             raise ValueError(f"eval_instances must not be negative, got {self.eval_instances}")
+        if self.workers is not None and self.workers < 0:
+            raise ValueError(f"workers must not be negative, got {self.workers}")
         if self.rtd_weight < 0:
             raise ValueError(f"rtd_weight must not be negative, got {self.rtd_weight}")
         if not 0.0 < self.generator_fraction <= 1.0:
@@ -723,7 +728,18 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
 # Settings a resumed run may change: its budget and bookkeeping, never what it computes.
 RESUMABLE_CHANGES = {"train": {"max_steps", "max_time", "max_tokens", "log_every", "eval_every", "save_every",
                                "keep_last", "progress", "device", "precision", "compile"},
-                     "data": {"eval_instances"}}
+                     "data": {"eval_instances", "workers"}}
+
+
+def data_workers(workers: int | None, device, dist_info) -> int:
+    """The stream's worker processes: `workers`, or by default up to 4 per GPU (this machine's cores shared among
+    its ranks, one kept for the training process) and none on the CPU, where they would take the model's cores."""
+    if workers is not None:
+        return workers
+    if getattr(device, "type", "cpu") != "cuda":
+        return 0
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist_info.world_size))
+    return max(0, min(4, (os.cpu_count() or 1) // max(local, 1) - 1))
 
 
 def data_fingerprint(corpus) -> dict[str, Any]:
@@ -840,7 +856,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         random_ids = random_token_ids(tokenizer)
         stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size,
                                    seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size,
-                                   random_ids=random_ids)
+                                   random_ids=random_ids, workers=data_workers(d.workers, device, dist_info))
 
     if d.objective != "elmo" and "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
         eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data)

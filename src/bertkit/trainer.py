@@ -41,6 +41,7 @@ from torch import nn
 from bertkit.checkpoint import (RESUME_DIR, latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
                                 save_checkpoint, set_rng_state)
 from bertkit.config import field_with_help
+from bertkit.errors import DataError
 from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_temporaries, writer_lock
 
 
@@ -506,12 +507,22 @@ class TrainResult:
     stopped_by: str
 
 
-def _all_reduce_sum(values: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Sum a small CPU tensor over the ranks; back on the CPU. NCCL reduces GPU tensors only, so it travels
-    through `device` (gloo: the CPU itself)."""
-    values = values.to(device)
-    dist.all_reduce(values)
-    return values.cpu()
+def _host_group(info: Distributed) -> Any:
+    """The process group that sums host numbers (batch counts): the default one when it is gloo, else a gloo
+    group beside NCCL's, so counts never travel through the GPU (a device read each step)."""
+    if info.world_size == 1:
+        return None
+    if dist.get_backend() == "gloo":
+        return dist.group.WORLD
+    return dist.new_group(backend="gloo")
+
+
+def _device_scalar(x: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """x as a float64 () tensor on `device`; a host number is written by a fill kernel, not copied (a blocking
+    host-to-device copy waits for the device's queue)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64).reshape(())
+    return torch.full((), float(x), dtype=torch.float64, device=device)
 
 
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -541,8 +552,15 @@ def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], confi
         if dist_info.is_main:
             for path in remove_stale_temporaries(run_dir, run_dir / RESUME_DIR):
                 print(f"bertkit: removed {path}, left by an interrupted run", file=sys.stderr, flush=True)
-        return _train(model, task, batches, config, run_dir, evaluate, resume, on_save, dist_info, device,
-                      eval_at_start)
+        try:
+            return _train(model, task, batches, config, run_dir, evaluate, resume, on_save, dist_info, device,
+                          eval_at_start)
+        except RuntimeError as err:
+            # torch's DataLoader reports a dead worker from its SIGCHLD handler, wherever the loop then is
+            if "DataLoader worker" not in str(err):
+                raise
+            raise DataError(f"a data loader worker process of rank {dist_info.rank} died "
+                            f"({str(err).splitlines()[0]}); continue from the last checkpoint with --resume") from None
 
 
 def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], config: TrainConfig, run_dir: Path,
@@ -563,7 +581,8 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
-        batches.load_state_dict(state["data"])
+        # Each rank's own position (checkpoints of one process, or older ones, hold one for all)
+        batches.load_state_dict(state["data_ranks"][dist_info.rank] if "data_ranks" in state else state["data"])
         set_rng_state(state["rng"][dist_info.rank])
         if dist_info.is_main:
             print(f"resuming from {checkpoint} (step {step})", flush=True)
@@ -589,14 +608,28 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
                        desc="training", smoothing=0.05)
 
     data_state: Any = state["data"] if checkpoint is not None else None
+    # Counts are host numbers (they come from the batch, before the step); across ranks they are summed over a gloo
+    # group, so NCCL runs never read the GPU for them.
+    host_group = _host_group(dist_info)
     stream = iter(batches)
-    window: dict[str, list[float]] = {}
-    window_loss: list[float] = []
-    window_tokens, window_start = 0, time.perf_counter()
+    # The metrics window lives on the device: per term (sum, count) as a (2,) float64 tensor, the sum of the steps'
+    # losses, the last step's gradient norm; it is read only when a line is logged or a checkpoint is written.
+    window: dict[str, torch.Tensor] = {}
+    window_loss = torch.zeros((), dtype=torch.float64, device=device)
+    window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
     if checkpoint is not None and "window" in state:  # checkpoints written before the window was saved have none
-        window = {k: [float(x) for x in v] for k, v in state["window"]["sums"].items()}
-        window_loss = [float(x) for x in state["window"]["losses"]]
+        window = {k: torch.tensor([float(x) for x in v], dtype=torch.float64, device=device)
+                  for k, v in state["window"]["sums"].items()}
+        losses = state["window"]["losses"]
+        # Older checkpoints kept every step's loss; newer ones their sum and number.
+        if isinstance(losses, dict):
+            window_loss.fill_(float(losses["sum"]))
+            window_steps = int(losses["steps"])
+        else:
+            window_loss.fill_(float(sum(float(x) for x in losses)))
+            window_steps = len(losses)
         window_tokens = int(state["window"]["tokens"])
+    grad_norm = torch.zeros((), device=device)
     eval_metrics: dict[str, float] = {}
     last: dict[str, float] = {}
     start = time.perf_counter()
@@ -620,18 +653,23 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
 
     def save() -> None:
         rng = [rng_state()]
+        data = [data_state]
         if dist_info.world_size > 1:
+            # Every rank's RNG and data position: a rank's stream makes only its own rows, so its position is its own
             gathered: list[Any] = [None] * dist_info.world_size
-            dist.all_gather_object(gathered, rng[0])
-            rng = gathered
+            dist.all_gather_object(gathered, (rng[0], data_state))
+            rng, data = [g[0] for g in gathered], [g[1] for g in gathered]
         if dist_info.is_main:
             # The open metrics window goes with the checkpoint: when save_every is not a multiple of log_every, the
             # first line a resumed run logs then averages the same steps as the uninterrupted run's.
             state = {"step": step, "tokens": tokens, "elapsed": elapsed(), "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict(), "data": data_state, "rng": rng,
+                     "optimizer": optimizer.state_dict(), "data": data[0], "rng": rng,
                      "config": dataclasses.asdict(config),
-                     "window": {"sums": {k: list(v) for k, v in window.items()}, "losses": list(window_loss),
+                     "window": {"sums": {k: v.tolist() for k, v in window.items()},
+                                "losses": {"sum": float(window_loss), "steps": window_steps},
                                 "tokens": window_tokens}}
+            if dist_info.world_size > 1:
+                state["data_ranks"] = data
             save_checkpoint(resume_state_path(run_dir, step), state, config.keep_last)
             if on_save is not None:
                 on_save(model, step)
@@ -659,22 +697,25 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
             stopped_by = "end_of_data"
             break
         data_state = micro[-1].get("_state")
-        counts = {}
-        for b in micro:
+        counts: dict[str, float] = {}
+        real_tokens = 0
+        for b in micro:  # host arrays: the batch is still where the loader left it
             for k, v in task.counts(b).items():
                 counts[k] = counts.get(k, 0.0) + float(v)
+            real_tokens += int(b["attention_mask"].ne(0).sum())
         names = sorted(counts)
-        real_tokens = sum(float(b["attention_mask"].ne(0).sum()) for b in micro)
-        totals = torch.tensor([counts[k] for k in names] + [real_tokens], dtype=torch.float64)
+        totals = [counts[k] for k in names] + [float(real_tokens)]
         if dist_info.world_size > 1:
-            totals = _all_reduce_sum(totals, device)
-        global_counts = {k: max(float(totals[i]), 1.0) for i, k in enumerate(names)}
+            reduced = torch.tensor(totals, dtype=torch.float64)
+            dist.all_reduce(reduced, group=host_group)
+            totals = reduced.tolist()
+        global_counts = {k: max(totals[i], 1.0) for i, k in enumerate(names)}
         step_tokens = int(totals[-1])
 
         lr = learning_rate(config, step, elapsed())
         for group in optimizer.param_groups:
             group["lr"] = lr
-        sums: dict[str, list[float]] = {}
+        sums: dict[str, torch.Tensor] = {}
         for i, b in enumerate(micro):
             b = _move(b, device)
             sync = i == len(micro) - 1 or dist_info.world_size == 1
@@ -685,44 +726,48 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
                 loss = sum(out[k][0].float() / global_counts[k] for k in out if k.endswith("_loss"))
                 (loss * dist_info.world_size).backward()  # DDP averages gradients over ranks; undo that
             for k, (value, count) in out.items():
-                acc = sums.setdefault(k, [0.0, 0.0])
-                acc[0] += float(value.detach())
-                acc[1] += float(count)
+                pair = torch.stack([_device_scalar(value, device), _device_scalar(count, device)])
+                sums[k] = sums[k] + pair if k in sums else pair
+        # The norm stays a device tensor: clip_grad_norm_ scales by min(1, max / norm) on the device.
         if config.max_grad_norm > 0:
-            grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         else:
-            grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in model.parameters()
-                                                      if p.grad is not None])))
+            grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens += step_tokens
 
-        # Step metrics over the global batch.
+        # Step metrics over the global batch, summed on the device (an all-reduce is queued, nothing is read).
         keys = sorted(sums)
-        flat = torch.tensor([x for k in keys for x in sums[k]], dtype=torch.float64)
+        flat = torch.stack([sums[k] for k in keys])  # (terms, 2)
         if dist_info.world_size > 1:
-            flat = _all_reduce_sum(flat, device)
-        step_loss = 0.0
+            dist.all_reduce(flat)
+        step_loss = torch.zeros((), dtype=torch.float64, device=device)
         for j, k in enumerate(keys):
-            value, count = float(flat[2 * j]), float(flat[2 * j + 1])
-            window.setdefault(k, [0.0, 0.0])
-            window[k][0] += value
-            window[k][1] += count
+            window[k] = window[k] + flat[j] if k in window else flat[j].clone()
             if k.endswith("_loss"):
-                step_loss += value / max(count, 1.0)
-        window_loss.append(step_loss)
+                step_loss = step_loss + flat[j, 0] / flat[j, 1].clamp(min=1.0)
+        window_loss = window_loss + step_loss
+        window_steps += 1
         window_tokens += step_tokens
-        if not math.isfinite(step_loss):
-            raise FloatingPointError(f"the loss became {step_loss} at step {step}; lower the learning rate or "
-                                     f"check the data")
 
         if step % config.log_every == 0 or step == config.max_steps:
+            # The one read of the device between log steps: the window's terms, its loss and the gradient norm.
             now = time.perf_counter()
-            record: dict[str, Any] = {"step": step, "loss": sum(window_loss) / len(window_loss)}
-            for k, (value, count) in window.items():
-                record[k] = value / max(count, 1.0)
-            record.update(lr=lr, grad_norm=grad_norm, tokens=tokens,
+            names_logged = list(window)
+            values = torch.cat([torch.stack([window[k] for k in names_logged]).reshape(-1) if names_logged
+                                else window_loss.new_zeros(0), window_loss.reshape(1),
+                                grad_norm.detach().to(torch.float64).reshape(1)]).tolist()
+            mean_loss = values[-2] / max(window_steps, 1)
+            if not math.isfinite(mean_loss):
+                raise FloatingPointError(f"the loss became {mean_loss} by step {step} (the average of steps "
+                                         f"{step - window_steps + 1}-{step}); lower the learning rate or check the "
+                                         f"data")
+            record: dict[str, Any] = {"step": step, "loss": mean_loss}
+            for j, k in enumerate(names_logged):
+                record[k] = values[2 * j] / max(values[2 * j + 1], 1.0)
+            record.update(lr=lr, grad_norm=values[-1], tokens=tokens,
                           tokens_per_s=window_tokens / max(now - window_start, 1e-9), elapsed_s=elapsed())
             if config.batch_warmup_steps:  # the batch-size warm-up's current step: micro-batches per rank
                 record["micro_batches"] = len(micro)
@@ -731,7 +776,9 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
                                 tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
-            window, window_loss, window_tokens, window_start = {}, [], 0, now
+            window = {}
+            window_loss = torch.zeros((), dtype=torch.float64, device=device)
+            window_steps, window_tokens, window_start = 0, 0, now
         if bar is not None:
             if config.max_time:
                 bar.set_postfix_str(f"step {step}" + (f", loss {last.get('loss', float('nan')):.3f}" if last else ""),

@@ -286,3 +286,36 @@ def test_torchrun_restarts_a_job_whose_rank_was_killed(corpus, tmp_path):
     assert proc.returncode == 0, err[-3000:]
     assert "restart" in err.lower() or "Restarting" in err, err[-3000:]
     assert training_records(run) == training_records(reference)
+
+
+def test_a_killed_data_worker_ends_the_run_with_one_line_and_resume_continues_exactly(corpus, tmp_path):
+    """`--workers 1`: the batches come from a worker process. Killing it ends the run with one line (no
+    traceback); `--resume` then finishes it with every step's loss bit for bit those of a run whose batches were
+    made in the training process (`--workers 0`): the workers change where batches are made, never what they are."""
+    text, tok = corpus
+    data_dir = tmp_path / "data"
+    prepare([text], tok, data_dir, progress=False, eval_fraction=0.02)
+    argv = lambda run, workers, *extra: pretrain_argv(data_dir, run, "--workers", str(workers), "--max-steps",  # noqa: E731
+                                                      "24", "--save-every", "3", "--log-every", "1", *extra)
+    plain = tmp_path / "plain"
+    done = subprocess.run(bertkit_command(*argv(plain, 0)), env=subprocess_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "run"
+    proc = subprocess.Popen(bertkit_command(*argv(run, 1)), env=subprocess_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (run / "checkpoints" / "step-00000006.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its worker could be killed"
+        time.sleep(0.02)
+    workers = _children(proc.pid)
+    assert workers, "no data worker process"
+    os.kill(workers[0], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 2
+    assert "worker process" in one_error_line(stderr) and "--resume" in one_error_line(stderr)
+    assert max(losses(run)) < 24, "the run finished before the kill; nothing was tested"
+    resumed = subprocess.run(bertkit_command(*argv(run, 1, "--resume")), env=subprocess_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert losses(run) == losses(plain) and len(losses(plain)) == 24

@@ -112,11 +112,45 @@ class ListDocuments:
         return self._ids[i], self._starts[i]
 
 
+class CachedDocuments:
+    """A `DocumentSource` that keeps the last `size` documents it read, empty sentences dropped and arrays in
+    their final dtypes: NSP's random next segments read a random document each, and a document read costs its
+    whole length (the segment needs a few sentences of it)."""
+
+    loads_clean = True
+
+    def __init__(self, docs: DocumentSource, size: int = 256) -> None:
+        self.docs, self.size = docs, size
+        self._cache: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __getstate__(self) -> dict:  # a worker process starts with an empty cache
+        return {"docs": self.docs, "size": self.size, "_cache": {}}
+
+    def document(self, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        i = int(i)
+        hit = self._cache.pop(i, None)
+        if hit is None:
+            ids, starts = self.docs.document(i)
+            if len(ids) != len(starts):
+                raise ValueError(f"document {i}: {len(ids)} sentences but {len(starts)} word-start arrays")
+            keep = [k for k, x in enumerate(ids) if len(x) > 0]
+            hit = ([np.asarray(ids[k], dtype=np.int64) for k in keep], [np.asarray(starts[k], dtype=bool) for k in keep])
+            if len(self._cache) >= self.size:
+                self._cache.pop(next(iter(self._cache)))  # the least recently used (dicts keep insertion order)
+        self._cache[i] = hit
+        return hit
+
+
 # ----------------------------------------------------------------------------------------------- helpers
 
 
 def _load(docs: DocumentSource, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Document i with empty sentences dropped: every rule below assumes a sentence has at least one token."""
+    if getattr(docs, "loads_clean", False):  # a source that already drops them (`CachedDocuments`)
+        return docs.document(i)
     ids, starts = docs.document(i)
     if len(ids) != len(starts):
         raise ValueError(f"document {i}: {len(ids)} sentences but {len(starts)} word-start arrays")

@@ -1,20 +1,31 @@
-"""Deterministic, resumable streams of masked pretraining batches.
+"""Deterministic, resumable streams of masked pretraining batches, each rank making only its own rows.
 
-The global stream of instances is a pure function of (corpus, options, seed): epoch e visits the documents in a
-seeded permutation, `chunk_docs` documents at a time; each chunk's instances are created with a generator seeded
-by (seed, e, chunk) and shuffled. Masks come from `masking_rng(seed, e, k)` (dynamic masking: fresh every epoch) or
-`masking_rng(seed, e, k, dupe_factor)` (static masking: with it the instances and their masks repeat every
-`dupe_factor` epochs, the `dupe_factor` fixed copies of BERT's offline data creation).
+Rows are lanes. With G = micro_batch_size x world_size, global micro-batch j holds row l of lane l (l < G), and
+rank r owns lanes [r·B, (r+1)·B): what a rank creates, pads and masks is its own batch, never the global one, and
+a run on N ranks trains on exactly the batches of one rank with N times the batch (G is the same). The documents
+of every epoch, in a seeded permutation (`[seed, 3, epoch]`), are laid end to end into one endless sequence D
+(epoch after epoch), dealt to the lanes round robin: lane l reads D[l], D[l + G], D[l + 2G], ..., whole
+documents until it holds `lane_tokens` tokens (a lane chunk, starting at the lane's m-th document), whose rows it
+shuffles (`[seed, 4, G, l, m]`) and hands out one per batch.
 
-Global micro-batch j holds instances [j·G, (j+1)·G) with G = micro_batch_size × world_size, masked together with
-a generator seeded by its first instance's (epoch, index); rank r takes the r-th slice of it. Every rank computes
-the same stream (instance creation and masking are cheap next to a training step) and keeps its own disjoint part,
-so a 2-rank run sees exactly the batches of a 1-rank run with twice the batch.
-A position is (epoch, chunk, offset in chunk, index in epoch): enough to regenerate the rest after a restart.
+Pair instances (NSP, SOP, sentence pairs) are made per document with `[seed, 2, e, d]` (e: the document's epoch,
+or e mod dupe_factor under static masking, so the dupe_factor fixed copies of BERT's offline data repeat);
+packed rows (FULL-SENTENCES, DOC-SENTENCES) pack a lane chunk's documents. A document's instances (a packed
+chunk's rows) are masked together, at creation, with a generator of their own (`lane_chunk`), so no row's mask
+depends on the rank, the worker or the batch. Rows are padded to max_seq_length (static shapes: every rank's and
+worker's rows line up). A position is, per lane of this rank, (the chunk's first document m, offset in it):
+each rank checkpoints its own.
 
-T5's span corruption ("spans" instances) reads the same stream: a chunk's documents end to end, cut into token
-sequences of `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on
-its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
+With `workers` > 0, worker processes (torch DataLoader) make the batches, each a contiguous share of the rank's
+rows, outside the training process; the shares are joined into pinned memory (on a CUDA machine), so the copy to
+the device can be non_blocking. A worker that dies ends the run with one line (`DataError`); `--resume` continues
+from the last checkpoint exactly.
+
+T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
+laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
+micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows (`max_epochs` stops
+these streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
+`random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
 attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
 
 XLNet's permutation LM ("xlnet" instances) is not shuffled: a chunk's documents end to end are cut into G equal
@@ -38,15 +49,17 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
+    CachedDocuments, DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
     pack_doc_sentences, pack_full_sentences, pad_instances,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
+from bertkit.errors import DataError
 from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, split_tokens
 from bertkit.data.permutation import plm_example, row_segments, split_a_b
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
+LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
 _END = object()  # end-of-stream marker of the prefetch queue
 
 
@@ -59,7 +72,10 @@ class StreamOptions:
     max_predictions_per_seq: int = 20
     whole_word_masking: bool = False
     dupe_factor: int | None = None  # None = dynamic masking; N = static masking with N copies
-    chunk_docs: int = 64
+    chunk_docs: int = 64  # spans, xlnet: documents cut together (a whole-corpus chunk)
+    # The other kinds: tokens of whole documents (at least one) a lane (a batch row) cuts, packs and shuffles
+    # together; packed rows cross document boundaries within them
+    lane_tokens: int = 2048
     # Packed rows (full-sentences): the attention mask numbers each row's documents 1, 2, ... instead of 1, so the
     # model keeps attention within a document and restarts positions at its first token (no cross-document
     # attention, as if each document had a row of its own, without the padding).
@@ -77,6 +93,9 @@ class StreamOptions:
     partial_k: int = 7
 
     def __post_init__(self) -> None:
+        if self.lane_tokens < 1 or self.chunk_docs < 1:
+            raise ValueError(f"lane_tokens and chunk_docs must be at least 1, got {self.lane_tokens}, "
+                             f"{self.chunk_docs}")
         if self.instances not in OBJECTIVE_INSTANCES:
             raise ValueError(f"unknown instance kind {self.instances!r}; choose one of {OBJECTIVE_INSTANCES}")
         if self.isolate_documents and self.instances != "full-sentences":
@@ -127,80 +146,194 @@ class PretrainingStream:
     and (B,) next_sentence_label for pair tasks; "_state" holds the position after the batch.
 
     Iteration starts at the position last given to `load_state_dict` (the beginning by default); the position
-    of what has been consumed travels with each batch, so prefetching never confuses a checkpoint."""
+    of what has been consumed travels with each batch, so prefetching never confuses a checkpoint.
+
+    prefetch: batches made ahead (a background thread, or per worker process); workers: processes that make the
+    batches (0: this process).
+    """
 
     def __init__(self, docs: DocumentSource, options: StreamOptions, special: SpecialIds, vocab_size: int,
                  micro_batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 random_ids: np.ndarray | None = None, max_epochs: int | None = None, prefetch: int = 4) -> None:
+                 random_ids: np.ndarray | None = None, max_epochs: int | None = None, prefetch: int = 4,
+                 workers: int = 0) -> None:
         if len(docs) == 0:
             raise ValueError("the corpus has no documents")
-        self.docs, self.options, self.special = docs, options, special
+        if workers < 0:
+            raise ValueError(f"workers must be 0 (batches made in this process) or more, got {workers}")
+        # Lane kinds read documents through a small cache (NSP's random next segments, a lane chunk's neighbours)
+        self.docs = CachedDocuments(docs) if options.instances in LANE_INSTANCES else docs
+        self.options, self.special = options, special
         self.vocab_size, self.micro_batch_size = vocab_size, micro_batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.random_ids = random_ids
         self.max_epochs = max_epochs
         self.prefetch = prefetch  # batches made ahead by a background thread (0: make them on demand)
-        self.position = {"epoch": 0, "chunk": 0, "offset": 0, "index": 0}
+        self.workers = min(workers, micro_batch_size)  # each worker makes a share of at least one row
+        self.lanes = options.instances in LANE_INSTANCES
+        self.carried_mems = None
+        self.position = self._start()
+        self._orders: dict[int, np.ndarray] = {}
 
-    # ---- the pure part: instances of one chunk ------------------------------------------------------------------
+    @property
+    def group(self) -> int:
+        """G: the rows of a global micro-batch (the lanes)."""
+        return self.micro_batch_size * self.world_size
+
+    def _start(self) -> dict[str, Any]:
+        if self.lanes:
+            return {"group": 0, "lanes": [[0, 0] for _ in range(self.micro_batch_size)]}
+        return {"epoch": 0, "chunk": 0, "offset": 0, "index": 0}
+
+    def __getstate__(self) -> dict:  # what a worker process receives: no cached permutations
+        state = dict(self.__dict__)
+        state["_orders"] = {}
+        return state
+
+    # ---- the pure part ----------------------------------------------------------------------------------------
     def _creation_epoch(self, epoch: int) -> int:
         d = self.options.dupe_factor
         return epoch % d if d else epoch
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """The documents of `epoch` in its seeded order (the same for every dupe_factor-th epoch)."""
+        e = self._creation_epoch(epoch)
+        if e not in self._orders:
+            if len(self._orders) > 4:
+                self._orders.clear()
+            self._orders[e] = np.random.default_rng([self.seed, 3, e]).permutation(len(self.docs))
+        return self._orders[e]
+
+    def lane_documents(self, lane: int, m: int, group: int | None = None) -> list[tuple[int, int]]:
+        """(document, epoch) of the lane chunk of `lane` that starts at its m-th document: D[lane + (m + i)·G] for
+        i = 0, 1, ... until they hold lane_tokens tokens."""
+        G, n_docs = group or self.group, len(self.docs)
+        out, tokens = [], 0
+        while tokens < self.options.lane_tokens:
+            n = lane + (m + len(out)) * G
+            d = int(self._order(n // n_docs)[n % n_docs])
+            out.append((d, n // n_docs))
+            tokens += sum(len(x) for x in self.docs.document(d)[0])
+        return out
+
+    def lane_chunk(self, lane: int, m: int, group: int | None = None) -> dict[str, np.ndarray]:
+        """The rows of the lane chunk of `lane` that starts at its m-th document, made, masked and padded to max_seq_length, in their shuffled order:
+        (n, T) arrays input_ids (masked), labels, attention_mask, token_type_ids, and (n,) next_sentence_label for
+        pair tasks, and "_documents": how many documents the chunk read ({} rows when it makes none).
+
+        A document's pair instances are masked together with `[seed, 6, e, d]`, a packed chunk's rows with
+        `[seed, 6, e, G, lane, m]` (e: the epoch, or e mod dupe_factor under static masking): a row's mask depends
+        on its own unit only, never on the rank, the worker or the batch it lands in."""
+        o = self.options
+        G = group or self.group
+        members = self.lane_documents(lane, m, G)
+        static = o.dupe_factor is not None
+        units: list[tuple[list[Instance], list[int]]] = []  # (instances, masking seed words) per masking unit
+        if o.instances in ("nsp", "sop", "sentence-pair"):
+            for d, e in members:
+                ce = self._creation_epoch(e)
+                rng = np.random.default_rng([self.seed, 2, ce, d])
+                if o.instances == "sentence-pair":
+                    made = create_sentence_pair_instances(self.docs, d, o.max_seq_length, rng, self.special)
+                else:
+                    create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
+                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng, self.special)
+                units.append((made, [self.seed, 6, ce if static else e, d]))
+        else:
+            pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
+            e = members[0][1]
+            rows = list(pack(_Subset(self.docs, [d for d, _ in members]), o.max_seq_length, None,
+                             special=self.special))
+            units.append((rows, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
+        parts = [self._masked_rows(made, words) for made, words in units if made]
+        if not parts:
+            return {"_documents": len(members)}
+        chunk = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        perm = np.random.default_rng([self.seed, 4, G, lane, m]).permutation(len(chunk["input_ids"]))
+        return {**{name: value[perm] for name, value in chunk.items()}, "_documents": len(members)}
+
+    def _masked_rows(self, instances: list[Instance], seed_words: list[int]) -> dict[str, np.ndarray]:
+        """Pad `instances` to max_seq_length and mask them with the generator of `seed_words`."""
+        o = self.options
+        arrays = pad_instances(instances, o.max_seq_length, self.special.pad)
+        ids, labels = mask_tokens(arrays["input_ids"], arrays["special_mask"], np.random.default_rng(seed_words),
+                                  vocab_size=self.vocab_size, mask_id=self.special.mask, mask_prob=o.mask_prob,
+                                  max_predictions=o.max_predictions_per_seq, whole_word=o.whole_word_masking,
+                                  word_starts=arrays["word_starts"], random_ids=self._replacement_ids())
+        attention = arrays["attention_mask"]
+        if o.isolate_documents:  # documents 1, 2, ... within each row; 0 stays padding
+            attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
+        out = {"input_ids": ids, "labels": labels, "attention_mask": attention,
+               "token_type_ids": arrays["token_type_ids"]}
+        if "next_sentence_label" in arrays:
+            out["next_sentence_label"] = arrays["next_sentence_label"]
+        return out
+
+    def _replacement_ids(self) -> np.ndarray:
+        """The ids random replacements draw from: `random_ids`, or every id but the special ones."""
+        if getattr(self, "_replacements", None) is None:
+            if self.random_ids is not None:
+                self._replacements = np.asarray(self.random_ids, dtype=np.int64)
+            else:
+                specials = [x for x in (self.special.cls, self.special.sep, self.special.pad, self.special.mask)
+                            if x is not None]
+                self._replacements = np.setdiff1d(np.arange(self.vocab_size, dtype=np.int64), specials)
+        return self._replacements
 
     def num_chunks(self) -> int:
         return -(-len(self.docs) // self.options.chunk_docs)
 
     def chunk_instances(self, epoch: int, chunk: int) -> list[Instance]:
+        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring)."""
         o = self.options
         e = self._creation_epoch(epoch)
-        order = np.random.default_rng([self.seed, 3, e]).permutation(len(self.docs))
-        members = order[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
+        members = self._order(epoch)[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
         rng = np.random.default_rng([self.seed, 2, e, chunk])
-        out: list[Instance] = []
-        if o.instances in ("nsp", "sop"):
-            create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
-            for d in members:
-                out.extend(create(self.docs, int(d), o.max_seq_length, o.short_seq_prob, rng, self.special))
-        elif o.instances == "sentence-pair":
-            for d in members:
-                out.extend(create_sentence_pair_instances(self.docs, int(d), o.max_seq_length, rng, self.special))
-        elif o.instances == "xlnet":
+        if o.instances == "xlnet":
             return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
-                              self.micro_batch_size * self.world_size)
-        elif o.instances == "spans":
-            # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
-            documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
-                                        or [np.zeros(0, dtype=np.int64)]) for d in members]
-            for ids in split_tokens(documents, o.span_lengths[0]):
-                ones = np.ones(len(ids), dtype=bool)
-                out.append(Instance(ids, np.zeros_like(ids), ones, ~ones, -1))
-        else:
-            pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
-            out.extend(pack(_Subset(self.docs, members), o.max_seq_length, None, special=self.special))
+                              self.group)
+        if o.instances != "spans":
+            raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
+        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
+        out: list[Instance] = []
+        documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
+                                    or [np.zeros(0, dtype=np.int64)]) for d in members]
+        for ids in split_tokens(documents, o.span_lengths[0]):
+            ones = np.ones(len(ids), dtype=bool)
+            out.append(Instance(ids, np.zeros_like(ids), ones, ~ones, -1))
         perm = rng.permutation(len(out))
         return [out[i] for i in perm]
 
     def mask(self, input_ids: np.ndarray, special_mask: np.ndarray, word_starts: np.ndarray, epoch: int,
              index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Mask a (G, T) group whose first instance is instance `index` of `epoch`."""
+        """Mask a (G, T) group whose first instance is instance `index` of `epoch` (one generator for the group)."""
         o = self.options
         rng = masking_rng(self.seed, epoch, index, o.dupe_factor)
         return mask_tokens(input_ids, special_mask, rng, vocab_size=self.vocab_size, mask_id=self.special.mask,
                            mask_prob=o.mask_prob, max_predictions=o.max_predictions_per_seq,
                            whole_word=o.whole_word_masking, word_starts=word_starts, random_ids=self.random_ids)
 
-    # ---- iteration ------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, int]:
-        return dict(self.position)
+    # ---- positions --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {k: ([list(x) for x in v] if k == "lanes" else v) for k, v in self.position.items()}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        if state is not None:
-            self.position = {k: int(state[k]) for k in ("epoch", "chunk", "offset", "index")}
-            # XLNet: the memory the last trained segment left (this rank's only), handed to the next batch
-            self.carried_mems = state.get("mems") if state.get("rank", 0) == self.rank else None
+        if state is None:
+            return
+        if self.lanes:
+            lanes = state.get("lanes")
+            if not isinstance(lanes, list) or len(lanes) != self.micro_batch_size:
+                raise ValueError(f"the checkpoint's data position is not one of {self.micro_batch_size} lanes "
+                                 f"(a run started by an older bertkit, or with another batch size); resume it "
+                                 f"with the version and settings it was started with")
+            self.position = {"group": int(state["group"]), "lanes": [[int(k), int(o)] for k, o in lanes]}
+            return
+        self.position = {k: int(state[k]) for k in ("epoch", "chunk", "offset", "index")}
+        # XLNet: the memory the last trained segment left (this rank's only), handed to the next batch
+        self.carried_mems = state.get("mems") if state.get("rank", 0) == self.rank else None
 
+    # ---- iteration ------------------------------------------------------------------------------------------
     def instances(self) -> Iterator[tuple[Instance, int, int, dict[str, int]]]:
-        """(instance, epoch, index in epoch, position after it), from the current position on."""
+        """Spans and xlnet: (instance, epoch, index in epoch, position after it), from the current position on."""
         pos = dict(self.position)
         cache_key, cache = None, []
         while self.max_epochs is None or pos["epoch"] < self.max_epochs:
@@ -218,7 +351,11 @@ class PretrainingStream:
                 pos = {"epoch": pos["epoch"] + 1, "chunk": 0, "offset": 0, "index": 0}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """Batches from the current position on, made `prefetch` ahead in a background thread."""
+        """Batches from the current position on: from worker processes, or made `prefetch` ahead in a background
+        thread, or on demand."""
+        if self.workers > 0:
+            yield from self._from_workers()
+            return
         if self.prefetch <= 0:
             yield from self._batches()
             return
@@ -258,11 +395,17 @@ class PretrainingStream:
             stop.set()
             worker.join()
 
-    def _batches(self) -> Iterator[dict[str, Any]]:
-        group = self.micro_batch_size * self.world_size
-        rows = slice(self.rank * self.micro_batch_size, (self.rank + 1) * self.micro_batch_size)
+    def _batches(self, share: range | None = None) -> Iterator[dict[str, Any]]:
+        """This rank's batches, or the rows `share` (indices among the rank's B rows) of each."""
+        share = range(self.micro_batch_size) if share is None else share
+        if self.lanes:
+            yield from self._lane_batches(share)
+            return
+        group = self.group
+        base = self.rank * self.micro_batch_size
+        rows = slice(base + share.start, base + share.stop)
         pending: list[tuple[Instance, int, int]] = []
-        carried = getattr(self, "carried_mems", None)
+        carried = self.carried_mems
         for inst, epoch, index, after in self.instances():
             pending.append((inst, epoch, index))
             if len(pending) == group:
@@ -272,63 +415,132 @@ class PretrainingStream:
                 yield batch
                 pending = []
 
+    def _lane_batches(self, share: range) -> Iterator[dict[str, Any]]:
+        lanes = [self.rank * self.micro_batch_size + r for r in share]
+        pos = [list(self.position["lanes"][r]) for r in share]
+        group = self.position["group"]
+        chunks: dict[int, tuple[int, list]] = {}
+        while True:
+            items = []
+            for i, lane in enumerate(lanes):
+                k, offset = pos[i]
+                skipped = 0
+                while True:
+                    cached = chunks.get(lane)
+                    if cached is None or cached[0] != k:
+                        cached = chunks[lane] = (k, self.lane_chunk(lane, k))
+                    if offset < len(cached[1].get("input_ids", ())):
+                        break
+                    k, offset, skipped = k + cached[1]["_documents"], 0, skipped + 1
+                    if skipped > len(self.docs):
+                        raise ValueError(f"no document of the corpus makes a {self.options.instances} instance "
+                                         f"of max_seq_length {self.options.max_seq_length}")
+                items.append((cached[1], offset))
+                pos[i] = [k, offset + 1]
+            group += 1
+            batch = self.collate_rows(items)
+            batch["_state"] = {"group": group, "lanes": [list(p) for p in pos]}
+            yield batch
+
+    @staticmethod
+    def collate_rows(items: list[tuple[dict[str, np.ndarray], int]]) -> dict[str, Any]:
+        """Stack rows (lane chunk arrays, row) into a batch of tensors."""
+        batch: dict[str, Any] = {name: torch.from_numpy(np.stack([chunk[name][r] for chunk, r in items]))
+                                 for name in items[0][0] if name != "_documents"}
+        return batch
+
+    def first_rows(self, max_instances: int) -> list[tuple[dict[str, np.ndarray], int]]:
+        """Lane kinds: the first `max_instances` rows of epoch 0 read as one lane (documents in the epoch's order)."""
+        out: list[tuple[dict[str, np.ndarray], int]] = []
+        k = 0
+        while len(out) < max_instances and self.lane_documents(0, k, group=1)[0][1] == 0:
+            chunk = self.lane_chunk(0, k, group=1)
+            out.extend((chunk, r) for r in range(len(chunk.get("input_ids", ()))))
+            k += chunk["_documents"]
+        return out[:max_instances]
+
+    # ---- worker processes -------------------------------------------------------------------------------------
+    def _from_workers(self) -> Iterator[dict[str, Any]]:
+        """Batches made by `workers` processes, each a contiguous share of the rows, joined in pinned memory."""
+        from torch.utils.data import DataLoader
+
+        n = self.workers
+        # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
+        # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
+        loader = DataLoader(_WorkerShares(self, n), batch_size=None, num_workers=n,
+                            prefetch_factor=max(self.prefetch, 1), persistent_workers=False,
+                            generator=torch.Generator().manual_seed(self.seed))
+        pin = torch.cuda.is_available()
+        parts_iter = iter(loader)
+        carried = self.carried_mems
+        try:
+            while True:
+                parts = []
+                for _ in range(n):
+                    try:
+                        parts.append(next(parts_iter))
+                    except StopIteration:
+                        return
+                batch = _join(parts, self.lanes, pin)
+                if carried is not None:
+                    batch["mems"], carried = carried, None
+                yield batch
+        except (RuntimeError, ConnectionError, EOFError) as err:
+            # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
+            # the read; what a live worker raises comes through as itself
+            if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
+                raise
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DataError(f"a data loader worker process of rank {self.rank} died ({why}); continue from the "
+                            f"last checkpoint with --resume") from None
+        finally:
+            # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
+            # watch over them, which raises wherever the process then is) alive
+            shutdown = getattr(parts_iter, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
                 rows: slice = slice(None)) -> dict[str, Any]:
-        """Pad and mask a group of (instance, epoch, index) as one, then keep `rows` of it as tensors."""
+        """Spans and xlnet: corrupt or permute the `rows` of a group of (instance, epoch, index), as tensors."""
         if self.options.instances == "spans":
             return self._collate_spans(items, state, rows)
         if self.options.instances == "xlnet":
             return self._collate_xlnet(items, state, rows)
-        arrays = pad_instances([inst for inst, _, _ in items], None, self.special.pad)
-        _, epoch, index = items[0]
-        ids, labels = self.mask(arrays["input_ids"], arrays["special_mask"], arrays["word_starts"], epoch, index)
-        attention = arrays["attention_mask"]
-        if self.options.isolate_documents:  # documents 1, 2, ... within each row; 0 stays padding
-            attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
-        batch: dict[str, Any] = {
-            "input_ids": torch.from_numpy(ids[rows]),
-            "attention_mask": torch.from_numpy(attention[rows]),
-            "token_type_ids": torch.from_numpy(arrays["token_type_ids"][rows]),
-            "labels": torch.from_numpy(labels[rows]),
-        }
-        if "next_sentence_label" in arrays:
-            batch["next_sentence_label"] = torch.from_numpy(arrays["next_sentence_label"][rows])
-        if state is not None:
-            batch["_state"] = dict(state)
-        return batch
-
+        raise ValueError(f"{self.options.instances!r} rows are collated by collate_rows")
 
     def _collate_spans(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None,
                        rows: slice) -> dict[str, Any]:
-        """Span-corrupt each sequence of a group with the generator of its own (epoch, index), pad the inputs
-        (pad id) and the targets (IGNORE_INDEX) to the group's longest, then keep `rows` of it as tensors:
-        input_ids and attention_mask (B, S), labels (B, T)."""
+        """Span-corrupt each sequence of `rows` of a group with the generator of its own (epoch, index), pad the
+        inputs (pad id) to max_seq_length and the targets (IGNORE_INDEX) to T5's target length (or the longest,
+        should a row be longer), as tensors: input_ids and attention_mask (B, S), labels (B, T)."""
         o = self.options
         pairs = [span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
                                  o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
-                 for inst, epoch, index in items]
-        width, target_width = max(len(p[0]) for p in pairs), max(len(p[1]) for p in pairs)
+                 for inst, epoch, index in items[rows]]
+        width = max([o.max_seq_length] + [len(p[0]) for p in pairs])
+        target_width = max([o.span_lengths[1]] + [len(p[1]) for p in pairs])
         ids = np.full((len(pairs), width), self.special.pad, dtype=np.int64)
         attention = np.zeros((len(pairs), width), dtype=np.int64)
         labels = np.full((len(pairs), target_width), IGNORE_INDEX, dtype=np.int64)
         for i, (inputs, targets) in enumerate(pairs):
             ids[i, :len(inputs)], attention[i, :len(inputs)] = inputs, 1
             labels[i, :len(targets)] = targets
-        batch: dict[str, Any] = {"input_ids": torch.from_numpy(ids[rows]),
-                                 "attention_mask": torch.from_numpy(attention[rows]),
-                                 "labels": torch.from_numpy(labels[rows])}
+        batch: dict[str, Any] = {"input_ids": torch.from_numpy(ids),
+                                 "attention_mask": torch.from_numpy(attention),
+                                 "labels": torch.from_numpy(labels)}
         if state is not None:
             batch["_state"] = dict(state)
         return batch
 
     def _collate_xlnet(self, items: list, state: dict[str, int] | None, rows: slice) -> dict[str, Any]:
-        """Lay out and permute each segment with the generator of its own (epoch, index) (`plm_example`), then keep
-        `rows` as tensors: input_ids, token_type_ids, attention_mask (B, S); perm_mask (B, S, S) float;
-        target_mapping (B, P, S); labels (B, P); first_segment: whether the rows start afresh (no memory)."""
+        """Lay out and permute each segment of `rows` with the generator of its own (epoch, index) (`plm_example`),
+        as tensors: input_ids, token_type_ids, attention_mask (B, S); perm_mask (B, S, S) float; target_mapping
+        (B, P, S); labels (B, P); first_segment: whether the rows start afresh (no memory)."""
         o = self.options
         examples = []
         body = o.max_seq_length - 3
-        for seg, epoch, index in items:
+        for seg, epoch, index in items[rows]:
             rng = masking_rng(self.seed, epoch, index, o.dupe_factor)
             s, R = seg.start, o.reuse_len
             a, b, is_next = split_a_b(seg.tokens, s + R, body - R, rng)
@@ -338,7 +550,7 @@ class PretrainingStream:
                 ws[R + len(a) + 1:R + len(a) + 1 + len(b)] = seg.word_starts[s + R + len(a):s + body]
             examples.append(plm_example(seg.tokens[s:s + R], a, b, is_next, ws, self.special.sep, self.special.cls,
                                         o.max_predictions_per_seq, rng, o.partial_k))
-        stack = lambda name: torch.from_numpy(np.stack([getattr(e, name) for e in examples])[rows])  # noqa: E731
+        stack = lambda name: torch.from_numpy(np.stack([getattr(e, name) for e in examples]))  # noqa: E731
         batch: dict[str, Any] = {"input_ids": stack("input_ids"), "token_type_ids": stack("token_type_ids"),
                                  "perm_mask": stack("perm_mask").float(), "target_mapping": stack("target_mapping"),
                                  "labels": stack("labels"), "first_segment": items[0][0].first}
@@ -346,6 +558,45 @@ class PretrainingStream:
         if state is not None:
             batch["_state"] = {**state, "rank": self.rank}
         return batch
+
+
+class _WorkerShares(torch.utils.data.IterableDataset):
+    """The DataLoader's view of a stream: worker w yields, for every batch, the rows of its share (contiguous,
+    np.array_split of the rank's rows into `workers`); the DataLoader hands the workers' items out round robin,
+    so `workers` consecutive items are the shares of one batch, in row order."""
+
+    def __init__(self, stream: PretrainingStream, workers: int) -> None:
+        self.stream, self.workers = stream, workers
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = torch.utils.data.get_worker_info()
+        w = 0 if info is None else info.id
+        share = np.array_split(np.arange(self.stream.micro_batch_size), self.workers)[w]
+        yield from self.stream._batches(range(int(share[0]), int(share[-1]) + 1))
+
+
+def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]:
+    """One batch from its shares (in row order): tensors concatenated along the rows (into pinned memory when
+    `pin`), lane positions concatenated."""
+    out: dict[str, Any] = {}
+    for key, value in parts[0].items():
+        if isinstance(value, torch.Tensor):
+            tensors = [p[key] for p in parts]
+            if len(tensors) == 1:
+                joined = tensors[0].pin_memory() if pin else tensors[0]
+            else:
+                shape = (sum(t.shape[0] for t in tensors),) + tuple(tensors[0].shape[1:])
+                joined = torch.empty(shape, dtype=value.dtype, pin_memory=pin)
+                torch.cat(tensors, out=joined)
+            out[key] = joined
+        elif key == "_state":
+            state = dict(value)
+            if lanes:
+                state["lanes"] = [lane for p in parts for lane in p["_state"]["lanes"]]
+            out[key] = state
+        else:
+            out[key] = value
+    return out
 
 
 def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> list["XLNetSegment"]:
@@ -380,6 +631,9 @@ class XLNetSegment:
 
 def fixed_batches(stream: PretrainingStream, max_instances: int, batch_size: int) -> list[dict[str, Any]]:
     """The first `max_instances` instances of epoch 0, masked once, in batches: a fixed evaluation set."""
+    if stream.lanes:
+        rows = stream.first_rows(max_instances)
+        return [stream.collate_rows(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
     items: list[tuple[Instance, int, int]] = []
     for inst, epoch, index, _ in stream.instances():
         if epoch > 0 or len(items) >= max_instances:

@@ -1,0 +1,171 @@
+"""bertkit.data.loader: each rank makes only its own rows, and N ranks together make exactly one rank's batches
+with N times the batch; positions resume exactly; worker processes make the same batches."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.data import loader
+from bertkit.data.instances import ListDocuments, SpecialIds
+from bertkit.data.loader import PretrainingStream, StreamOptions
+from bertkit.errors import DataError
+
+SPECIAL = SpecialIds(cls=1, sep=2, pad=0, mask=3)
+VOCAB = 120
+KINDS = ["nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet"]
+EXTRA = {"spans": dict(first_sentinel_id=119, sentinels=15),
+         "xlnet": dict(reuse_len=4),
+         "full-sentences": dict(isolate_documents=True), "nsp": dict(dupe_factor=3)}
+
+
+def corpus(n_docs: int = 23, seed: int = 0) -> ListDocuments:
+    rng = np.random.default_rng(seed)
+    return ListDocuments([[rng.integers(5, 110, int(rng.integers(2, 12))) for _ in range(int(rng.integers(1, 7)))]
+                          for _ in range(n_docs)])
+
+
+def stream(kind: str, batch: int, rank: int = 0, world: int = 1, docs=None, **kw) -> PretrainingStream:
+    options = StreamOptions(instances=kind, max_seq_length=24, max_predictions_per_seq=4, chunk_docs=5,
+                            lane_tokens=40, **{**EXTRA.get(kind, {}), **kw.pop("options", {})})
+    return PretrainingStream(docs or corpus(), options, SPECIAL, VOCAB, batch, seed=11, rank=rank, world_size=world,
+                             prefetch=0, **kw)
+
+
+def take(s: PretrainingStream, n: int) -> list[dict]:
+    return list(itertools.islice(iter(s), n))
+
+
+def same_rows(a: dict, parts: list[dict]) -> None:
+    for key, value in a.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, torch.cat([p[key] for p in parts])), key
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_world_sizes_1_2_and_4_make_the_same_global_batches(kind):
+    # 12 batches reach into a second pass over the 23 documents (an epoch boundary inside the lanes).
+    one = take(stream(kind, 4), 12)
+    for world in (2, 4):
+        ranks = [take(stream(kind, 4 // world, r, world), 12) for r in range(world)]
+        for j in range(12):
+            same_rows(one[j], [ranks[r][j] for r in range(world)])
+    assert any((b["labels"] != -100).any() for b in one)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_resumed_stream_continues_exactly(kind):
+    whole = take(stream(kind, 3), 9)
+    first = take(stream(kind, 3), 4)
+    resumed = stream(kind, 3)
+    resumed.load_state_dict(first[-1]["_state"])
+    for a, b in zip(whole[4:], take(resumed, 5)):
+        same_rows(a, [b])
+
+
+def test_each_rank_creates_and_masks_a_quarter_of_the_rows(monkeypatch):
+    # Documents of one shape pack into the same number of rows, so each lane chunk makes as many rows: at world
+    # size 4 each rank creates (and masks) exactly a quarter of what world size 1 does for the same batches.
+    docs = ListDocuments([[np.arange(10, 10 + n) for n in (7, 5, 9)] for _ in range(17)])
+    counts = {"masked": 0, "created": 0}
+    mask, pack = loader.mask_tokens, loader.pack_full_sentences
+
+    def counting_mask(ids, *args, **kwargs):
+        counts["masked"] += ids.shape[0]
+        return mask(ids, *args, **kwargs)
+
+    def counting_pack(*args, **kwargs):
+        rows = list(pack(*args, **kwargs))
+        counts["created"] += len(rows)
+        return rows
+
+    monkeypatch.setattr(loader, "mask_tokens", counting_mask)
+    monkeypatch.setattr(loader, "pack_full_sentences", counting_pack)
+
+    def made(batch, rank, world):
+        counts.update(masked=0, created=0)
+        take(stream("full-sentences", batch, rank, world, docs=docs, options={"isolate_documents": False}), 10)
+        return dict(counts)
+
+    whole = made(8, 0, 1)
+    assert whole["created"] == whole["masked"] >= 80
+    for rank in range(4):
+        assert made(2, rank, 4) == {k: v // 4 for k, v in whole.items()}
+
+
+@pytest.mark.parametrize("kind", ["nsp", "spans", "xlnet"])
+def test_each_rank_masks_only_its_rows(monkeypatch, kind):
+    # Whatever the documents: what the ranks create and mask adds up to world size 1's, never world size x it.
+    seen = {"rows": 0}
+    targets = {"nsp": "mask_tokens", "spans": "span_corruption", "xlnet": "plm_example"}[kind]
+    original = getattr(loader, targets)
+
+    def counting(*args, **kwargs):
+        seen["rows"] += args[0].shape[0] if kind == "nsp" else 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loader, targets, counting)
+
+    def rows(batch, rank, world):
+        seen["rows"] = 0
+        take(stream(kind, batch, rank, world), 6)
+        return seen["rows"]
+
+    whole = rows(8, 0, 1)
+    per_rank = [rows(2, r, 4) for r in range(4)]
+    assert sum(per_rank) == whole
+    if kind != "nsp":  # one corruption or permutation per row of the rank's batches
+        assert per_rank == [whole // 4] * 4 == [12] * 4
+
+
+@pytest.mark.parametrize("kind", ["nsp", "full-sentences", "spans"])
+def test_worker_processes_make_the_same_batches_and_resume(kind):
+    plain = take(stream(kind, 5), 6)
+    workers = take(stream(kind, 5, workers=2), 6)
+    for a, b in zip(plain, workers):
+        same_rows(a, [b])
+        assert a["_state"] == b["_state"]
+    resumed = stream(kind, 5, workers=3)
+    resumed.load_state_dict(plain[2]["_state"])
+    for a, b in zip(plain[3:], take(resumed, 3)):
+        same_rows(a, [b])
+
+
+def test_worker_processes_leave_the_global_random_state_alone():
+    # The training's dropout draws from torch's global generator: starting the workers must not move it.
+    torch.manual_seed(3)
+    take(stream("nsp", 4, workers=2), 2)
+    after_workers = torch.rand(3)
+    torch.manual_seed(3)
+    assert torch.equal(after_workers, torch.rand(3))
+
+
+def test_a_killed_worker_ends_the_stream_with_one_line():
+    import multiprocessing
+
+    s = stream("nsp", 4, workers=2, docs=corpus(200))
+    s.prefetch = 1
+    batches = iter(s)
+    next(batches)
+    children = multiprocessing.active_children()
+    assert children
+    with pytest.raises((DataError, RuntimeError)) as caught:
+        os.kill(children[0].pid, signal.SIGKILL)
+        for _ in range(10_000):
+            next(batches)
+    if isinstance(caught.value, DataError):  # raised inside the stream (else by torch's SIGCHLD handler)
+        assert "worker process" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_eval_rows_are_epoch_0_in_document_order_masked_once():
+    s = stream("nsp", 4)
+    batches = loader.fixed_batches(s, 10, 4)
+    assert [len(b["input_ids"]) for b in batches] == [4, 4, 2]
+    again = loader.fixed_batches(stream("nsp", 2), 10, 4)  # the training batch size does not matter
+    for a, b in zip(batches, again):
+        same_rows(a, [b])
