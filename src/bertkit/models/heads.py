@@ -123,6 +123,11 @@ class BertForSequenceClassification(_LabelledHead):
             logits = self.classifier(vector if isinstance(self.classifier, SentenceHead) else self.dropout(vector))
         elif isinstance(self.classifier, SentenceHead):
             logits = self.classifier(out.last_hidden_state[:, 0])  # (B, num_labels)
+        elif self.config.classifier_pooling == "mean":  # the real tokens' mean, pooler unused
+            keep = (torch.ones_like(input_ids) if attention_mask is None else attention_mask.ne(0)).unsqueeze(-1)
+            hidden = out.last_hidden_state  # (B, T, H)
+            vector = (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)  # (B, H)
+            logits = self.classifier(self.dropout(vector))  # (B, num_labels)
         else:
             logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         loss = None
