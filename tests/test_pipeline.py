@@ -146,7 +146,8 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
                     (out / "finetune" / "sets" / f"train-{n}-seed{seed}.jsonl").read_text().splitlines()]
             assert len(rows) == n * point["passes"] and rows[:n] * point["passes"] == rows
             labels = [r["label"] for r in rows[:n]]
-            assert abs(labels.count("red") - labels.count("blue")) <= 1  # balanced as far as the classes allow
+            if n < 64:  # a label set short of the training set is balanced as far as the classes allow
+                assert abs(labels.count("red") - labels.count("blue")) <= 1
             assert all([r["text"], r["label"]] in [[t, c] for t, c in train_rows] for r in rows[:n])
             runs = [json.loads((out / "finetune" / f"{s}-{n}-seed{seed}" / "results.json").read_text())
                     for s in ("pretrained", "scratch")]
@@ -320,32 +321,34 @@ def test_quartiles_and_the_verdict():
 
 
 def test_plan_budget_splits_the_time():
-    ladder, run_s = [32, 128, 512, 2770], [4.0, 4.0, 5.0, 20.0]
+    ladder = [32, 128, 512, 2770]  # default passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
+    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0)
+    run_s = [n * p * 0.005 + 1.0 for n, p in zip(ladder, (63, 16, 4, 3))]
     # Roomy: every seed; pretraining gets the rest, 30 evaluations of 500 rows.
-    plan = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ladder=ladder, run_s=run_s, seeds=[5, 5, 3, 3])
-    assert plan.seeds == (5, 5, 3, 3) and plan.eval_rows == 500
-    assert plan.finetune_s == pytest.approx(2 * (20 + 20 + 15 + 60))
-    assert plan.pretrain_s == pytest.approx(540.0 - plan.finetune_s) and not plan.short
+    plan = plan_budget(1500.0, seeds=[5, 5, 3, 3], **cost)
+    assert plan.seeds == (5, 5, 3, 3) and plan.passes == (63, 16, 4, 3) and plan.eval_rows == 500
+    assert plan.run_s == pytest.approx(run_s)
+    assert plan.finetune_s == pytest.approx(2 * sum(k * r for k, r in zip((5, 5, 3, 3), run_s)))
+    assert plan.pretrain_s == pytest.approx(1500.0 - plan.finetune_s) and not plan.short
     assert plan.expected_steps == int((plan.pretrain_s - 30 * 500 * 0.0015) / 0.15)
     assert plan.eval_every == plan.expected_steps // 30
-    assert plan.passes == tuple(passes_for(n) for n in ladder)
-    # Tight: the largest label counts lose seeds first; the smallest keeps three to the last.
-    tight = plan_budget(300.0, step_s=0.15, eval_row_s=0.0015, ladder=ladder, run_s=run_s, seeds=[5, 5, 3, 3])
-    assert tight.finetune_s <= 0.45 * 300.0 and tight.seeds[0] == 5 and tight.seeds[-1] < 3
-    tighter = plan_budget(200.0, step_s=0.15, eval_row_s=0.0015, ladder=ladder, run_s=run_s, seeds=[5, 5, 3, 3])
-    assert tighter.seeds == (4, 1, 1, 1) and tighter.finetune_s == pytest.approx(90.0)  # 45% of 200 s
-    below = plan_budget(100.0, step_s=0.15, eval_row_s=0.0015, ladder=ladder, run_s=run_s, seeds=[5, 5, 3, 3])
-    assert below.seeds == (1, 1, 1, 1)  # over 45 s even so: it runs anyway, pretraining gets the rest
-    floor = plan_budget(20.0, step_s=0.15, eval_row_s=0.0015, ladder=ladder, run_s=run_s, seeds=[5, 5, 3, 3])
-    assert floor.seeds == (1, 1, 1, 1) and floor.short and floor.pretrain_s == 30.0
+    # Tighter: the largest label counts lose seeds first, the smallest keeps its five longest.
+    mid = plan_budget(600.0, seeds=[5, 5, 3, 3], **cost)
+    assert mid.seeds == (5, 2, 1, 1) and mid.finetune_s <= 0.45 * 600.0
+    # Tight: one seed everywhere is still too much, so the passes shrink (pretraining keeps its share).
+    tight = plan_budget(300.0, seeds=[5, 5, 3, 3], **cost)
+    assert tight.seeds == (1, 1, 1, 1) and tight.passes == (55, 14, 3, 2)  # x (135 - 8) / 144.2
+    assert tight.finetune_s <= 0.45 * 300.0 and tight.pretrain_s == pytest.approx(300.0 - tight.finetune_s)
+    floor = plan_budget(20.0, seeds=[5, 5, 3, 3], **cost)
+    assert floor.seeds == (1, 1, 1, 1) and floor.passes == (1, 1, 1, 1) and floor.short and floor.pretrain_s == 30.0
     # A slow machine: evaluations shrink to keep within 12% of pretraining (not below 64 rows).
-    slow = plan_budget(540.0, step_s=3.5, eval_row_s=0.06, ladder=ladder, run_s=run_s, seeds=[1, 1, 1, 1])
+    slow = plan_budget(540.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 3.5, "eval_row_s": 0.06})
     assert slow.eval_rows == 64
-    # A fixed pretraining time: every seed, whatever it costs.
-    fixed = plan_budget(0.0, step_s=0.15, eval_row_s=0.0015, ladder=[8], run_s=[600.0], seeds=[2], pretrain_s=3.0)
-    assert (fixed.pretrain_s, fixed.seeds, fixed.short) == (3.0, (2,), False)
+    # A fixed pretraining time: every seed and pass, whatever they cost.
+    fixed = plan_budget(0.0, seeds=[2, 2, 2, 2], pretrain_s=3.0, **{**cost, "example_s": 60.0})
+    assert (fixed.pretrain_s, fixed.seeds, fixed.passes, fixed.short) == (3.0, (2, 2, 2, 2), (63, 16, 4, 3), False)
     with pytest.raises(ValueError):
-        plan_budget(100.0, step_s=0.0, eval_row_s=1.0, ladder=[8], run_s=[1.0], seeds=[1])
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 0.0})
 
 
 def _fake_stdlib(root: Path) -> Path:
@@ -406,4 +409,4 @@ def test_last_line_names_the_page_and_the_serve_command(pipeline_run, capsys):
     last = printed.rstrip("\n").splitlines()[-1]
     assert last == f"report: {out / 'report.html'}   serve: {report['serve']}"
     assert "label-efficiency curve" in printed and "fill-mask on" in printed and "true: " in printed
-    assert "100-1,000" in printed and report["machine"]["summary"] in printed
+    assert "top 100" in printed and report["machine"]["summary"] in printed

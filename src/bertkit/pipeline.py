@@ -1,28 +1,41 @@
-"""The main job in one call: raw text -> vocabulary -> shards -> pretraining -> fine-tuning -> evaluation -> report.
+"""The main job in one call: raw text -> vocabulary -> shards -> pretraining -> label-efficiency curve -> report.
 
 `bertkit pipeline` (`make run`) is the README's first command. Its stages, all within one time budget:
 
     1 corpus       the user's files, or text already on the machine: the docstrings of the Python standard library
                    and the installed packages, read with `ast` from the source files (nothing is imported or
                    executed; nothing of that text ships with bertkit)
-    2 vocabulary   an uncased WordPiece vocabulary trained on the corpus
+    2 vocabulary   a WordPiece vocabulary trained on the corpus, uncased; accents stripped only where that takes
+                   accents off Latin, Greek or Cyrillic letters and changes no other letter (`choose_normalisation`:
+                   Hangul syllables stay whole, not NFD jamo)
     3 shards       `bertkit prepare`, 3% of the documents held out
-    4 plan         the precision (bf16 autocast where the CPU has native bf16 instructions and it is not clearly
-                   slower than fp32 there, else fp32), a few timed training steps, and from them the split of the
-                   budget and the evaluation interval
-    5 pretraining  the `mini-fast` recipe at the tiny size, held-out masked-LM accuracy and perplexity at about 30
-                   regular points
-    6 fine-tuning  the pretrained model and the same architecture from random initialisation, same recipe, budget
-                   and seed, on a labelled task: the user's (`task_train` / `task_dev`, any file `bertkit finetune
-                   classify` reads) or the built-in one (`build_docstring_task`)
-    7 evaluation   fill-mask top-1 accuracy on held-out sentences whose masked word is known, and the report:
-                   OUT/report.json and OUT/report.html (one self-contained page, `bertkit.report`)
+    4 plan         the machine (CPU model and flags, GPU), the model size (tiny on a CPU, small on a CUDA GPU), the
+                   precision (bf16 autocast where the CPU has native bf16 instructions and it is not clearly slower
+                   than fp32 there, else fp32), a few timed training steps, and from them the split of the budget
+                   between pretraining and the curve's runs (`plan_budget`)
+    5 pretraining  the `mini-fast` recipe, held-out masked-LM accuracy and perplexity at about 30 regular points
+    6 curve        the label-efficiency curve: the pretrained model and the same architecture from random
+                   initialisation fine-tuned on class-balanced label sets of 32, 128, 512, ... examples and on all of
+                   them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
+                   `stratified_order`, `passes_for`); the task is the user's (`task_train` / `task_dev`, any file
+                   `bertkit finetune classify` reads, pairs included) or the built-in one (`build_docstring_task`)
+    7 evaluation   fill-mask on held-out sentences by the masked word's frequency band, beside the frequency
+                   baseline, and the report: OUT/report.json and OUT/report.html (one self-contained page,
+                   `bertkit.report`, the curve at its centre)
+
+Why the fine-tuning recipe is what it is. Pretraining here is masked LM only: no loss ever reaches the [CLS]
+position, whose vector attends to the sentence through weights trained for the other positions, and the pooler
+above it stays at its random initialisation. A randomly initialised model, by contrast, attends about evenly, so
+its [CLS] vector is close to the mean of the sentence's embeddings, a bag of words a classifier can read at once.
+So both starting points classify from the mean of the last layer's token vectors (`classifier_pooling` "mean"),
+which the masked-LM training did shape, at a learning rate (3e-4) that moves a pretrained encoder without erasing
+it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
+passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev).
 
 The built-in task: which of eight standard-library packages (asyncio, email, logging, ...) a documentation sentence
 comes from. It is topic classification of real prose with labels nobody had to write (where the sentence lives),
-present on every machine with Python, and small enough to fine-tune twice in a minute or two. Its dev sentences
-are kept out of the pretraining corpus, so neither model has seen them; its training sentences are in it without
-their labels, as in the usual semi-supervised setting (and in the README's pretrain-vs-scratch experiment).
+present on every machine with Python. Its dev sentences are kept out of the pretraining corpus, so neither model has
+seen them; its training sentences are in it without their labels, as in the usual semi-supervised setting.
 """
 
 from __future__ import annotations
@@ -510,31 +523,38 @@ class Plan:
     short: bool = False  # the budget is smaller than the minimum: pretraining gets its minimum anyway
 
 
-def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: list[int], run_s: list[float],
-                seeds: list[int], ft_share: float = FINETUNE_SHARE, eval_points: int = EVAL_POINTS,
-                eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12, min_eval_rows: int = 64,
-                min_pretrain_s: float = 30.0, pretrain_s: float | None = None, passes: list[int] | None = None,
+def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: list[int], example_s: float,
+                fixed_s: float, seeds: list[int], passes: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
+                eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
+                min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None,
                 min_first_seeds: int = 3) -> Plan:
     """Split `remaining_s` seconds between pretraining and the label-efficiency curve; size the evaluations.
 
-    The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed once per starting point, a run costing
-    `run_s[i]` seconds. It gets at most `ft_share` of the time: while it does not fit, the largest label count
-    with more than one seed loses one (the smallest keeps `min_first_seeds` to the last, since its spread is the
-    curve's point); at one seed everywhere it runs anyway. Pretraining gets the rest (at least
-    `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows (`eval_row_s` seconds
-    each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come every
-    expected_steps / eval_points steps, where expected_steps is what is left of the pretraining time after them
-    divided by step_s.
+    The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed once per starting point; a run costs
+    ladder[i] x passes[i] x `example_s` (training) + `fixed_s` (its dev evaluation, loading and saving). passes:
+    default `passes_for` each label count. The curve gets at most `ft_share` of the time: while it does not fit,
+    the largest label count with more than one seed loses one (the smallest keeps `min_first_seeds` to the last,
+    since its spread is the curve's point); at one seed everywhere, every run's passes shrink by the factor that
+    makes it fit (at least one pass): a slow machine keeps its pretraining, which the curve is about. Pretraining
+    gets the rest (at least `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
+    (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come
+    every expected_steps / eval_points steps, where expected_steps is what is left of the pretraining time after
+    them divided by step_s.
 
-    pretrain_s: a fixed pretraining time instead (tests and quick looks): every seed runs, whatever it costs.
+    pretrain_s: a fixed pretraining time instead (tests and quick looks): every seed and pass runs.
     """
-    if min(step_s, eval_row_s, *run_s) <= 0 or min(seeds) < 1 or not len(ladder) == len(run_s) == len(seeds):
-        raise ValueError("step, row and run times must be positive, seeds at least 1, one run time and seed count "
-                         "per label count")
+    passes = list(passes or [passes_for(n) for n in ladder])
+    if min(step_s, eval_row_s, example_s) <= 0 or fixed_s < 0 or min(seeds) < 1 \
+            or not len(ladder) == len(seeds) == len(passes):
+        raise ValueError("step, row and example times must be positive, the fixed time not negative, seeds at "
+                         "least 1, one seed count and pass count per label count")
     seeds = list(seeds)
 
+    def run_s() -> list[float]:
+        return [n * p * example_s + fixed_s for n, p in zip(ladder, passes)]
+
     def total() -> float:
-        return 2 * sum(n * s for n, s in zip(seeds, run_s))
+        return 2 * sum(k * r for k, r in zip(seeds, run_s()))
 
     if pretrain_s is None:
         room = ft_share * remaining_s
@@ -546,6 +566,10 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
             if not over:
                 break
             seeds[over[0]] -= 1
+        if total() > room:
+            training = total() - 2 * sum(seeds) * fixed_s
+            factor = max(0.0, room - 2 * sum(seeds) * fixed_s) / training
+            passes = [max(1, math.floor(p * factor)) for p in passes]
     short = False
     if pretrain_s is None:
         pretrain_s = remaining_s - total()
@@ -554,9 +578,8 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     rows = max(min_eval_rows, min(eval_rows, int(eval_share * pretrain_s / eval_points / eval_row_s)))
     expected = max(1, int((pretrain_s - eval_points * rows * eval_row_s) / step_s))
     return Plan(pretrain_s=pretrain_s, eval_every=max(1, expected // eval_points), eval_rows=rows,
-                expected_steps=expected, ladder=tuple(ladder), seeds=tuple(seeds),
-                passes=tuple(passes or [passes_for(n) for n in ladder]), run_s=tuple(run_s), finetune_s=total(),
-                short=short)
+                expected_steps=expected, ladder=tuple(ladder), seeds=tuple(seeds), passes=tuple(passes),
+                run_s=tuple(run_s()), finetune_s=total(), short=short)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -819,6 +842,12 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
 
     # 4. Machine, precision, model size, speeds, the plan.
     _, torch_device = setup_distributed(device)
+    threads_note = ""
+    if torch_device.type == "cpu" and load_at_start is not None and load_at_start > (os.cpu_count() or 1) > 1:
+        # Other work already fills the cores: threads of one operation that wait for each other then lose most of
+        # their time (measured: a tiny model's step 3x slower on 2 threads than on 1 at a load of 14 on 2 cores).
+        torch.set_num_threads(1)
+        threads_note = f"; one thread (load {load_at_start:.1f} on {os.cpu_count()} cores)"
     machine = describe_machine(torch_device)
     if preset is None:
         preset = GPU_PRESET if torch_device.type == "cuda" else PRESET
@@ -869,24 +898,28 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     passes = [passes_for(n, min_examples) for n in rungs]
     ft_speed = finetune_cost(task_train, task_dev, user_config, tok_dir, speed["tokens_per_s"])
     per_example_s = ft_speed["epoch_s"] / len(train_examples)
-    run_s = [n * p * per_example_s + ft_speed["eval_s"] + FINETUNE_OVERHEAD_S for n, p in zip(rungs, passes)]
+    fixed_s = ft_speed["eval_s"] + FINETUNE_OVERHEAD_S
     # The fewest labels, where the spread is widest and the claim is made, get the most seeds.
     wanted = [finetune_seeds if n <= 128 else min(finetune_seeds, 3) for n in rungs]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
         remaining = deadline - time.perf_counter() - end_reserve
-        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], rungs, run_s, wanted, passes=passes)
+        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], rungs, per_example_s, fixed_s, wanted,
+                           passes=passes)
     else:  # a given pretraining time: every seed runs
-        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], rungs, run_s, wanted,
-                           pretrain_s=train_seconds, passes=passes)
+        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], rungs, per_example_s, fixed_s, wanted,
+                           passes=passes, pretrain_s=train_seconds)
         deadline = math.inf  # a test's budget is in steps and seconds, not minutes
-    say(f"4/7 plan on {machine['summary']}: {preset} BERT ({'a CUDA GPU: the larger model' if torch_device.type == 'cuda' else 'the size with the most held-out accuracy per CPU minute'}), "
-        f"length {length}, {precision} ({why}); vocabulary {normalisation}; pretraining "
+    size_why = ("a CUDA GPU: the larger model" if torch_device.type == "cuda"
+                else "the size with the most held-out accuracy per CPU minute")
+    say(f"4/7 plan on {machine['summary']}: {preset} BERT ({size_why}), length {length}, {precision} ({why})"
+        f"{threads_note}; vocabulary {normalisation}; pretraining "
         f"{plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} steps, {plan.eval_rows} held-out rows evaluated "
         f"every {plan.eval_every:,}); then the label-efficiency curve: "
         + ", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}" for n, k in zip(plan.ladder, plan.seeds))
-        + f", each for both starting points (~{plan.finetune_s / 60:.1f} min)")
+        + f", each for both starting points (~{plan.finetune_s / 60:.1f} min)"
+        + ("" if list(plan.passes) == passes else f"; passes cut to {', '.join(map(str, plan.passes))} to fit"))
     if plan.short:
         say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
             f"{plan.pretrain_s:.0f} s anyway")

@@ -1,10 +1,13 @@
 """The pipeline's report page: one self-contained HTML file (figures embedded as base64 PNG, styles inline).
 
 `write_report(report, run_dir, html_path, plots_dir)` takes the report dict that `bertkit.pipeline.run_pipeline`
-builds, draws the figures from the pretraining run's `metrics.jsonl` and the fine-tuning curves in the report,
+builds, draws the figures from the pretraining run's `metrics.jsonl` and the label-efficiency curve in the report,
 writes each as a PNG into `plots_dir` and embeds the same bytes in the page. The page opens from disk with no
-network and no other file: corpus and model summary, the held-out curves, the pretrained-vs-random-initialisation
-table, the fill-mask examples and the commands that redo each stage.
+network and no other file: the label-efficiency curve and its table first (pretrained vs random initialisation,
+median and interquartile range over seeds at each label count), then the machine and plan, corpus and model
+summary, the held-out curves, fill-mask by frequency band with examples from the middle band, and the commands
+that redo each stage. The machine (CPU model and flags, GPU) is named beside every figure. Figure text in a script
+no installed font draws is kept out of the images (`bertkit.plots.figure_text`).
 
 matplotlib (`pip install matplotlib`) draws the figures; without it the page is written without them and says so.
 """
@@ -23,11 +26,11 @@ from bertkit.plots import METRICS_FILE, collect_series, figure_text, font_contex
 
 # (file stem, title) of every figure, in page order.
 FIGURES = {
+    "label_efficiency": "Label efficiency: dev accuracy against the number of labels, pretrained vs random "
+                        "initialisation (median over seeds, bars: interquartile range, dots: each seed)",
     "heldout_accuracy": "Held-out masked-token accuracy during pretraining",
     "heldout_perplexity": "Held-out masked-LM perplexity during pretraining (log scale)",
     "training_loss": "Masked-LM loss during pretraining: training (mean over each logging window) and held-out",
-    "label_efficiency": "Label efficiency: dev accuracy against the number of labels, pretrained vs random "
-                        "initialisation (median over seeds, bars: interquartile range, dots: each seed)",
 }
 
 
@@ -131,7 +134,7 @@ def draw_figures(report: dict[str, Any], run_dir: str | os.PathLike) -> dict[str
     if finetune.get("curve"):
         figures["label_efficiency"] = _png(lambda ax: draw_label_efficiency(ax, finetune, report.get("machine")),
                                            size=(7.5, 4.6))
-    return figures
+    return {stem: figures[stem] for stem in FIGURES if stem in figures}  # page order
 
 
 # ------------------------------------------------------------------------------------------------------------------
