@@ -339,6 +339,8 @@ def test_plan_budget_splits_the_time():
     tight = plan_budget(300.0, seeds=[5, 5, 3, 3], **cost)
     assert tight.seeds == (1, 1, 1, 1) and tight.passes == (55, 14, 3, 2)  # x (135 - 8) / 144.2
     assert tight.finetune_s <= 0.45 * 300.0 and tight.pretrain_s == pytest.approx(300.0 - tight.finetune_s)
+    starved = plan_budget(100.0, seeds=[5, 5, 3, 3], **cost)  # even one pass each is over the share
+    assert starved.passes == (16, 4, 1, 1) and starved.pretrain_s == pytest.approx(55.0)  # not 100 - 51
     floor = plan_budget(20.0, seeds=[5, 5, 3, 3], **cost)
     assert floor.seeds == (1, 1, 1, 1) and floor.passes == (1, 1, 1, 1) and floor.short and floor.pretrain_s == 30.0
     # A slow machine: evaluations shrink to keep within 12% of pretraining (not below 64 rows).

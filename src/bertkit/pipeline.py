@@ -536,7 +536,7 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     the largest label count with more than one seed loses one (the smallest keeps `min_first_seeds` to the last,
     since its spread is the curve's point); at one seed everywhere, every run's passes shrink by the factor that
     makes it fit (at least one pass): a slow machine keeps its pretraining, which the curve is about. Pretraining
-    gets the rest (at least `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
+    gets the rest, and never less than 1 - ft_share of the time (nor `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
     (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come
     every expected_steps / eval_points steps, where expected_steps is what is left of the pretraining time after
     them divided by step_s.
@@ -572,7 +572,9 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
             passes = [max(1, math.floor(p * factor)) for p in passes]
     short = False
     if pretrain_s is None:
-        pretrain_s = remaining_s - total()
+        # The curve's share is a cap: pretraining keeps the rest even when the curve's floor (one seed, one pass)
+        # does not fit; its runs are then skipped at the deadline, as their measured times say.
+        pretrain_s = max(remaining_s - total(), (1 - ft_share) * remaining_s)
         short = pretrain_s < min_pretrain_s
         pretrain_s = max(pretrain_s, min_pretrain_s)
     rows = max(min_eval_rows, min(eval_rows, int(eval_share * pretrain_s / eval_points / eval_row_s)))
@@ -944,17 +946,21 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run")
     orders = {}
     results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
-    # First one seed at every label count (the whole curve), then the other seeds, smallest label count first.
-    schedule = [(i, 0) for i in range(len(rungs))] + [(i, k) for i in range(len(rungs))
-                                                       for k in range(1, plan.seeds[i])]
+    # The fewest labels' seeds first (cheap, and their spread is the claim), then one seed at every other label
+    # count (the whole curve), then the other seeds, smallest label count first.
+    schedule = ([(0, k) for k in range(plan.seeds[0])] + [(i, 0) for i in range(1, len(rungs))]
+                + [(i, k) for i in range(1, len(rungs)) for k in range(1, plan.seeds[i])])
     kept = {}
+    planned = spent = 0.0  # estimated and measured seconds of the pairs run so far: the estimate's correction
     for i, k in schedule:
         n, run_seed = rungs[i], seed + k
         left = deadline - time.perf_counter() - 15.0
-        if k > 0 and left < 2 * plan.run_s[i]:
+        pair_s = 2 * plan.run_s[i] * (spent / planned if planned else 1.0)
+        if (i, k) != (0, 0) and left < pair_s:
             say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
-                f"~{2 * plan.run_s[i]:.0f} s)")
+                f"~{pair_s:.0f} s here)")
             continue
+        began_pair = time.perf_counter()
         if run_seed not in orders:
             orders[run_seed] = stratified_order(labels, run_seed)
         train_file = write_label_set(train_examples, orders[run_seed][:n], plan.passes[i],
@@ -971,7 +977,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                                dataclasses.replace(ft_config, seed=run_seed), new_heads=True)
             last = got["epochs"][-1]
             results[n][name].append({"seed": run_seed, "accuracy": last["accuracy"],
-                                     "macro_f1": last.get("macro_f1"), "seconds": round(time.perf_counter() - began, 1)})
+                                     "macro_f1": last.get("macro_f1"),
+                                     "seconds": round(time.perf_counter() - began, 1)})
             shutil.rmtree(ft_dir / "checkpoints", ignore_errors=True)  # resume state: not needed once finished
             if n == rungs[-1] and k == 0:
                 kept[name] = ft_dir / "model"  # all labels, first seed: the fine-tuned models kept
@@ -980,8 +987,12 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
             line.append(f"{'pretrained' if name == 'pretrained' else 'random init'} {last['accuracy']:.3f}")
         say(f"   {n:>6,} labels, seed {run_seed}: dev accuracy " + ", ".join(line)
             + f" ({time.perf_counter() - began:.0f} s a run)")
+        planned += 2 * plan.run_s[i]
+        spent += time.perf_counter() - began_pair
     curve = []
     for i, n in enumerate(rungs):
+        if not results[n]["pretrained"]:
+            continue  # every run of this label count was skipped: out of time
         point = {"labels": n, "passes": plan.passes[i]}
         for name in ("pretrained", "scratch"):
             runs = results[n][name]
@@ -1066,7 +1077,6 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
     overrides = " ".join(f"--{k.replace('_', '-')} {str(v).lower() if isinstance(v, bool) else v}"
                          for k, v in RECIPE_OVERRIDES.items())
     norm = report["normalisation"]
-    case_flags = "" if norm["strip_accents"] else " --no-strip-accents"
     preset = report["model_summary"]["preset"]
     commands = []
     if not corpus_given:
