@@ -400,6 +400,9 @@ def test_builtin_task_from_docstrings(tmp_path):
     assert {r["text"] for r in train} <= lines
     assert len(lines - {""}) == sum(len(prose_sentences(p)) for p in root.rglob("*.py")
                                     if "tests" not in p.parts) - len(dev) - 1  # the shared sentence: one line
+    # Out of time: it stops once it has two documents (modules), whatever is left.
+    quick = default_corpus(tmp_path / "quick.txt", progress=False, roots=[root], max_seconds=0.0)
+    assert quick.read_text().count("\n\n") == 2 and len(quick.read_text()) < len(corpus.read_text())
 
 
 def test_last_line_names_the_page_and_the_serve_command(pipeline_run, capsys):

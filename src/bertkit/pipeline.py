@@ -71,6 +71,7 @@ GPU_PRESET = "small"  # on a CUDA GPU: L4/H512, whose steps a GPU runs about as 
 EVAL_POINTS = 30  # held-out evaluations aimed at: still more than 10 when a shared machine runs 2.5 times slower
 EVAL_INSTANCES = 500  # held-out rows per evaluation (about 6,500 masked tokens)
 EVAL_FRACTION = 0.03  # documents held out of pretraining
+CORPUS_SHARE = 0.15  # at most this share of the budget assembles the built-in corpus (1.5 of 10 minutes)
 # Fine-tuning, the same for both starting points. Learning rate 1e-3: on the built-in task it was the best of
 # 1e-4, 3e-4, 1e-3 and 3e-3 for the tiny model from either starting point (3 epochs), and within a point of the
 # best for tiny on SST-2 in the pretrain-vs-scratch experiment. Up to 5 epochs: both starting points still gained
@@ -167,13 +168,17 @@ def _python_files(root: Path) -> list[Path]:
 
 
 def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool = True,
-                   exclude: set[str] | frozenset[str] = frozenset(), roots: list[Path] | None = None) -> Path:
+                   exclude: set[str] | frozenset[str] = frozenset(), roots: list[Path] | None = None,
+                   max_seconds: float = math.inf) -> Path:
     """Write docstrings of installed Python sources as a Google-format corpus: one sentence per line, one
-    module per document (blank line between documents). Stops at about `max_bytes`.
+    module per document (blank line between documents). Stops at about `max_bytes`, or after `max_seconds` once
+    it has two documents (a slow or busy machine keeps its budget for training: some packages' files take long to
+    parse for little prose).
 
     exclude: sentences left out wherever they occur (the built-in task's dev sentences).
     roots: folders to read (default `source_roots()`).
     """
+    began = time.perf_counter()
     files = [f for root in (roots if roots is not None else source_roots()) for f in _python_files(root)]
     written = documents = 0
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +196,7 @@ def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool =
             written += size
             documents += 1
             bar.update(size)
-            if written >= max_bytes:
+            if written >= max_bytes or (documents >= 2 and time.perf_counter() - began > max_seconds):
                 break
     if documents < 2:
         raise RuntimeError("could not find enough Python docstrings on this machine; pass --corpus PATH")
@@ -817,7 +822,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         else:
             say("1/7 corpus: assembling docstrings of the installed Python sources (parsed, not imported), "
                 f"without the built-in task's {len(held_out):,} dev sentences")
-            default_corpus(target, progress=progress, exclude=set(held_out))
+            default_corpus(target, progress=progress, exclude=set(held_out),
+                           max_seconds=CORPUS_SHARE * minutes * 60.0)
             stamp.write_text(json.dumps(want) + "\n", encoding="utf-8")
         paths = [str(target)]
     lap("corpus")
