@@ -318,6 +318,8 @@ def test_quartiles_and_the_verdict():
     assert verdict["gap"] == pytest.approx(0.21) and verdict["beyond_spread"] and verdict["wins"] == 3
     close = {"pretrained": quartiles([0.30, 0.40, 0.50]), "scratch": quartiles([0.30, 0.35, 0.36])}
     assert not curve_verdict(close)["beyond_spread"]  # a gap of 0.05 inside the pretrained IQR of 0.10
+    one = {"pretrained": quartiles([0.5]), "scratch": quartiles([0.3])}
+    assert curve_verdict(one)["gap"] == pytest.approx(0.2) and not curve_verdict(one)["beyond_spread"]  # no spread
 
 
 def test_plan_budget_splits_the_time():

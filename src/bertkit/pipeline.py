@@ -726,10 +726,11 @@ def quartiles(values: list[float]) -> dict[str, Any]:
 
 def curve_verdict(point: dict[str, Any]) -> dict[str, Any]:
     """At one label count: the gap between the pretrained and the random-initialisation medians, and whether it
-    is larger than both interquartile ranges (the acceptance test of the curve's claim)."""
+    is larger than both interquartile ranges (the test of the curve's claim; with fewer than three seeds there is
+    no spread to speak of, so never)."""
     pre, scr = point["pretrained"], point["scratch"]
     gap = pre["median"] - scr["median"]
-    return {"gap": gap, "beyond_spread": gap > max(pre["iqr"], scr["iqr"]),
+    return {"gap": gap, "beyond_spread": len(pre["values"]) >= 3 and gap > max(pre["iqr"], scr["iqr"]),
             "wins": sum(p > s for p, s in zip(pre["values"], scr["values"])), "seeds": len(pre["values"])}
 
 

@@ -236,6 +236,8 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
              f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
              Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
     claim = ("pretraining helps most when labels are few" if first["beyond_spread"] and first["gap"] > 0
+             else f"{first['seeds']} seed(s) at the fewest labels: too few for a spread, so no claim"
+             if first["seeds"] < 3
              else "at this budget the gap at the fewest labels is within the seeds' spread: no clear claim"
              if not first["beyond_spread"] else "random initialisation does better at the fewest labels")
     parts += ["<h2 id=\"label-efficiency\">Label efficiency: pretrained vs random initialisation</h2>",
