@@ -8,11 +8,17 @@ examples of `stratified_order` (4 and 16 per class on the built-in task; median 
 standardised with the training set's mean and deviation), and the spread of the dev vectors around their mean
 over the norm of that mean.
 """
-import sys, json, torch, numpy as np
+import json
+import sys
 from pathlib import Path
-from bertkit.pipeline import stratified_order
+
+import numpy as np
+import torch
+
 from bertkit.features import load_encoder
+from bertkit.pipeline import stratified_order
 from bertkit.tokenizers import load_tokenizer
+
 torch.set_num_threads(1)
 task = Path(sys.argv[3])
 train = [json.loads(l) for l in (task / "train.jsonl").read_text().splitlines()]
