@@ -10,6 +10,9 @@ ARGS ?=
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH)"
 	$(PYTHON) -m pip install -q -e ".[test,docs]"
+	@# A font with Hangul and CJK for the report's figures, where apt can add one (else such text stays out of them).
+	-@fc-list 2>/dev/null | grep -qiE "nanum|noto sans cjk" || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-nanum >/dev/null 2>&1; } || true
 
 run: install
 	$(PYTHON) -m bertkit.cli pipeline $(ARGS)

@@ -1,5 +1,6 @@
 """bertkit.pipeline: the one-command run, end to end on a tiny corpus and task with a budget of a few seconds, and
-its parts: the built-in task, the precision choice, the budget plan, fill-mask on held-out text, the report page."""
+its parts: the built-in task, the vocabulary's normalisation, the precision choice, the label ladder, the budget
+plan, fill-mask on held-out text by frequency band, the report page."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from bertkit.checkpoint import CONFIG_NAME, WEIGHTS_NAME
-from bertkit.pipeline import (build_docstring_task, choose_precision, cpu_bf16_flags, default_corpus, plan_budget,
-                              prose_sentences, run_pipeline)
+from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, choose_normalisation, choose_precision,
+                              cpu_bf16_flags, curve_verdict, default_corpus, describe_machine, label_ladder,
+                              passes_for, plan_budget, prose_sentences, quartiles, run_pipeline, stratified_order,
+                              write_label_set)
 
 WORDS = ("the cat dog bird sat ran on under a mat log tree big small red blue quickly slowly and then it was "
          "very happy sad home park river day night").split()
@@ -52,10 +55,11 @@ def pipeline_run(tmp_path_factory):
     corpus = tiny_corpus(root / "corpus.txt")
     train, dev = tiny_task(root)
     out = root / "out"
+    # Label counts 8 and all 64, two seeds each, at least 32 examples a run: 8 fine-tuning runs of a few steps.
     report = run_pipeline(out, corpus=[str(corpus)], preset="tiny", vocab_size=120, probes=["the [MASK] sat."],
                           progress=False, train_seconds=3.0, task_train=str(train), task_dev=str(dev),
-                          text_column="sentence", label_column="colour", finetune_epochs=2, finetune_seeds=2,
-                          fill_mask_prompts=40)
+                          text_column="sentence", label_column="colour", finetune_seeds=2, ladder=(8, 40),
+                          min_examples=32, fill_mask_prompts=40)
     return out, report
 
 
@@ -70,27 +74,33 @@ def test_every_stage_writes_its_files(pipeline_run):
         assert (model / CONFIG_NAME).is_file() and (model / WEIGHTS_NAME).is_file() and (model / "vocab.txt").is_file()
     assert (out / "run" / "metrics.jsonl").is_file() and (out / "run" / "config.yaml").is_file()
     for start in ("pretrained", "scratch"):
-        for seed in (0, 1):
-            ft = out / "finetune" / f"{start}-seed{seed}"
-            assert (ft / "results.json").is_file() and (ft / "model" / WEIGHTS_NAME).is_file()
+        for n in (8, 64):
+            for seed in (0, 1):
+                ft = out / "finetune" / f"{start}-{n}-seed{seed}"
+                assert (ft / "results.json").is_file() and not (ft / "checkpoints").exists()
+                # Only the all-labels, first-seed models are kept (the served one and its baseline).
+                assert (ft / "model" / WEIGHTS_NAME).is_file() == (n == 64 and seed == 0)
     assert json.loads((out / "report.json").read_text(encoding="utf-8")) == json.loads(json.dumps(report))
     assert (out / "report.html").is_file() and report["report"] == str(out / "report.html")
     assert len(report["plots"]) == 4 and all(Path(p).is_file() and p.endswith(".png") for p in report["plots"])
-    assert report["serve"] == f"bertkit serve --model {report['finetune']['pretrained']['model']}"
+    assert any(p.endswith("label_efficiency.png") for p in report["plots"])
+    assert report["serve"] == f"bertkit serve --model {report['finetune']['models']['pretrained']}"
 
 
 def test_report_fields(pipeline_run):
     out, report = pipeline_run
-    assert set(report) == {"corpus", "corpus_summary", "tokens", "vocab_size", "machine", "precision",
-                           "precision_reason", "measured_tokens_per_s", "recipe", "model_summary", "plan", "speed",
-                           "finetune_speed", "steps", "train_tokens", "tokens_per_s", "eval_points", "evaluations",
-                           "mlm_accuracy_before", "mlm_accuracy_after", "perplexity_before", "perplexity_after",
-                           "finetune", "fill_mask", "probes", "model", "report", "serve", "timings", "commands",
-                           "minutes", "plots"}
+    assert set(report) == {"corpus", "corpus_summary", "tokens", "vocab_size", "normalisation", "machine",
+                           "precision", "precision_reason", "measured_tokens_per_s", "recipe", "model_summary", "plan",
+                           "speed", "finetune_speed", "steps", "train_tokens", "tokens_per_s", "eval_points",
+                           "evaluations", "mlm_accuracy_before", "mlm_accuracy_after", "perplexity_before",
+                           "perplexity_after", "finetune", "fill_mask", "probes", "model", "report", "serve",
+                           "timings", "commands", "minutes", "plots"}
     manifest = json.loads((out / "data" / "manifest.json").read_text(encoding="utf-8"))
     assert report["tokens"] == manifest["splits"]["train"]["tokens"] > 0
     assert report["corpus_summary"]["eval"]["documents"] == manifest["splits"]["eval"]["documents"] >= 2
     assert report["vocab_size"] <= 120
+    assert report["normalisation"]["lowercase"] and report["normalisation"]["strip_accents"]  # English text
+    assert report["machine"]["summary"].startswith(report["machine"]["cpu"])
     assert report["steps"] >= 1 and report["train_tokens"] > 0 and report["tokens_per_s"] > 0
     for key in ("mlm_accuracy_before", "mlm_accuracy_after"):
         assert 0.0 <= report[key] <= 1.0
@@ -115,29 +125,44 @@ def test_heldout_evaluation_at_regular_points(pipeline_run):
     assert all(e["eval_perplexity"] > 0 and 0 <= e["eval_mlm_accuracy"] <= 1 for e in evals)
 
 
-def test_finetuning_compares_like_with_like(pipeline_run):
+def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
     out, report = pipeline_run
     ft = report["finetune"]
-    assert ft["seeds"] == [0, 1] and ft["train_examples"] == 64 and ft["dev_examples"] == 32
-    assert ft["labels"] == ["blue", "red"] and ft["epochs"] == 2
-    # The same architecture from both starting points (dropout aside: fine-tuning sets it for both).
+    assert ft["train_examples"] == 64 and ft["dev_examples"] == 32 and ft["labels"] == ["blue", "red"]
+    assert [p["labels"] for p in ft["curve"]] == [8, 64]  # 40 is more than half the training set
+    assert [p["passes"] for p in ft["curve"]] == [4, 3]  # 32 examples at least; 3 passes at least
+    # The same architecture from both starting points, both classifying from the mean of the tokens.
     architecture = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id")
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                    "classifier_pooling")
     configs = [json.loads((d / CONFIG_NAME).read_text()) for d in (out / "run" / "model", out / "scratch")]
-    assert [{k: c.get(k) for k in architecture} for c in configs][0] == {k: configs[1].get(k) for k in architecture}
-    # The same recipe, budget and seed for each pair, and the summary is the mean of the runs' best epochs.
-    for seed in (0, 1):
-        runs = [json.loads((out / "finetune" / f"{s}-seed{seed}" / "results.json").read_text())
-                for s in ("pretrained", "scratch")]
-        assert runs[0]["config"] == runs[1]["config"] and runs[0]["config"]["seed"] == seed
-        assert runs[0]["max_steps"] == runs[1]["max_steps"] == 2 * runs[0]["steps_per_epoch"]
-        for run, start in zip(runs, ("pretrained", "scratch")):
-            assert ft[start]["accuracies"][seed] == run["best"]["accuracy"]
-    for start in ("pretrained", "scratch"):
-        assert ft[start]["accuracy"] == pytest.approx(sum(ft[start]["accuracies"]) / 2)
-        assert [e for e, _ in ft[start]["curve"]] == [1.0, 2.0]
-    train_labels, dev_labels = ([line.split("\t")[1] for line in (out.parent / f"{split}.tsv").read_text().splitlines()
-                                 [1:]] for split in ("train", "dev"))
+    assert {k: configs[0].get(k) for k in architecture} == {k: configs[1].get(k) for k in architecture}
+    assert configs[0]["classifier_pooling"] == "mean"
+    train_rows = [line.split("\t") for line in (out.parent / "train.tsv").read_text().splitlines()[1:]]
+    for point in ft["curve"]:
+        n = point["labels"]
+        for seed in (0, 1):
+            rows = [json.loads(line) for line in
+                    (out / "finetune" / "sets" / f"train-{n}-seed{seed}.jsonl").read_text().splitlines()]
+            assert len(rows) == n * point["passes"] and rows[:n] * point["passes"] == rows
+            labels = [r["label"] for r in rows[:n]]
+            if n < 64:  # a label set short of the training set is balanced as far as the classes allow
+                assert abs(labels.count("red") - labels.count("blue")) <= 1
+            assert all([r["text"], r["label"]] in [[t, c] for t, c in train_rows] for r in rows[:n])
+            runs = [json.loads((out / "finetune" / f"{s}-{n}-seed{seed}" / "results.json").read_text())
+                    for s in ("pretrained", "scratch")]
+            assert runs[0]["config"] == runs[1]["config"] and runs[0]["config"]["seed"] == seed
+            assert runs[0]["max_steps"] == runs[1]["max_steps"] and len(runs[0]["epochs"]) == 1  # dev scored once
+            for run, start in zip(runs, ("pretrained", "scratch")):
+                assert point[start]["values"][seed] == run["epochs"][-1]["accuracy"]
+        for start in ("pretrained", "scratch"):
+            assert point[start]["median"] == pytest.approx(sum(point[start]["values"]) / 2)  # two seeds
+        assert point["gap"] == pytest.approx(point["pretrained"]["median"] - point["scratch"]["median"])
+    small = [set(map(json.dumps, [json.loads(x) for x in (out / "finetune" / "sets" / f"train-{n}-seed0.jsonl")
+                                  .read_text().splitlines()])) for n in (8, 64)]
+    assert small[0] <= small[1]  # one seed's smaller label set is part of its larger one
+    dev_labels = [line.split("\t")[1] for line in (out.parent / "dev.tsv").read_text().splitlines()[1:]]
+    train_labels = [c for _, c in train_rows]
     majority = max(("blue", "red"), key=train_labels.count)  # ties: the first found, as Counter.most_common
     assert ft["majority_label"] == majority
     assert ft["majority_accuracy"] == pytest.approx(dev_labels.count(majority) / 32)
@@ -151,6 +176,14 @@ def test_fill_mask_on_heldout_text(pipeline_run):
     assert 1 <= fill["prompts"] <= 40 and fill["examples"]
     assert 0 <= fill["top1_accuracy"] <= fill["top5_accuracy"] <= 1
     assert fill["baseline_word"].isalpha() and 0 <= fill["baseline_accuracy"] <= 1
+    bands = fill["bands"]
+    assert [b["band"] for b in bands] == [name for name, _, _ in FREQUENCY_BANDS]
+    assert sum(b["prompts"] for b in bands) == fill["prompts"]
+    # The bands' accuracies add up to the overall ones (weighted by their prompts).
+    for key in ("top1_accuracy", "top5_accuracy"):
+        assert sum(b[key] * b["prompts"] for b in bands if b["prompts"]) == pytest.approx(fill[key] * fill["prompts"])
+    assert bands[0]["baseline_top1"] == pytest.approx(fill["baseline_accuracy"] * fill["prompts"]
+                                                      / bands[0]["prompts"])
     for example in fill["examples"]:
         assert example["prompt"].count("[MASK]") == 1 and example["answer"].isalpha()
         # The batched evaluation gives what `bertkit fill-mask` gives for the same sentence.
@@ -197,14 +230,15 @@ def test_report_page_is_self_contained(pipeline_run):
         assert src.startswith(prefix)
         assert base64.b64decode(src[len(prefix):], validate=True) == Path(path).read_bytes()
     assert not page.links and not page.scripts  # nothing fetched from anywhere
-    assert {"finetune-table", "fill-mask-table"} <= set(page.tables)
-    assert page.headings == ["machine", "corpus", "model", "pretraining", "finetuning", "fill-mask", "reproduce",
-                             "files"]
-    table = text[text.index('id="finetune-table"'):]
+    assert {"label-efficiency-table", "fill-mask-bands", "fill-mask-table"} <= set(page.tables)
+    assert page.headings == ["label-efficiency", "machine", "corpus", "model", "pretraining", "fill-mask",
+                             "reproduce", "files"]
+    table = text[text.index('id="label-efficiency-table"'):]
     table = table[:table.index("</table>")]
-    scratch = f"{report['finetune']['scratch']['accuracy']:.3f}"
-    for cell in ("pretrained", "random initialisation", "majority class", scratch):
-        assert cell in table
+    for point in report["finetune"]["curve"]:
+        for start in ("pretrained", "scratch"):
+            assert f"{point[start]['median']:.3f} [{point[start]['q1']:.3f}" in table
+    assert report["machine"]["summary"] in text
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage
     assert any(c.startswith("bertkit pretrain ") and "--config mini-fast" in c for _, c in report["commands"])
@@ -227,40 +261,98 @@ def test_precision_follows_the_cpu_flags():
     precision, why = choose_precision("cpu", line.format("avx512_vnni"))
     assert precision == "fp32" and "no native bf16" in why
     assert choose_precision("cuda", line.format(""))[0] == "auto"
+    machine = describe_machine(cpuinfo=line.format("avx512_bf16"))
+    assert machine["flags"] == ["avx2", "avx512f", "avx512_bf16"] and machine["gpu"] is None
+    assert "flags avx2 avx512f avx512_bf16; no GPU" in machine["summary"]
+
+
+KOREAN = ("비행기가 이륙하고 있다. 한 남자가 큰 플루트를 연주하고 있다. 남자가 피자에 치즈를 뿌리고 있다. "
+          "세 남자가 체스를 하고 있다. 한 여성이 양파를 자르고 있다.")
+
+
+def test_normalisation_keeps_hangul_syllables_whole():
+    from bertkit.tokenizers import WordPieceTokenizer
+
+    assert choose_normalisation(["The café serves crème brûlée.", "Plain English text."])[:2] == (True, True)
+    lowercase, strip, why = choose_normalisation([KOREAN] * 3)
+    assert (lowercase, strip) == (True, False) and "Hangul" in why
+    # A little Korean inside English text (a name, under 0.1% of the letters) does not turn stripping off.
+    assert choose_normalisation(["English words " * 400 + "한"])[1] is True
+    tokenizer = WordPieceTokenizer.train([KOREAN] * 20, vocab_size=200, lowercase=lowercase, strip_accents=strip,
+                                         show_progress=False)
+    pieces = tokenizer.tokenize(KOREAN)
+    hangul = [c for p in pieces for c in p.lstrip("#")]
+    assert hangul and all(0xAC00 <= ord(c) <= 0xD7A3 or not c.isalpha() for c in hangul)  # syllables, no jamo
+    assert tokenizer.decode(tokenizer.encode("비행기가 이륙하고 있다.").input_ids, skip_special_tokens=True) \
+        .replace(" ", "") == "비행기가이륙하고있다."
+
+
+def test_label_ladder_and_label_sets(tmp_path):
+    assert label_ladder(2770, 8) == [32, 128, 512, 2770]  # 2,048 is more than half of 2,770
+    assert label_ladder(5749, 3) == [32, 128, 512, 2048, 5749]
+    assert label_ladder(100, 40) == [100]  # 32 labels would give fewer than two per class
+    labels = ["a"] * 10 + ["b"] * 3 + ["c"] * 7
+    order = stratified_order(labels, seed=1)
+    assert sorted(order) == list(range(20))
+    assert [labels[i] for i in order[:9]] == ["a", "b", "c"] * 3  # one of each class in turn
+    assert [labels[i] for i in order[9:13]] == ["a", "c", "a", "c"]  # b ran out
+    assert stratified_order(labels, seed=1) == order and stratified_order(labels, seed=2) != order
+    assert (passes_for(32, 2000, 3), passes_for(512, 2000, 3), passes_for(2770, 2000, 3)) == (63, 4, 3)
+
+    class E:
+        def __init__(self, text, pair, label):
+            self.text, self.pair, self.label = text, pair, label
+
+    rows = [E("x", "y", "a"), E("z", None, "b")]
+    path = write_label_set(rows, [1, 0], 2, tmp_path / "set.jsonl")
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"text": "z", "label": "b"}, {"text": "x", "label": "a", "pair": "y"}] * 2
+
+
+def test_quartiles_and_the_verdict():
+    q = quartiles([0.1, 0.5, 0.2, 0.4, 0.3])
+    assert (q["median"], q["q1"], q["q3"], q["min"], q["max"]) == pytest.approx((0.3, 0.2, 0.4, 0.1, 0.5))
+    assert q["iqr"] == pytest.approx(0.2)
+    point = {"pretrained": quartiles([0.50, 0.52, 0.55]), "scratch": quartiles([0.30, 0.31, 0.35])}
+    verdict = curve_verdict(point)
+    assert verdict["gap"] == pytest.approx(0.21) and verdict["beyond_spread"] and verdict["wins"] == 3
+    close = {"pretrained": quartiles([0.30, 0.40, 0.50]), "scratch": quartiles([0.30, 0.35, 0.36])}
+    assert not curve_verdict(close)["beyond_spread"]  # a gap of 0.05 inside the pretrained IQR of 0.10
+    one = {"pretrained": quartiles([0.5]), "scratch": quartiles([0.3])}
+    assert curve_verdict(one)["gap"] == pytest.approx(0.2) and not curve_verdict(one)["beyond_spread"]  # no spread
 
 
 def test_plan_budget_splits_the_time():
-    # Roomy: three epochs for every seed, pretraining gets the rest, 30 evaluations of 500 rows.
-    plan = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
-    assert (plan.finetune_seeds, plan.finetune_epochs, plan.eval_rows) == (3, 3.0, 500)
-    assert plan.finetune_run_s == pytest.approx(19.5)
-    assert plan.pretrain_s == pytest.approx(540.0 - 6 * 19.5) and not plan.short
+    ladder = [32, 128, 512, 2770]  # default passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
+    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0)
+    run_s = [n * p * 0.005 + 1.0 for n, p in zip(ladder, (63, 16, 4, 3))]
+    # Roomy: every seed; pretraining gets the rest, 30 evaluations of 500 rows.
+    plan = plan_budget(1500.0, seeds=[5, 5, 3, 3], **cost)
+    assert plan.seeds == (5, 5, 3, 3) and plan.passes == (63, 16, 4, 3) and plan.eval_rows == 500
+    assert plan.run_s == pytest.approx(run_s)
+    assert plan.finetune_s == pytest.approx(2 * sum(k * r for k, r in zip((5, 5, 3, 3), run_s)))
+    assert plan.pretrain_s == pytest.approx(1500.0 - plan.finetune_s) and not plan.short
     assert plan.expected_steps == int((plan.pretrain_s - 30 * 500 * 0.0015) / 0.15)
     assert plan.eval_every == plan.expected_steps // 30
-    # Tight: fewer seeds first, then fewer whole epochs, then a fraction of one; within fine-tuning's share.
-    fewer = plan_budget(250.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
-    assert (fewer.finetune_seeds, fewer.finetune_epochs) == (1, 3.0)
-    tight = plan_budget(100.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
-    assert (tight.finetune_seeds, tight.finetune_epochs) == (1, 2.0) and 2 * tight.finetune_run_s <= 0.3 * 100.0
-    tiny = plan_budget(20.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=25.0, ft_eval_s=0.5, seeds=1, max_epochs=3)
-    assert tiny.finetune_epochs == pytest.approx((0.3 * 20.0 / 2 - 0.5) / 25.0)  # a tenth of an epoch
-    assert tiny.short and tiny.pretrain_s == 30.0
-    assert plan_budget(20.0, 0.15, 0.0015, ft_epoch_s=600.0, ft_eval_s=0.5).finetune_epochs == 0.05  # the floor
+    # Tighter: the largest label counts lose seeds first, the smallest keeps its five longest.
+    mid = plan_budget(600.0, seeds=[5, 5, 3, 3], **cost)
+    assert mid.seeds == (5, 2, 1, 1) and mid.finetune_s <= 0.45 * 600.0
+    # Tight: one seed everywhere is still too much, so the passes shrink (pretraining keeps its share).
+    tight = plan_budget(300.0, seeds=[5, 5, 3, 3], **cost)
+    assert tight.seeds == (1, 1, 1, 1) and tight.passes == (55, 14, 3, 2)  # x (135 - 8) / 144.2
+    assert tight.finetune_s <= 0.45 * 300.0 and tight.pretrain_s == pytest.approx(300.0 - tight.finetune_s)
+    starved = plan_budget(100.0, seeds=[5, 5, 3, 3], **cost)  # even one pass each is over the share
+    assert starved.passes == (16, 4, 1, 1) and starved.pretrain_s == pytest.approx(55.0)  # not 100 - 51
+    floor = plan_budget(20.0, seeds=[5, 5, 3, 3], **cost)
+    assert floor.seeds == (1, 1, 1, 1) and floor.passes == (1, 1, 1, 1) and floor.short and floor.pretrain_s == 30.0
     # A slow machine: evaluations shrink to keep within 12% of pretraining (not below 64 rows).
-    slow = plan_budget(540.0, step_s=3.5, eval_row_s=0.06, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
-    assert slow.eval_rows == 64  # 12% would allow 28 rows
-    mid = plan_budget(540.0, step_s=1.0, eval_row_s=0.01, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3, max_epochs=3)
-    assert mid.eval_rows == int(0.12 * mid.pretrain_s / 30 / 0.01) and 64 < mid.eval_rows < 500
-    # The fixed cost of a run counts once per run.
-    overhead = plan_budget(540.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=6.0, ft_eval_s=0.5, seeds=3,
-                           max_epochs=3, ft_overhead_s=3.0)
-    assert overhead.finetune_run_s == pytest.approx(22.5)
-    assert overhead.pretrain_s == pytest.approx(540.0 - 6 * 22.5)
-    # A fixed pretraining time: every seed and epoch, whatever they cost.
-    fixed = plan_budget(0.0, step_s=0.15, eval_row_s=0.0015, ft_epoch_s=600.0, ft_eval_s=0.5, seeds=2, pretrain_s=3.0)
-    assert (fixed.pretrain_s, fixed.finetune_seeds, fixed.finetune_epochs, fixed.short) == (3.0, 2, 5.0, False)
+    slow = plan_budget(540.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 3.5, "eval_row_s": 0.06})
+    assert slow.eval_rows == 64
+    # A fixed pretraining time: every seed and pass, whatever they cost.
+    fixed = plan_budget(0.0, seeds=[2, 2, 2, 2], pretrain_s=3.0, **{**cost, "example_s": 60.0})
+    assert (fixed.pretrain_s, fixed.seeds, fixed.passes, fixed.short) == (3.0, (2, 2, 2, 2), (63, 16, 4, 3), False)
     with pytest.raises(ValueError):
-        plan_budget(100.0, step_s=0.0, eval_row_s=1.0, ft_epoch_s=1.0, ft_eval_s=0.1)
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 0.0})
 
 
 def _fake_stdlib(root: Path) -> Path:
@@ -310,6 +402,9 @@ def test_builtin_task_from_docstrings(tmp_path):
     assert {r["text"] for r in train} <= lines
     assert len(lines - {""}) == sum(len(prose_sentences(p)) for p in root.rglob("*.py")
                                     if "tests" not in p.parts) - len(dev) - 1  # the shared sentence: one line
+    # Out of time: it stops once it has two documents (modules), whatever is left.
+    quick = default_corpus(tmp_path / "quick.txt", progress=False, roots=[root], max_seconds=0.0)
+    assert quick.read_text().count("\n\n") == 2 and len(quick.read_text()) < len(corpus.read_text())
 
 
 def test_last_line_names_the_page_and_the_serve_command(pipeline_run, capsys):
@@ -320,4 +415,5 @@ def test_last_line_names_the_page_and_the_serve_command(pipeline_run, capsys):
     printed = capsys.readouterr().out
     last = printed.rstrip("\n").splitlines()[-1]
     assert last == f"report: {out / 'report.html'}   serve: {report['serve']}"
-    assert "gain from pretraining" in printed and "fill-mask on" in printed and "true: " in printed
+    assert "label-efficiency curve" in printed and "fill-mask on" in printed and "true: " in printed
+    assert "top 100" in printed and report["machine"]["summary"] in printed

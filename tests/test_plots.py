@@ -111,3 +111,42 @@ def test_missing_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match="pip install matplotlib"):
         plot_run(tmp_path / "run")
     assert not (tmp_path / "run" / "plots").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Scripts beyond Latin: drawn with an installed font that has them, else kept out of the image
+# ------------------------------------------------------------------------------------------------------------------
+def _draw_korean(path):
+    from bertkit.plots import plot_confusion
+
+    return plot_confusion({"labels": ["유사", "관련", "무관"], "dev": [[3, 1, 0], [1, 2, 1], [0, 1, 4]]},
+                          path, title="한국어 문장 쌍")
+
+
+def test_korean_text_draws_without_missing_glyphs(tmp_path, recwarn):
+    import logging
+
+    from bertkit import plots
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("matplotlib").addHandler(handler)
+    try:
+        _draw_korean(tmp_path / "with.png")
+        has_font = any(family in plots.CJK_FONTS for family, _ in plots.figure_fonts())
+        assert plots.drawable("유사") == has_font
+        # Without any Hangul font (as on a machine where `make install` could not add one), the labels go.
+        saved = plots.CJK_FONTS
+        plots.CJK_FONTS = ()
+        try:
+            assert not plots.drawable("유사") and plots.figure_text("유사", "0") == "0"
+            assert plots.figure_text("similar", "0") == "similar"
+            _draw_korean(tmp_path / "without.png")
+        finally:
+            plots.CJK_FONTS = saved
+    finally:
+        logging.getLogger("matplotlib").removeHandler(handler)
+    messages = [str(w.message) for w in recwarn] + [r.getMessage() for r in records]
+    assert not [m for m in messages if "missing from font" in m or "Glyph" in m]
+    assert (tmp_path / "with.png").stat().st_size > 0 and (tmp_path / "without.png").stat().st_size > 0

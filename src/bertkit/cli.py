@@ -870,8 +870,9 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.add_argument("--corpus", nargs="+", help="your corpus: files, directories or globs (text, JSON Lines, .gz)")
     pipe.add_argument("--out", default="runs/pipeline", help="output directory (default runs/pipeline)")
     pipe.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
-    pipe.add_argument("--preset", default="tiny", choices=["tiny", "mini", "small"],
-                      help="model size (default tiny: L2/H128, the most held-out accuracy per CPU minute)")
+    pipe.add_argument("--preset", default=None, choices=["tiny", "mini", "small"],
+                      help="model size (default: tiny, L2/H128, the most held-out accuracy per CPU minute; small on "
+                           "a CUDA GPU)")
     pipe.add_argument("--vocab-size", type=int, default=8192, help="WordPiece vocabulary size (default 8192)")
     pipe.add_argument("--probe", action="append", help="a fill-mask sentence with [MASK] (repeatable)")
     pipe.add_argument("--seed", type=int, default=0, help="seed")

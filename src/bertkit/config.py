@@ -71,7 +71,8 @@ class Family:
 
 _SAME = {f: f for f in _BERT_FIELDS}
 FAMILIES: dict[str, Family] = {
-    "bert": Family(keys=_SAME, optional={"causal": "is_decoder"}, pair_head=True,
+    "bert": Family(keys=_SAME, optional={"causal": "is_decoder", "classifier_pooling": "classifier_pooling"},
+                   pair_head=True,
                    written={"position_embedding_type": "absolute", "tie_word_embeddings": True}),
     # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
     "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
@@ -187,8 +188,13 @@ class BertConfig(ConfigFile):
     causal: bool = _f(False, 'causal self-attention: token t sees tokens <= t only (GPT-style LM)')
     bos_token_id: int | None = _f(None, 'beginning-of-sequence id written to config.json (RoBERTa <s>, ALBERT [CLS])')
     eos_token_id: int | None = _f(None, 'end-of-sequence id written to config.json (RoBERTa </s>, ALBERT [SEP])')
+    classifier_pooling: str = _f("cls", 'BERT sequence classification reads the pooled first token ("cls", the '
+                                        'paper\'s) or the mean of the real tokens ("mean", a bertkit variant for '
+                                        'encoders pretrained without a sentence objective; transformers reads "cls")')
 
     def __post_init__(self) -> None:
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ValueError(f"BertConfig.classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings"):
             value = getattr(self, name)

@@ -1,28 +1,41 @@
-"""The main job in one call: raw text -> vocabulary -> shards -> pretraining -> fine-tuning -> evaluation -> report.
+"""The main job in one call: raw text -> vocabulary -> shards -> pretraining -> label-efficiency curve -> report.
 
 `bertkit pipeline` (`make run`) is the README's first command. Its stages, all within one time budget:
 
     1 corpus       the user's files, or text already on the machine: the docstrings of the Python standard library
                    and the installed packages, read with `ast` from the source files (nothing is imported or
                    executed; nothing of that text ships with bertkit)
-    2 vocabulary   an uncased WordPiece vocabulary trained on the corpus
+    2 vocabulary   a WordPiece vocabulary trained on the corpus, uncased; accents stripped only where that takes
+                   accents off Latin, Greek or Cyrillic letters and changes no other letter (`choose_normalisation`:
+                   Hangul syllables stay whole, not NFD jamo)
     3 shards       `bertkit prepare`, 3% of the documents held out
-    4 plan         the precision (bf16 autocast where the CPU has native bf16 instructions and it is not clearly
-                   slower than fp32 there, else fp32), a few timed training steps, and from them the split of the
-                   budget and the evaluation interval
-    5 pretraining  the `mini-fast` recipe at the tiny size, held-out masked-LM accuracy and perplexity at about 30
-                   regular points
-    6 fine-tuning  the pretrained model and the same architecture from random initialisation, same recipe, budget
-                   and seed, on a labelled task: the user's (`task_train` / `task_dev`, any file `bertkit finetune
-                   classify` reads) or the built-in one (`build_docstring_task`)
-    7 evaluation   fill-mask top-1 accuracy on held-out sentences whose masked word is known, and the report:
-                   OUT/report.json and OUT/report.html (one self-contained page, `bertkit.report`)
+    4 plan         the machine (CPU model and flags, GPU), the model size (tiny on a CPU, small on a CUDA GPU), the
+                   precision (bf16 autocast where the CPU has native bf16 instructions and it is not clearly slower
+                   than fp32 there, else fp32), a few timed training steps, and from them the split of the budget
+                   between pretraining and the curve's runs (`plan_budget`)
+    5 pretraining  the `mini-fast` recipe, held-out masked-LM accuracy and perplexity at about 30 regular points
+    6 curve        the label-efficiency curve: the pretrained model and the same architecture from random
+                   initialisation fine-tuned on class-balanced label sets of 32, 128, 512, ... examples and on all of
+                   them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
+                   `stratified_order`, `passes_for`); the task is the user's (`task_train` / `task_dev`, any file
+                   `bertkit finetune classify` reads, pairs included) or the built-in one (`build_docstring_task`)
+    7 evaluation   fill-mask on held-out sentences by the masked word's frequency band, beside the frequency
+                   baseline, and the report: OUT/report.json and OUT/report.html (one self-contained page,
+                   `bertkit.report`, the curve at its centre)
+
+Why the fine-tuning recipe is what it is. Pretraining here is masked LM only: no loss ever reaches the [CLS]
+position, whose vector attends to the sentence through weights trained for the other positions, and the pooler
+above it stays at its random initialisation. A randomly initialised model, by contrast, attends about evenly, so
+its [CLS] vector is close to the mean of the sentence's embeddings, a bag of words a classifier can read at once.
+So both starting points classify from the mean of the last layer's token vectors (`classifier_pooling` "mean"),
+which the masked-LM training did shape, at a learning rate (3e-4) that moves a pretrained encoder without erasing
+it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
+passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev).
 
 The built-in task: which of eight standard-library packages (asyncio, email, logging, ...) a documentation sentence
 comes from. It is topic classification of real prose with labels nobody had to write (where the sentence lives),
-present on every machine with Python, and small enough to fine-tune twice in a minute or two. Its dev sentences
-are kept out of the pretraining corpus, so neither model has seen them; its training sentences are in it without
-their labels, as in the usual semi-supervised setting (and in the README's pretrain-vs-scratch experiment).
+present on every machine with Python. Its dev sentences are kept out of the pretraining corpus, so neither model has
+seen them; its training sentences are in it without their labels, as in the usual semi-supervised setting.
 """
 
 from __future__ import annotations
@@ -50,23 +63,28 @@ from typing import Any
 # The tiny size is the default: it runs three times the steps of the mini one, and over three minutes on this
 # corpus (one thread each, side by side) it reached held-out accuracy 0.202 against the mini model's 0.170.
 RECIPE = "mini-fast"
-RECIPE_OVERRIDES = {"isolate_documents": True, "mask_prob": 0.2, "max_predictions_per_seq": 13}
+RECIPE_OVERRIDES = {"isolate_documents": True, "mask_prob": 0.2, "max_predictions_per_seq": 13,
+                    "classifier_pooling": "mean"}
+POOLING = RECIPE_OVERRIDES["classifier_pooling"]  # both starting points classify from the mean of the tokens
 PRESET = "tiny"
+GPU_PRESET = "small"  # on a CUDA GPU: L4/H512, whose steps a GPU runs about as fast as the CPU runs the tiny one's
 EVAL_POINTS = 30  # held-out evaluations aimed at: still more than 10 when a shared machine runs 2.5 times slower
 EVAL_INSTANCES = 500  # held-out rows per evaluation (about 6,500 masked tokens)
 EVAL_FRACTION = 0.03  # documents held out of pretraining
+CORPUS_SHARE = 0.15  # at most this share of the budget assembles the built-in corpus (1.5 of 10 minutes)
 # Fine-tuning, the same for both starting points. Learning rate 1e-3: on the built-in task it was the best of
 # 1e-4, 3e-4, 1e-3 and 3e-3 for the tiny model from either starting point (3 epochs), and within a point of the
 # best for tiny on SST-2 in the pretrain-vs-scratch experiment. Up to 5 epochs: both starting points still gained
 # from the third epoch to the fifth in those trials.
-FINETUNE = {"learning_rate": 1e-3, "batch_size": 32, "dropout": 0.1}
-FINETUNE_EPOCHS = 5.0
-FINETUNE_SEEDS = 3  # seeds per starting point, each the same for both; fewer when the budget runs out
-FINETUNE_SHARE = 0.3  # at most this share of the time left after the set-up goes to the two fine-tuning runs
+FINETUNE = {"learning_rate": 3e-4, "batch_size": 16, "dropout": 0.1}
+FINETUNE_SEEDS = 5  # seeds per label count up to 128, each the same for both starting points (fewer above)
+FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
 FILL_MASK_PROMPTS = 1000
 FILL_MASK_EXAMPLES = 8
 FREQUENT_WORDS = 100  # fill-mask accuracy is also given on words outside the corpus's 100 most frequent
+# Fill-mask by the masked word's frequency rank in the training split: (name, first rank, rank past the last).
+FREQUENCY_BANDS = (("top 100", 0, 100), ("100-1,000", 100, 1000), ("rarer", 1000, 1 << 62))
 
 # The built-in task's candidate classes: standard-library packages with distinct subjects and a few hundred prose
 # sentences each in CPython 3.10-3.13 (a package this Python lacks, or one with too few sentences, is left out).
@@ -74,6 +92,11 @@ TASK_PACKAGES = ("asyncio", "email", "http", "importlib", "logging", "tkinter", 
 TASK_TRAIN_PER_CLASS = 400
 TASK_DEV_PER_CLASS = 100
 TASK_MIN_PER_CLASS = 150
+
+# The label-efficiency curve: fine-tuning on nested, class-balanced label sets of these sizes (and on all labels).
+LABEL_LADDER = (32, 128, 512, 2048, 8192, 32768)
+FINETUNE_MIN_EXAMPLES = 2000  # training examples each fine-tuning run sees at least (small label sets: many passes)
+FINETUNE_MIN_PASSES = 3  # passes over a large label set
 
 DEFAULT_PROBES: list[str] = []  # extra fill-mask sentences of the user's (--probe); the evaluation needs none
 
@@ -145,13 +168,17 @@ def _python_files(root: Path) -> list[Path]:
 
 
 def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool = True,
-                   exclude: set[str] | frozenset[str] = frozenset(), roots: list[Path] | None = None) -> Path:
+                   exclude: set[str] | frozenset[str] = frozenset(), roots: list[Path] | None = None,
+                   max_seconds: float = math.inf) -> Path:
     """Write docstrings of installed Python sources as a Google-format corpus: one sentence per line, one
-    module per document (blank line between documents). Stops at about `max_bytes`.
+    module per document (blank line between documents). Stops at about `max_bytes`, or after `max_seconds` once
+    it has two documents (a slow or busy machine keeps its budget for training: some packages' files take long to
+    parse for little prose).
 
     exclude: sentences left out wherever they occur (the built-in task's dev sentences).
     roots: folders to read (default `source_roots()`).
     """
+    began = time.perf_counter()
     files = [f for root in (roots if roots is not None else source_roots()) for f in _python_files(root)]
     written = documents = 0
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +196,7 @@ def default_corpus(out_file: Path, max_bytes: int = 12_000_000, progress: bool =
             written += size
             documents += 1
             bar.update(size)
-            if written >= max_bytes:
+            if written >= max_bytes or (documents >= 2 and time.perf_counter() - began > max_seconds):
                 break
     if documents < 2:
         raise RuntimeError("could not find enough Python docstrings on this machine; pass --corpus PATH")
@@ -239,6 +266,100 @@ def build_docstring_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str 
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# Stage 2: the vocabulary's normalisation
+# ------------------------------------------------------------------------------------------------------------------
+def choose_normalisation(texts, sample_chars: int = 2_000_000, threshold: float = 0.001) -> tuple[bool, bool, str]:
+    """(lowercase, strip_accents, why) for a vocabulary trained on `texts` (an iterable of strings; the first
+    `sample_chars` characters are read).
+
+    Always lowercase (uncased: casing carries little at this size, and a script without case is left as it is).
+    Accent stripping (NFD, then the combining marks dropped, as Google's uncased BERT does) only when it removes
+    accents from Latin, Greek or Cyrillic letters and nothing else: where more than `threshold` of the letters are
+    ones NFD changes in another script (a Hangul syllable becomes its jamo, a kana loses its voicing mark, a
+    Devanagari letter its nukta), the letters are kept whole.
+    """
+    import unicodedata
+
+    letters = changed = 0
+    scripts: collections.Counter[str] = collections.Counter()
+    seen = 0
+    for text in texts:
+        for c in text:
+            if not c.isalpha():
+                continue
+            letters += 1
+            if ord(c) >= 0x0530 and unicodedata.normalize("NFD", c) != c:  # past Latin, Greek and Cyrillic
+                changed += 1
+                scripts[unicodedata.name(c, "OTHER").split()[0]] += 1
+        seen += len(text)
+        if seen >= sample_chars:
+            break
+    if letters and changed > threshold * letters:
+        script = scripts.most_common(1)[0][0].capitalize()
+        return True, False, (f"uncased, accents kept: NFD would change {changed / letters:.0%} of the letters "
+                             f"({script} ones, e.g. a Hangul syllable into its jamo), so the letters stay whole")
+    return True, True, ("uncased with accent stripping (Google's uncased BERT): in this text NFD only takes "
+                        "accents off Latin, Greek or Cyrillic letters")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The label-efficiency ladder
+# ------------------------------------------------------------------------------------------------------------------
+def label_ladder(train_examples: int, classes: int, rungs: tuple[int, ...] = LABEL_LADDER) -> list[int]:
+    """The label counts of the curve: the rungs of `rungs` with at least two labels per class and at most half the
+    training set, then the whole training set."""
+    return [n for n in rungs if 2 * classes <= n <= train_examples // 2] + [train_examples]
+
+
+def stratified_order(labels: list[str], seed: int) -> list[int]:
+    """Indices of the training examples in the order the ladder takes them: each class's examples shuffled with
+    `seed`, then one of each class in turn (classes in sorted order; a class that runs out drops out). Every
+    prefix is as balanced as the classes allow and holds every class once it is as long as the number of classes,
+    and the smaller label sets of one seed are subsets of the larger ones."""
+    rng = random.Random(seed)
+    by_class: dict[str, list[int]] = collections.defaultdict(list)
+    for i, label in enumerate(labels):
+        by_class[label].append(i)
+    queues = []
+    for label in sorted(by_class):
+        members = by_class[label][:]
+        rng.shuffle(members)
+        queues.append(members)
+    order, depth = [], 0
+    while len(order) < len(labels):
+        order.extend(q[depth] for q in queues if depth < len(q))
+        depth += 1
+    return order
+
+
+def passes_for(labels: int, min_examples: int = None, min_passes: int = None) -> int:
+    """Passes over a label set of this size: `min_passes` (a few epochs, as usual when labels are plenty), more
+    for a small set so that every run takes at least `min_examples` training examples in all (32 labels get
+    ~100 passes)."""
+    min_examples = FINETUNE_MIN_EXAMPLES if min_examples is None else min_examples
+    min_passes = FINETUNE_MIN_PASSES if min_passes is None else min_passes
+    return max(min_passes, math.ceil(min_examples / labels))
+
+
+def write_label_set(examples: list, indices: list[int], passes: int, path: Path) -> Path:
+    """Write `examples[i]` for i in `indices`, `passes` times over, as JSON Lines {"text", "pair"?, "label"}: one
+    fine-tuning epoch over this file is `passes` epochs over the label set, so each run evaluates on dev once, at
+    its end (no best epoch picked on dev)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in indices:
+        e = examples[i]
+        row = {"text": e.text, "label": e.label}
+        if e.pair is not None:
+            row["pair"] = e.pair
+        rows.append(json.dumps(row, ensure_ascii=False) + "\n")
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(passes):
+            handle.writelines(rows)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # Stage 4: precision, speed and the plan
 # ------------------------------------------------------------------------------------------------------------------
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -282,6 +403,36 @@ def cpu_name() -> str:
     except OSError:
         pass
     return ""
+
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # the flags that matter for speed here
+
+
+def describe_machine(device=None, cpuinfo: str | None = None) -> dict[str, Any]:
+    """The machine a run's figures come from: {"cpu", "cores", "threads", "flags" (those of `CPU_FLAGS` it has),
+    "gpu" (name, or None), "device", "summary" (one line)}."""
+    import torch
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    flags: list[str] = []
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            flags = [f for f in CPU_FLAGS if f in present]
+            break
+    cpu = cpu_name() or "an unnamed CPU"
+    gpu = torch.cuda.get_device_name(device) if device is not None and getattr(device, "type", "") == "cuda" else None
+    threads = torch.get_num_threads()
+    named = " ".join(flags) or "none of " + "/".join(CPU_FLAGS)
+    summary = f"{cpu}, {os.cpu_count()} cores ({threads} threads), flags {named}" + (f"; GPU {gpu}" if gpu else
+                                                                                  "; no GPU")
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "flags": flags, "gpu": gpu,
+            "device": str(device) if device is not None else "cpu", "summary": summary}
 
 
 def measure_pretraining_step(data_dir: Path, config, steps: int = 5, warmup: int = 4) -> dict[str, float]:
@@ -369,56 +520,73 @@ class Plan:
     eval_every: int  # steps between held-out evaluations
     eval_rows: int  # held-out rows per evaluation
     expected_steps: int  # pretraining steps the measured speed promises
-    finetune_epochs: float  # epochs of each fine-tuning run
-    finetune_run_s: float  # one fine-tuning run, its dev evaluations included
-    finetune_seeds: int  # seeds planned for each starting point (more are skipped when time runs out)
+    ladder: tuple[int, ...]  # label counts of the curve, smallest first
+    seeds: tuple[int, ...]  # seeds per label count (each run for both starting points)
+    passes: tuple[int, ...]  # passes over the label set per run
+    run_s: tuple[float, ...]  # one fine-tuning run per label count, its dev evaluation and overhead included
+    finetune_s: float  # every run of the curve
     short: bool = False  # the budget is smaller than the minimum: pretraining gets its minimum anyway
 
 
-def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ft_epoch_s: float, ft_eval_s: float,
-                seeds: int = FINETUNE_SEEDS, max_epochs: float = FINETUNE_EPOCHS, ft_share: float = FINETUNE_SHARE,
+def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: list[int], example_s: float,
+                fixed_s: float, seeds: list[int], passes: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
                 eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
                 min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None,
-                ft_overhead_s: float = 0.0) -> Plan:
-    """Split `remaining_s` seconds between pretraining and 2 x seeds fine-tuning runs; size the evaluations.
+                min_first_seeds: int = 3) -> Plan:
+    """Split `remaining_s` seconds between pretraining and the label-efficiency curve; size the evaluations.
 
-    A fine-tuning run costs epochs x ft_epoch_s + one dev evaluation (ft_eval_s) per epoch begun + ft_overhead_s
-    (loading, features, saving the best model). Fine-tuning gets
-    at most `ft_share` of the time: `max_epochs` for each of `seeds` seeds when that fits, else for fewer seeds,
-    else one seed with the most whole epochs that fit, else the fraction of one epoch that fits (at least a
-    twentieth). Pretraining gets the rest (at least `min_pretrain_s`). Its `eval_points` evaluations of up to
-    `eval_rows` held-out rows (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share`
-    of its time, and come every expected_steps / eval_points steps, where expected_steps is what is left of the
-    pretraining time after them divided by step_s.
+    The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed once per starting point; a run costs
+    ladder[i] x passes[i] x `example_s` (training) + `fixed_s` (its dev evaluation, loading and saving). passes:
+    default `passes_for` each label count. The curve gets at most `ft_share` of the time: while it does not fit,
+    the largest label count with more than one seed loses one (the smallest keeps `min_first_seeds` to the last,
+    since its spread is the curve's point); at one seed everywhere, every run's passes shrink by the factor that
+    makes it fit (at least one pass): a slow machine keeps its pretraining, which the curve is about. Pretraining
+    gets the rest, and never less than 1 - ft_share of the time (nor `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
+    (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come
+    every expected_steps / eval_points steps, where expected_steps is what is left of the pretraining time after
+    them divided by step_s.
 
-    pretrain_s: a fixed pretraining time instead (tests and quick looks): fine-tuning then gets `max_epochs` for
-    every seed, whatever they cost.
+    pretrain_s: a fixed pretraining time instead (tests and quick looks): every seed and pass runs.
     """
-    if min(step_s, ft_epoch_s, eval_row_s) <= 0 or ft_eval_s < 0 or seeds < 1:
-        raise ValueError("step, row and epoch times must be positive, evaluation times not negative, seeds at "
-                         "least 1")
+    passes = list(passes or [passes_for(n) for n in ladder])
+    if min(step_s, eval_row_s, example_s) <= 0 or fixed_s < 0 or min(seeds) < 1 \
+            or not len(ladder) == len(seeds) == len(passes):
+        raise ValueError("step, row and example times must be positive, the fixed time not negative, seeds at "
+                         "least 1, one seed count and pass count per label count")
+    seeds = list(seeds)
 
-    def cost(epochs: float) -> float:
-        return epochs * ft_epoch_s + math.ceil(epochs) * ft_eval_s + ft_overhead_s
+    def run_s() -> list[float]:
+        return [n * p * example_s + fixed_s for n, p in zip(ladder, passes)]
 
-    room = math.inf if pretrain_s is not None else ft_share * remaining_s / 2  # both starting points, all seeds
-    fitting = [n for n in range(seeds, 0, -1) if n * cost(max_epochs) <= room]
-    if fitting:
-        seeds, epochs = fitting[0], max_epochs
-    else:
-        seeds = 1
-        whole = [e for e in range(int(max_epochs), 0, -1) if cost(e) <= room]
-        epochs = float(whole[0]) if whole else round(max(0.05, min(1.0, (room - ft_eval_s) / ft_epoch_s)), 2)
+    def total() -> float:
+        return 2 * sum(k * r for k, r in zip(seeds, run_s()))
+
+    if pretrain_s is None:
+        room = ft_share * remaining_s
+        while total() > room:
+            floors = [min_first_seeds if i == 0 else 1 for i in range(len(seeds))]
+            over = [i for i in reversed(range(len(seeds))) if seeds[i] > floors[i]]
+            if not over:
+                over = [i for i in range(len(seeds)) if seeds[i] > 1]
+            if not over:
+                break
+            seeds[over[0]] -= 1
+        if total() > room:
+            training = total() - 2 * sum(seeds) * fixed_s
+            factor = max(0.0, room - 2 * sum(seeds) * fixed_s) / training
+            passes = [max(1, math.floor(p * factor)) for p in passes]
     short = False
     if pretrain_s is None:
-        pretrain_s = remaining_s - 2 * seeds * cost(epochs)
+        # The curve's share is a cap: pretraining keeps the rest even when the curve's floor (one seed, one pass)
+        # does not fit; its runs are then skipped at the deadline, as their measured times say.
+        pretrain_s = max(remaining_s - total(), (1 - ft_share) * remaining_s)
         short = pretrain_s < min_pretrain_s
         pretrain_s = max(pretrain_s, min_pretrain_s)
     rows = max(min_eval_rows, min(eval_rows, int(eval_share * pretrain_s / eval_points / eval_row_s)))
     expected = max(1, int((pretrain_s - eval_points * rows * eval_row_s) / step_s))
     return Plan(pretrain_s=pretrain_s, eval_every=max(1, expected // eval_points), eval_rows=rows,
-                expected_steps=expected, finetune_epochs=epochs, finetune_run_s=cost(epochs), finetune_seeds=seeds,
-                short=short)
+                expected_steps=expected, ladder=tuple(ladder), seeds=tuple(seeds), passes=tuple(passes),
+                run_s=tuple(run_s()), finetune_s=total(), short=short)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -503,87 +671,93 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
 
     answers = [int(ids[position]) for ids, position in chosen]
     correct = [found[0] == answer for found, answer in zip(top_ids, answers)]
-    rare = [i for i, answer in enumerate(answers) if answer not in common]
-    shown = []
-    for (ids, position), found, p, answer, ok in list(zip(chosen, top_ids, top_p, answers, correct))[:examples]:
+    in_top5 = [answer in found for found, answer in zip(top_ids, answers)]
+    rank = np.empty(tokenizer.vocab_size, dtype=np.int64)
+    rank[np.argsort(-counts, kind="stable")] = np.arange(tokenizer.vocab_size)
+    band_of = [next(k for k, (_, low, high) in enumerate(FREQUENCY_BANDS) if low <= rank[a] < high)
+               for a in answers]
+    bands = []
+    for k, (name, low, high) in enumerate(FREQUENCY_BANDS):
+        members = [i for i, b in enumerate(band_of) if b == k]
+        # The frequency baseline within the band: always the band's most frequent word (top-1), or its five.
+        band_words = np.argsort(-counts, kind="stable")[low:min(high, low + 5)].tolist()
+        m = len(members)
+        bands.append({"band": name, "ranks": [low, high if high < tokenizer.vocab_size else None], "prompts": m,
+                      "top1_accuracy": sum(correct[i] for i in members) / m if m else None,
+                      "top5_accuracy": sum(in_top5[i] for i in members) / m if m else None,
+                      "baseline_top1": (sum(answers[i] == band_words[0] for i in members) / m
+                                        if m and band_words else None),
+                      "baseline_top5": (sum(answers[i] in band_words for i in members) / m
+                                        if m and band_words else None)})
+
+    def example(i: int) -> dict[str, Any]:
+        ids, position = chosen[i]
         masked = ids.copy()
         masked[position] = tokenizer.mask_id
-        shown.append({"prompt": tokenizer.decode(masked.tolist(), skip_special_tokens=False),
-                      "answer": vocab[answer], "correct": ok,
-                      "candidates": [[vocab[i], round(q, 4)] for i, q in zip(found, p)]})
+        return {"prompt": tokenizer.decode(masked.tolist(), skip_special_tokens=False),
+                "answer": vocab[answers[i]], "correct": correct[i], "band": FREQUENCY_BANDS[band_of[i]][0],
+                "candidates": [[vocab[t], round(q, 4)] for t, q in zip(top_ids[i], top_p[i])]}
+
+    # The examples shown: the first prompts drawn from the middle band (words a unigram model does not already
+    # get), then from the others when it has too few; not chosen by outcome.
+    order = sorted(range(len(chosen)), key=lambda i: (band_of[i] != 1, i))
     n = len(chosen)
-    return {"prompts": n, "top1_accuracy": sum(correct) / n,
-            "top5_accuracy": sum(a in found for a, found in zip(answers, top_ids)) / n,
+    rare = [i for i, answer in enumerate(answers) if answer not in common]
+    return {"prompts": n, "top1_accuracy": sum(correct) / n, "top5_accuracy": sum(in_top5) / n,
             "baseline_word": vocab[most_frequent],
             "baseline_accuracy": sum(a == most_frequent for a in answers) / n,
             "rare_prompts": len(rare),
             "rare_top1_accuracy": (sum(correct[i] for i in rare) / len(rare)) if rare else None,
-            "frequent_words": frequent, "examples": shown}
+            "frequent_words": frequent, "bands": bands, "examples": [example(i) for i in order[:examples]]}
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ------------------------------------------------------------------------------------------------------------------
-def _standard_error(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+def quartiles(values: list[float]) -> dict[str, Any]:
+    """{"median", "q1", "q3", "iqr", "min", "max", "values"} of the seeds' figures (quartiles by linear
+    interpolation, numpy's default)."""
+    import numpy as np
+
+    q1, median, q3 = (float(x) for x in np.percentile(values, [25, 50, 75]))
+    return {"median": median, "q1": q1, "q3": q3, "iqr": q3 - q1, "min": min(values), "max": max(values),
+            "values": list(values)}
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _sd(values: list[float]) -> float | None:
-    if len(values) < 2:
-        return None
-    m = _mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-
-
-def _run_summary(results: dict[str, Any], seed: int, seconds: float, model: Path) -> dict[str, Any]:
-    best, epochs = results["best"], results["epochs"]
-    return {"seed": seed, "accuracy": best["accuracy"], "macro_f1": best.get("macro_f1"), "best_epoch": best["epoch"],
-            "last_accuracy": epochs[-1]["accuracy"] if epochs else None,
-            "curve": [[e["epoch"], e["accuracy"]] for e in epochs], "steps": results.get("steps"),
-            "seconds": round(seconds, 1), "model": str(model)}
-
-
-def summarise_starts(runs: list[dict[str, Any]], dev_examples: int) -> dict[str, Any]:
-    """One starting point's fine-tuning runs (one per seed, `_run_summary`'s dicts) in a few figures: the mean
-    and standard deviation over seeds of the best-epoch dev accuracy, mean macro-F1 and last-epoch accuracy, the
-    mean curve, the binomial standard error of one run's accuracy on `dev_examples`, and the best run's model."""
-    accuracies = [r["accuracy"] for r in runs]
-    mean = _mean(accuracies)
-    epochs = sorted({e for r in runs for e, _ in r["curve"]})
-    curve = [[e, _mean([a for r in runs for x, a in r["curve"] if x == e])] for e in epochs]
-    best = max(runs, key=lambda r: r["accuracy"])
-    return {"accuracy": mean, "accuracy_sd": _sd(accuracies), "accuracy_se": _standard_error(mean, dev_examples),
-            "accuracies": accuracies, "macro_f1": _mean([r["macro_f1"] for r in runs if r["macro_f1"] is not None]
-                                                        or [math.nan]),
-            "last_accuracy": _mean([r["last_accuracy"] for r in runs if r["last_accuracy"] is not None] or [math.nan]),
-            "curve": curve, "seconds": round(sum(r["seconds"] for r in runs), 1), "model": best["model"],
-            "runs": runs}
+def curve_verdict(point: dict[str, Any]) -> dict[str, Any]:
+    """At one label count: the gap between the pretrained and the random-initialisation medians, and whether it
+    is larger than both interquartile ranges (the test of the curve's claim; with fewer than three seeds there is
+    no spread to speak of, so never)."""
+    pre, scr = point["pretrained"], point["scratch"]
+    gap = pre["median"] - scr["median"]
+    return {"gap": gap, "beyond_spread": len(pre["values"]) >= 3 and gap > max(pre["iqr"], scr["iqr"]),
+            "wins": sum(p > s for p, s in zip(pre["values"], scr["values"])), "seeds": len(pre["values"])}
 
 
 def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None = None, minutes: float = 10.0,
-                 preset: str = PRESET, vocab_size: int = 8192, probes: list[str] | None = None,
+                 preset: str | None = None, vocab_size: int = 8192, probes: list[str] | None = None,
                  progress: bool = True, seed: int = 0, train_seconds: float | None = None,
                  task_train: str | None = None, task_dev: str | None = None, text_column: str = "text",
                  pair_column: str | None = None, label_column: str = "label", precision: str = "auto",
-                 finetune_epochs: float | None = None, finetune_seeds: int = FINETUNE_SEEDS,
-                 fill_mask_prompts: int = FILL_MASK_PROMPTS) -> dict[str, Any]:
+                 finetune_seeds: int = FINETUNE_SEEDS, ladder: tuple[int, ...] = LABEL_LADDER,
+                 min_examples: int = FINETUNE_MIN_EXAMPLES, fill_mask_prompts: int = FILL_MASK_PROMPTS,
+                 device: str = "auto") -> dict[str, Any]:
     """Run every stage (see the module docstring); return the report, also written to OUT/report.json, with the
     page OUT/report.html. The last line printed names the page and the command that serves the model.
 
     minutes: the whole run's budget; the set-up stages take what they take, then the time left is split between
-        pretraining and the fine-tuning runs (`plan_budget`); a seed whose pair of runs would end past the budget
-        is skipped (the first seed always runs).
-    train_seconds: the pretraining budget in seconds instead (tests and quick looks; fine-tuning then runs
-        `finetune_epochs`, default `FINETUNE_EPOCHS`, for every seed).
-    preset: tiny (default), mini or small.
+        pretraining and the label-efficiency curve (`plan_budget`); a run that would end past the budget is
+        skipped (every label count keeps its first seed).
+    train_seconds: the pretraining budget in seconds instead (tests and quick looks; every seed then runs).
+    preset: tiny, mini or small; default tiny on a CPU, small on a CUDA GPU.
     task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
         classify` reads); both or neither. Without them the built-in task (`build_docstring_task`) is used.
     precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
-    finetune_seeds: seeds seed, seed + 1, ... per starting point, the same for both.
+    finetune_seeds: seeds seed, seed + 1, ... at the label counts up to 128 (up to 3 above), the same for both
+        starting points; fewer when the budget is short.
+    ladder: the label counts of the curve (those below the training set's size; all labels are added).
+    min_examples: training examples each fine-tuning run sees at least (`passes_for`).
+    device: auto (CUDA when available), cpu or cuda.
     """
     import torch
 
@@ -607,8 +781,10 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         raise ValueError(f"precision must be auto, bf16 or fp32, got {precision!r}")
     if finetune_seeds < 1:
         raise ValueError(f"finetune_seeds must be at least 1, got {finetune_seeds}")
-    if preset not in ("tiny", "mini", "small"):
+    if preset not in (None, "tiny", "mini", "small"):
         raise ValueError(f"preset must be tiny, mini or small, got {preset!r}")
+    if not ladder or min(ladder) < 1 or min_examples < 1:
+        raise ValueError("the ladder needs label counts of at least 1, and min_examples must be at least 1")
     started = time.perf_counter()
     deadline = started + minutes * 60.0
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -640,26 +816,29 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     else:
         target = out / "corpus" / "docstrings.txt"
         stamp = out / "corpus" / "corpus.json"
-        want = {"held_out_task_sentences": len(held_out), "seed": seed, "version": 2}
+        want = {"held_out_task_sentences": len(held_out), "seed": seed, "version": 3}
         if target.is_file() and stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == want:
             say(f"1/7 corpus: reusing {target}")
             fresh_corpus = False
         else:
             say("1/7 corpus: assembling docstrings of the installed Python sources (parsed, not imported), "
                 f"without the built-in task's {len(held_out):,} dev sentences")
-            default_corpus(target, progress=progress, exclude=set(held_out))
+            default_corpus(target, progress=progress, exclude=set(held_out),
+                           max_seconds=CORPUS_SHARE * minutes * 60.0)
             stamp.write_text(json.dumps(want) + "\n", encoding="utf-8")
         paths = [str(target)]
     lap("corpus")
 
-    # 2. Vocabulary.
+    # 2. Vocabulary, its normalisation chosen for the corpus's script.
     tok_dir = out / "tokenizer"
+    lowercase, strip_accents, normalisation = choose_normalisation(CorpusLines(paths))
     if not fresh_corpus and (tok_dir / "vocab.txt").is_file():
         say(f"2/7 vocabulary: reusing {tok_dir}")
         tokenizer = WordPieceTokenizer.from_pretrained(tok_dir)
     else:
-        say(f"2/7 vocabulary: training a {vocab_size:,}-token uncased WordPiece vocabulary")
-        tokenizer = WordPieceTokenizer.train(CorpusLines(paths), vocab_size=vocab_size, show_progress=progress)
+        say(f"2/7 vocabulary: training a {vocab_size:,}-token WordPiece vocabulary, {normalisation}")
+        tokenizer = WordPieceTokenizer.train(CorpusLines(paths), vocab_size=vocab_size, lowercase=lowercase,
+                                             strip_accents=strip_accents, show_progress=progress)
         tokenizer.save(tok_dir)
     lap("vocabulary")
 
@@ -670,21 +849,31 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     splits = manifest.summary()["splits"]
     lap("shards")
 
-    # 4. Precision, speeds, the plan.
-    _, device = setup_distributed("auto")
+    # 4. Machine, precision, model size, speeds, the plan.
+    _, torch_device = setup_distributed(device)
+    threads_note = ""
+    if torch_device.type == "cpu" and load_at_start is not None and load_at_start > (os.cpu_count() or 1) > 1:
+        # Other work already fills the cores: threads of one operation that wait for each other then lose most of
+        # their time (measured: a tiny model's step 3x slower on 2 threads than on 1 at a load of 14 on 2 cores).
+        torch.set_num_threads(1)
+        threads_note = f"; one thread (load {load_at_start:.1f} on {os.cpu_count()} cores)"
+    machine = describe_machine(torch_device)
+    if preset is None:
+        preset = GPU_PRESET if torch_device.type == "cuda" else PRESET
     asked = precision
     if precision == "auto":
-        precision, why = choose_precision(device.type)
+        precision, why = choose_precision(torch_device.type)
     else:
         why = "asked for on the command line"
 
     def recipe(**more: Any):
         return resolve_config(RECIPE, {"preset": preset, "seed": seed, "progress": progress, "precision": precision,
-                                       "eval_instances": EVAL_INSTANCES, **RECIPE_OVERRIDES, **more})
+                                       "device": device, "eval_instances": EVAL_INSTANCES, **RECIPE_OVERRIDES,
+                                       **more})
 
     speed = measure_pretraining_step(data_dir, recipe())
     speeds = {precision: speed["tokens_per_s"]}
-    if device.type == "cpu" and precision == "bf16":
+    if torch_device.type == "cpu" and precision == "bf16":
         # Native bf16 makes the large matrix products faster, but autocast casts every operand: on a small model
         # the casts can cost more than they save. Both are measured; fp32 is kept when clearly faster.
         fp32 = measure_pretraining_step(data_dir, recipe(precision="fp32"))
@@ -698,30 +887,48 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
             why += f": {measured}"
     config = recipe()
     scratch_dir = out / "scratch"
-    init_model_dir(scratch_dir, tok_dir, preset=preset, seed=seed)
+    init_model_dir(scratch_dir, tok_dir, preset=preset, seed=seed, classifier_pooling=POOLING)
     length = config.data.max_seq_length
-    ft_config = FinetuneConfig(kind="classify", max_seq_length=length, epochs=FINETUNE_EPOCHS, seed=seed,
-                               precision=precision, progress=False, text_column=text_column,
-                               pair_column=pair_column, label_column=label_column, **FINETUNE)
-    ft_speed = finetune_cost(task_train, task_dev, ft_config, tok_dir, speed["tokens_per_s"])
-    ft_epoch_s, ft_eval_s = ft_speed["epoch_s"], ft_speed["eval_s"]
+    user_config = FinetuneConfig(kind="classify", max_seq_length=length, text_column=text_column,
+                                 pair_column=pair_column, label_column=label_column, progress=False)
+    family = ClassificationFamily(user_config)
+    train_examples, dev_examples = family.read(task_train, training=True), family.read(task_dev, training=False)
+    labels = [str(e.label) for e in train_examples]
+    classes = sorted(set(labels))
+    majority = collections.Counter(labels).most_common(1)[0][0]
+    # The curve's files: the label sets (written per run) and the dev set, in one JSON Lines form.
+    sets_dir = out / "finetune" / "sets"
+    dev_file = write_label_set(dev_examples, list(range(len(dev_examples))), 1, sets_dir / "dev.jsonl")
+    ft_config = FinetuneConfig(kind="classify", max_seq_length=length, epochs=1.0, seed=seed, precision=precision,
+                               device=device, progress=False, text_column="text",
+                               pair_column="pair" if dev_examples[0].pair is not None else None,
+                               label_column="label", **FINETUNE)
+    rungs = label_ladder(len(train_examples), len(classes), tuple(ladder))
+    passes = [passes_for(n, min_examples) for n in rungs]
+    ft_speed = finetune_cost(task_train, task_dev, user_config, tok_dir, speed["tokens_per_s"])
+    per_example_s = ft_speed["epoch_s"] / len(train_examples)
+    fixed_s = ft_speed["eval_s"] + FINETUNE_OVERHEAD_S
+    # The fewest labels, where the spread is widest and the claim is made, get the most seeds.
+    wanted = [finetune_seeds if n <= 128 else min(finetune_seeds, 3) for n in rungs]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
         remaining = deadline - time.perf_counter() - end_reserve
-        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s,
-                           seeds=finetune_seeds, ft_overhead_s=FINETUNE_OVERHEAD_S)
+        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], rungs, per_example_s, fixed_s, wanted,
+                           passes=passes)
     else:  # a given pretraining time: every seed runs
-        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], ft_epoch_s, ft_eval_s, seeds=finetune_seeds,
-                           pretrain_s=train_seconds)
-        deadline = math.inf  # a test's budget is in steps and epochs, not minutes
-    if finetune_epochs is not None:
-        plan = dataclasses.replace(plan, finetune_epochs=finetune_epochs, finetune_run_s=(
-            finetune_epochs * ft_epoch_s + math.ceil(finetune_epochs) * ft_eval_s + FINETUNE_OVERHEAD_S))
-    say(f"4/7 plan: {precision} ({why}); pretraining {plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} "
-        f"steps, {plan.eval_rows} held-out rows evaluated every {plan.eval_every:,}), then "
-        f"{plan.finetune_seeds} seed(s) x 2 starting points x {plan.finetune_epochs:g} epochs of fine-tuning "
-        f"(~{plan.finetune_run_s:.0f} s a run)")
+        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], rungs, per_example_s, fixed_s, wanted,
+                           passes=passes, pretrain_s=train_seconds)
+        deadline = math.inf  # a test's budget is in steps and seconds, not minutes
+    size_why = ("a CUDA GPU: the larger model" if torch_device.type == "cuda"
+                else "the size with the most held-out accuracy per CPU minute")
+    say(f"4/7 plan on {machine['summary']}: {preset} BERT ({size_why}), length {length}, {precision} ({why})"
+        f"{threads_note}; vocabulary {normalisation}; pretraining "
+        f"{plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} steps, {plan.eval_rows} held-out rows evaluated "
+        f"every {plan.eval_every:,}); then the label-efficiency curve: "
+        + ", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}" for n, k in zip(plan.ladder, plan.seeds))
+        + f", each for both starting points (~{plan.finetune_s / 60:.1f} min)"
+        + ("" if list(plan.passes) == passes else f"; passes cut to {', '.join(map(str, plan.passes))} to fit"))
     if plan.short:
         say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
             f"{plan.pretrain_s:.0f} s anyway")
@@ -740,40 +947,65 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     evals = [r for r in records if "eval_mlm_accuracy" in r]
     lap("pretraining")
 
-    # 6. Fine-tuning from both starting points: same task, recipe, epochs and seeds.
-    ft_config = dataclasses.replace(ft_config, epochs=plan.finetune_epochs)
-    family = ClassificationFamily(ft_config)
-    train_examples, dev_examples = family.read(task_train, training=True), family.read(task_dev, training=False)
-    labels = [str(e.label) for e in train_examples]
-    majority = collections.Counter(labels).most_common(1)[0][0]
-    majority_accuracy = sum(str(e.label) == majority for e in dev_examples) / max(len(dev_examples), 1)
-    say(f"6/7 fine-tuning on {task_info['description']}: {len(train_examples):,} training and "
-        f"{len(dev_examples):,} dev examples, {plan.finetune_epochs:g} epochs, lr {FINETUNE['learning_rate']:g}; "
-        f"pretrained and from random initialisation, seeds {seed}..{seed + plan.finetune_seeds - 1}")
-    runs: dict[str, list[dict[str, Any]]] = {"pretrained": [], "scratch": []}
-    pair_s = 2 * plan.finetune_run_s
-    for k in range(plan.finetune_seeds):
+    # 6. The label-efficiency curve: both starting points, same label sets, recipe and seeds.
+    say(f"6/7 label-efficiency curve on {task_info['description']}: {len(train_examples):,} training and "
+        f"{len(dev_examples):,} dev examples, {len(classes)} classes; pretrained and from random initialisation, "
+        f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run")
+    orders = {}
+    results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
+    # The fewest labels' seeds first (cheap, and their spread is the claim), then one seed at every other label
+    # count (the whole curve), then the other seeds, smallest label count first.
+    schedule = ([(0, k) for k in range(plan.seeds[0])] + [(i, 0) for i in range(1, len(rungs))]
+                + [(i, k) for i in range(1, len(rungs)) for k in range(1, plan.seeds[i])])
+    kept = {}
+    planned = spent = 0.0  # estimated and measured seconds of the pairs run so far: the estimate's correction
+    for i, k in schedule:
+        n, run_seed = rungs[i], seed + k
         left = deadline - time.perf_counter() - 15.0
-        if k > 0 and left < pair_s:
-            say(f"   seed {seed + k} and later skipped: {max(left, 0):.0f} s left, a pair of runs takes "
-                f"~{pair_s:.0f} s")
-            break
+        pair_s = 2 * plan.run_s[i] * (spent / planned if planned else 1.0)
+        if (i, k) != (0, 0) and left < pair_s:
+            say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
+                f"~{pair_s:.0f} s here)")
+            continue
         began_pair = time.perf_counter()
+        if run_seed not in orders:
+            orders[run_seed] = stratified_order(labels, run_seed)
+        train_file = write_label_set(train_examples, orders[run_seed][:n], plan.passes[i],
+                                     sets_dir / f"train-{n}-seed{run_seed}.jsonl")
+        line = []
         for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
-            ft_dir = out / "finetune" / f"{name}-seed{seed + k}"
+            ft_dir = out / "finetune" / f"{name}-{n}-seed{run_seed}"
             if ft_dir.exists():
                 shutil.rmtree(ft_dir)  # a fresh run: no checkpoint or evaluation of an earlier one mixes in
             began = time.perf_counter()
             ft_dir.mkdir(parents=True)
             with open(ft_dir / "log.txt", "w", encoding="utf-8") as log, redirect_stdout(log):
-                results = finetune("classify", start, task_train, task_dev, ft_dir,
-                                   dataclasses.replace(ft_config, seed=seed + k), new_heads=True)
-            runs[name].append(_run_summary(results, seed + k, time.perf_counter() - began, ft_dir / "model"))
-            row = runs[name][-1]
-            say(f"   {'pretrained' if name == 'pretrained' else 'random init':<11} seed {seed + k}: dev accuracy "
-                f"{row['accuracy']:.3f} (best epoch {row['best_epoch']:g}), {row['seconds']:.0f} s")
-        pair_s = max(pair_s, time.perf_counter() - began_pair)  # what a pair really takes here
-    finetuned = {name: summarise_starts(r, len(dev_examples)) for name, r in runs.items()}
+                got = finetune("classify", start, train_file, dev_file, ft_dir,
+                               dataclasses.replace(ft_config, seed=run_seed), new_heads=True)
+            last = got["epochs"][-1]
+            results[n][name].append({"seed": run_seed, "accuracy": last["accuracy"],
+                                     "macro_f1": last.get("macro_f1"),
+                                     "seconds": round(time.perf_counter() - began, 1)})
+            shutil.rmtree(ft_dir / "checkpoints", ignore_errors=True)  # resume state: not needed once finished
+            if n == rungs[-1] and k == 0:
+                kept[name] = ft_dir / "model"  # all labels, first seed: the fine-tuned models kept
+            else:
+                shutil.rmtree(ft_dir / "model", ignore_errors=True)
+            line.append(f"{'pretrained' if name == 'pretrained' else 'random init'} {last['accuracy']:.3f}")
+        say(f"   {n:>6,} labels, seed {run_seed}: dev accuracy " + ", ".join(line)
+            + f" ({time.perf_counter() - began:.0f} s a run)")
+        planned += 2 * plan.run_s[i]
+        spent += time.perf_counter() - began_pair
+    curve = []
+    for i, n in enumerate(rungs):
+        if not results[n]["pretrained"]:
+            continue  # every run of this label count was skipped: out of time
+        point = {"labels": n, "passes": plan.passes[i]}
+        for name in ("pretrained", "scratch"):
+            runs = results[n][name]
+            point[name] = {**quartiles([r["accuracy"] for r in runs]), "runs": runs}
+        point.update(curve_verdict(point))
+        curve.append(point)
     lap("finetuning")
 
     # 7. Fill-mask on held-out text, and the report.
@@ -789,15 +1021,17 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     model_config = read_config(run_dir / "model")
     n_params = model_class(run_dir / "model", "pretraining").from_pretrained(run_dir / "model").num_parameters()
     html_path = out / "report.html"
+    machine["load_average_at_start"] = load_at_start
+    machine["load_average_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     report = {
         "corpus": paths,
         "corpus_summary": {split: {k: v[k] for k in ("documents", "sentences", "tokens")}
                            for split, v in splits.items()},
         "tokens": splits.get("train", {}).get("tokens"),
         "vocab_size": tokenizer.vocab_size,
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-                    "device": str(device), "load_average_at_start": load_at_start,
-                    "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+        "normalisation": {"lowercase": tokenizer.lowercase, "strip_accents": tokenizer.strip_accents,
+                          "why": normalisation},
+        "machine": machine,
         "precision": precision, "precision_reason": why, "measured_tokens_per_s": speeds,
         "recipe": {"name": RECIPE, **RECIPE_OVERRIDES, "max_seq_length": length, "eval_instances": plan.eval_rows,
                    "batch_size": config.data.batch_size, "learning_rate": config.train.learning_rate},
@@ -816,22 +1050,22 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         "perplexity_after": evals[-1].get("eval_perplexity") if evals else None,
         "finetune": {"task": {k: v for k, v in task_info.items() if k != "dev_sentences"},
                      "train_examples": len(train_examples), "dev_examples": len(dev_examples),
-                     "labels": sorted(set(labels)), "epochs": plan.finetune_epochs,
-                     "seeds": [r["seed"] for r in runs["pretrained"]],
-                     "majority_label": majority, "majority_accuracy": majority_accuracy,
-                     "config": {**FINETUNE, "max_seq_length": length, "precision": precision},
-                     **finetuned},
+                     "pairs": dev_examples[0].pair is not None, "labels": classes, "majority_label": majority,
+                     "majority_accuracy": sum(str(e.label) == majority for e in dev_examples) / len(dev_examples),
+                     "config": {**FINETUNE, "max_seq_length": length, "precision": precision,
+                                "min_examples": min_examples, "min_passes": FINETUNE_MIN_PASSES},
+                     "curve": curve,
+                     "models": {name: str(path) for name, path in kept.items()}},
         "fill_mask": fill,
         "probes": probe_results,
         "model": str(run_dir / "model"),
         "report": str(html_path),
         # The end of the story is the fine-tuned model (the pretrained one serves fill-mask).
-        "serve": f"bertkit serve --model {finetuned['pretrained']['model']}",
+        "serve": f"bertkit serve --model {kept.get('pretrained', run_dir / 'model')}",
         "timings": timings,
     }
-    report["commands"] = reproduce_commands(report, out, tok_dir, data_dir, run_dir, scratch_dir, task_train,
-                                            task_dev, corpus_given=bool(corpus), vocab_size=vocab_size, seed=seed,
-                                            columns=(text_column, pair_column, label_column))
+    report["commands"] = reproduce_commands(report, out, tok_dir, data_dir, run_dir, scratch_dir, sets_dir,
+                                            corpus_given=bool(corpus), vocab_size=vocab_size, seed=seed)
     lap("evaluation")
     report["minutes"] = round((time.perf_counter() - started) / 60, 2)  # drawing the page takes a few seconds more
     report["plots"] = [str(p) for p in write_report(report, run_dir, html_path, out / "plots")]
@@ -842,16 +1076,14 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
 
 
 def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_dir: Path, run_dir: Path,
-                       scratch_dir: Path, task_train, task_dev, *, corpus_given: bool, vocab_size: int, seed: int,
-                       columns: tuple[str, str | None, str]) -> list[tuple[str, str]]:
+                       scratch_dir: Path, sets_dir: Path, *, corpus_given: bool, vocab_size: int,
+                       seed: int) -> list[tuple[str, str]]:
     """(stage, command) pairs that redo each stage with the separate verbs, with this run's settings."""
     plan, ft = report["plan"], report["finetune"]
     corpus = " ".join(report["corpus"])
     overrides = " ".join(f"--{k.replace('_', '-')} {str(v).lower() if isinstance(v, bool) else v}"
                          for k, v in RECIPE_OVERRIDES.items())
-    text, pair, label = columns
-    column_flags = ((f" --text-column {text}" if text != "text" else "") + (f" --pair-column {pair}" if pair else "")
-                    + (f" --label-column {label}" if label != "label" else ""))
+    norm = report["normalisation"]
     preset = report["model_summary"]["preset"]
     commands = []
     if not corpus_given:
@@ -859,7 +1091,10 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
                          f"import build_docstring_task, default_corpus; t = build_docstring_task('{out / 'task'}', "
                          f"seed={seed}); default_corpus(Path('{corpus}'), exclude=set(t['dev_sentences']))\""))
     commands += [
-        ("vocabulary", f"bertkit tokenizer train --files {corpus} --vocab-size {vocab_size} --out {tok_dir}"),
+        ("vocabulary (" + norm["why"] + ")", f"python -c \"from bertkit.data.corpus import CorpusLines; from "
+                       f"bertkit.tokenizers import WordPieceTokenizer; WordPieceTokenizer.train(CorpusLines("
+                       f"{report['corpus']!r}), vocab_size={vocab_size}, lowercase={norm['lowercase']}, "
+                       f"strip_accents={norm['strip_accents']}).save('{tok_dir}')\""),
         ("shards", f"bertkit prepare --corpus {corpus} --tokenizer {tok_dir} --out {data_dir} --eval-fraction "
                    f"{EVAL_FRACTION} --seed {seed}"),
         ("pretraining", f"bertkit pretrain --data {data_dir} --out {run_dir} --config {RECIPE} --preset {preset} "
@@ -871,13 +1106,13 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
     ]
     c = ft["config"]
     for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
-        commands.append((f"fine-tuning ({'pretrained' if name == 'pretrained' else 'random initialisation'}), "
-                         f"for each seed S of {', '.join(map(str, ft['seeds']))}",
-                         f"bertkit finetune classify --model {start} --train {task_train} --dev {task_dev}"
-                         f"{column_flags} --out {out / 'finetune' / name}-seedS --epochs {ft['epochs']:g} "
-                         f"--lr {c['learning_rate']:g} --batch-size {c['batch_size']} --max-seq-length "
-                         f"{c['max_seq_length']} --dropout {c['dropout']} --seed S --precision {c['precision']} "
-                         f"--new-head"))
+        commands.append((f"one point of the curve ({'pretrained' if name == 'pretrained' else 'random initialisation'}"
+                         f"), for N labels and seed S (the label set's file repeats it for the run's passes)",
+                         f"bertkit finetune classify --model {start} --train {sets_dir}/train-N-seedS.jsonl --dev "
+                         f"{sets_dir}/dev.jsonl{' --pair-column pair' if ft['pairs'] else ''} --out "
+                         f"{out / 'finetune' / name}-N-seedS --epochs 1 --lr {c['learning_rate']:g} --batch-size "
+                         f"{c['batch_size']} --max-seq-length {c['max_seq_length']} --dropout {c['dropout']} --seed S "
+                         f"--precision {c['precision']} --new-head"))
     example = report["fill_mask"]["examples"][0]["prompt"] if report["fill_mask"]["examples"] else "[MASK]"
     commands += [("fill-mask", f"bertkit fill-mask --model {run_dir / 'model'} \"{example}\""),
                  ("serve the fine-tuned classifier", report["serve"]),
@@ -889,34 +1124,29 @@ def print_summary(report: dict[str, Any]) -> None:
     """The report's figures on the terminal; the last line names the page and the serve command."""
     ft, fill = report["finetune"], report["fill_mask"]
     print()
+    print(f"machine: {report['machine']['summary']}")
     print(f"pretraining: {report['steps']:,} steps, {report['train_tokens']:,} tokens "
           f"({report['tokens_per_s']:,.0f} tokens/s, {report['precision']}); held-out masked-token accuracy "
           f"{report['mlm_accuracy_before']:.3f} -> {report['mlm_accuracy_after']:.3f}, perplexity "
           f"{report['perplexity_before']:,.0f} -> {report['perplexity_after']:,.1f} "
           f"({report['eval_points']} held-out evaluations)")
-    seeds = ft["seeds"]
-    print(f"fine-tuning on {ft['task']['description']}")
-    print(f"  {ft['train_examples']:,} training / {ft['dev_examples']:,} dev examples, {ft['epochs']:g} epochs, "
-          f"seeds {', '.join(map(str, seeds))}; dev accuracy of the best epoch:")
-    print(f"  {'starting point':<24} {'mean':>6} {'per seed':<24} {'macro-F1':>8} {'last epoch':>10}")
-    for name, label in (("pretrained", "pretrained"), ("scratch", "random initialisation")):
-        row = ft[name]
-        per_seed = " / ".join(f"{a:.3f}" for a in row["accuracies"])
-        print(f"  {label:<24} {row['accuracy']:>6.3f} {per_seed:<24} {row['macro_f1']:>8.3f} "
-              f"{row['last_accuracy']:>10.3f}")
-    print(f"  {'majority class':<24} {ft['majority_accuracy']:>6.3f}")
-    wins = sum(p > s for p, s in zip(ft["pretrained"]["accuracies"], ft["scratch"]["accuracies"]))
-    gain = round(ft["pretrained"]["accuracy"] - ft["scratch"]["accuracy"], 3) + 0.0  # + 0.0: no "-0.000"
-    print(f"  gain from pretraining: {gain:+.3f} "
-          f"(pretrained ahead on {wins} of {len(seeds)} seeds; one run's binomial standard error on this dev set: "
-          f"{ft['pretrained']['accuracy_se']:.3f})")
-    first = [ft[name]["curve"][0] for name in ("pretrained", "scratch") if ft[name]["curve"]]
-    if len(first) == 2 and first[0][0] == first[1][0]:
-        print(f"  after epoch {first[0][0]:g}: pretrained {first[0][1]:.3f}, random initialisation {first[1][1]:.3f}")
-    rare = (f"; {fill['rare_top1_accuracy']:.3f} on the {fill['rare_prompts']:,} words outside the "
-            f"{fill['frequent_words']} most frequent" if fill["rare_top1_accuracy"] is not None else "")
-    print(f"fill-mask on {fill['prompts']:,} held-out sentences: top-1 accuracy {fill['top1_accuracy']:.3f}, top-5 "
-          f"{fill['top5_accuracy']:.3f} (always '{fill['baseline_word']}': {fill['baseline_accuracy']:.3f}){rare}")
+    print(f"label-efficiency curve on {ft['task']['description']}")
+    print(f"  dev accuracy ({ft['dev_examples']:,} examples), median over seeds [interquartile range]; majority "
+          f"class {ft['majority_accuracy']:.3f}")
+    print(f"  {'labels':>7} {'seeds':>5}  {'pretrained':<22} {'random initialisation':<22} {'gap':>7}")
+    for p in ft["curve"]:
+        pre, scr = p["pretrained"], p["scratch"]
+        print(f"  {p['labels']:>7,} {p['seeds']:>5}  {pre['median']:.3f} [{pre['q1']:.3f}-{pre['q3']:.3f}]"
+              f"{'':<4} {scr['median']:.3f} [{scr['q1']:.3f}-{scr['q3']:.3f}]{'':<4} {p['gap'] + 0.0:+.3f}"
+              f"{'  beyond both IQRs' if p['beyond_spread'] else ''}")
+    print(f"fill-mask on {fill['prompts']:,} held-out sentences: top-1 {fill['top1_accuracy']:.3f}, top-5 "
+          f"{fill['top5_accuracy']:.3f} (always '{fill['baseline_word']}': {fill['baseline_accuracy']:.3f}); by the "
+          f"masked word's frequency rank:")
+    for b in fill["bands"]:
+        if b["prompts"]:
+            print(f"  {b['band']:<10} {b['prompts']:>5,} prompts: top-1 {b['top1_accuracy']:.3f}, top-5 "
+                  f"{b['top5_accuracy']:.3f} (the band's most frequent word(s): {b['baseline_top1']:.3f}, "
+                  f"{b['baseline_top5']:.3f})")
     for example in fill["examples"][:4]:
         candidates = "  ".join(f"{t} ({p:.2f})" for t, p in example["candidates"])
         print(f"  {example['prompt']}\n      true: {example['answer']:<14} model: {candidates}")

@@ -135,12 +135,83 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
+# Fonts that draw Hangul and CJK, in order of preference; every figure uses the first one installed as a fallback
+# behind matplotlib's default (DejaVu Sans, which has neither). `make install` adds NanumGothic where it can.
+CJK_FONTS = ("NanumGothic", "Noto Sans CJK KR", "Noto Sans CJK JP", "Noto Sans KR", "Source Han Sans KR",
+             "UnDotum", "WenQuanYi Zen Hei", "Droid Sans Fallback")
+_charmaps: dict[str, frozenset[int]] = {}
+_scanned = False
+
+
+def _charmap(path: str) -> frozenset[int]:
+    if path not in _charmaps:
+        from matplotlib.ft2font import FT2Font
+
+        _charmaps[path] = frozenset(FT2Font(path).get_charmap())
+    return _charmaps[path]
+
+
+def figure_fonts() -> list[tuple[str, str]]:
+    """(family, file) of the fonts figures draw with, in fallback order: matplotlib's default sans-serif, then the
+    first installed font of `CJK_FONTS`."""
+    from matplotlib import font_manager, rcParams
+
+    global _scanned
+    if not _scanned:
+        # matplotlib's font list is cached on first use: a font installed since (by `make install`) is added here.
+        _scanned = True
+        known = {font.name for font in font_manager.fontManager.ttflist}
+        if not known & set(CJK_FONTS):
+            for path in font_manager.findSystemFonts():
+                if Path(path).stem.lower().startswith(("nanumgothic", "notosanscjk", "notosanskr")):
+                    try:
+                        font_manager.fontManager.addfont(path)
+                    except (OSError, RuntimeError):  # a file FreeType cannot read: not ours to fix
+                        pass
+    fonts = []
+    for family in (rcParams["font.sans-serif"][0], *CJK_FONTS):
+        try:
+            path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+        except ValueError:  # not installed
+            continue
+        fonts.append((family, path))
+        if family in CJK_FONTS:
+            break
+    return fonts
+
+
+def drawable(text: str) -> bool:
+    """True when the figure fonts (`figure_fonts`) have a glyph for every character of `text` (whitespace aside):
+    text that is not drawable would come out as empty boxes, with matplotlib's "Glyph ... missing" warning."""
+    covered = [_charmap(path) for _, path in figure_fonts()]
+    return all(c.isspace() or any(ord(c) in m for m in covered) for c in text)
+
+
+def figure_text(text: str, fallback: str) -> str:
+    """`text` where the figure fonts draw all of it, else `fallback` (which should be plain ASCII): a label in a
+    script no installed font covers is kept out of the image rather than drawn as boxes."""
+    return text if drawable(text) else fallback
+
+
+def font_context():
+    """A matplotlib rc context in which text falls back from the default font to an installed CJK/Hangul font
+    (glyph by glyph), so figures created and saved inside it draw those scripts."""
+    from matplotlib import rc_context
+
+    return rc_context({"font.family": [family for family, _ in figure_fonts()]})
+
+
 _TITLES = {"loss": "Training loss (mean over each logging window)", "accuracy": "Training accuracy",
            "lr": "Learning rate schedule", "throughput": "Training throughput",
            "eval": "Held-out evaluation (perplexity on a log axis)", "other": "Other training metrics"}
 
 
 def _draw(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> None:
+    with font_context():
+        _draw_in_context(name, axes_keys, series, path)
+
+
+def _draw_in_context(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> None:
     Figure, FigureCanvasAgg = _matplotlib()
     n = len(axes_keys)
     cols = 1 if n == 1 else 2
@@ -197,6 +268,11 @@ def plot_card(table: dict, path: str | os.PathLike) -> Path:
     metric): for every row (model, variant) a dot at the median, a thick bar over the interquartile range and a
     thin whisker from min to max. Returns the PNG's path."""
     Figure, FigureCanvasAgg = _matplotlib()
+    with font_context():
+        return _plot_card(table, path, Figure, FigureCanvasAgg)
+
+
+def _plot_card(table: dict, path, Figure, FigureCanvasAgg) -> Path:
     columns, rows = table["columns"], table["rows"]
     if not columns:
         raise ValueError("the card has no column to draw")
@@ -213,10 +289,11 @@ def plot_card(table: dict, path: str | os.PathLike) -> Path:
             ax.plot([s["min"], s["max"]], [y, y], color="0.5", linewidth=1)
             ax.plot([s["q1"], s["q3"]], [y, y], color="C0", linewidth=5, solid_capstyle="butt")
             ax.plot([s["median"]], [y], "o", color="C3", markersize=6)
-        ax.set_yticks(range(len(rows)), rows if i % cols == 0 else [""] * len(rows))
+        shown = [figure_text(str(r), f"row {k + 1}") for k, r in enumerate(rows)]
+        ax.set_yticks(range(len(rows)), shown if i % cols == 0 else [""] * len(rows))
         ax.set_ylim(-0.6, len(rows) - 0.4)
         ax.invert_yaxis()
-        ax.set_title(column, fontsize="medium")
+        ax.set_title(figure_text(str(column), f"column {i + 1}"), fontsize="medium")
         ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle("median (dot), interquartile range (bar), min-max (whisker)", fontsize="small")
     path = Path(path)
@@ -230,7 +307,14 @@ def plot_confusion(matrices: dict, path: str | os.PathLike, title: str = "") -> 
     and cards hold them) as annotated heat maps, one panel per NAME (dev, each extra file), gold on the vertical
     axis and predictions across. Returns the PNG's path."""
     Figure, FigureCanvasAgg = _matplotlib()
-    labels = [str(x) for x in matrices["labels"]]
+    with font_context():
+        return _plot_confusion(matrices, path, title, Figure, FigureCanvasAgg)
+
+
+def _plot_confusion(matrices: dict, path, title: str, Figure, FigureCanvasAgg) -> Path:
+    # A label no installed font draws is shown by its number (the order of matrices["labels"]).
+    labels = [figure_text(str(x), str(i)) for i, x in enumerate(matrices["labels"])]
+    title = figure_text(title, "")
     names = [k for k in matrices if k not in ("labels", "runs")]
     size = max(3.2, 0.6 * len(labels) + 2)
     fig = Figure(figsize=(size * len(names), size), layout="constrained")

@@ -1,10 +1,13 @@
 """The pipeline's report page: one self-contained HTML file (figures embedded as base64 PNG, styles inline).
 
 `write_report(report, run_dir, html_path, plots_dir)` takes the report dict that `bertkit.pipeline.run_pipeline`
-builds, draws the figures from the pretraining run's `metrics.jsonl` and the fine-tuning curves in the report,
+builds, draws the figures from the pretraining run's `metrics.jsonl` and the label-efficiency curve in the report,
 writes each as a PNG into `plots_dir` and embeds the same bytes in the page. The page opens from disk with no
-network and no other file: corpus and model summary, the held-out curves, the pretrained-vs-random-initialisation
-table, the fill-mask examples and the commands that redo each stage.
+network and no other file: the label-efficiency curve and its table first (pretrained vs random initialisation,
+median and interquartile range over seeds at each label count), then the machine and plan, corpus and model
+summary, the held-out curves, fill-mask by frequency band with examples from the middle band, and the commands
+that redo each stage. The machine (CPU model and flags, GPU) is named beside every figure. Figure text in a script
+no installed font draws is kept out of the images (`bertkit.plots.figure_text`).
 
 matplotlib (`pip install matplotlib`) draws the figures; without it the page is written without them and says so.
 """
@@ -19,14 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertkit.plots import METRICS_FILE, collect_series, read_metrics
+from bertkit.plots import METRICS_FILE, collect_series, figure_text, font_context, read_metrics
 
 # (file stem, title) of every figure, in page order.
 FIGURES = {
+    "label_efficiency": "Label efficiency: dev accuracy against the number of labels, pretrained vs random "
+                        "initialisation (median over seeds, bars: interquartile range, dots: each seed)",
     "heldout_accuracy": "Held-out masked-token accuracy during pretraining",
     "heldout_perplexity": "Held-out masked-LM perplexity during pretraining (log scale)",
     "training_loss": "Masked-LM loss during pretraining: training (mean over each logging window) and held-out",
-    "finetune_accuracy": "Fine-tuning: dev accuracy per epoch, pretrained vs random initialisation (thin: each seed)",
 }
 
 
@@ -39,14 +43,48 @@ def _png(draw: Callable[[Any], None], size: tuple[float, float] = (7.0, 3.8)) ->
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    draw(ax)
-    ax.grid(True, alpha=0.3, which="both")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    with font_context():  # any Hangul or CJK text falls back to an installed font that has it
+        fig = Figure(figsize=size, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        draw(ax)
+        ax.grid(True, alpha=0.3, which="both")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()
+
+
+def draw_label_efficiency(ax, finetune: dict[str, Any], machine: dict[str, Any] | None = None) -> None:
+    """The label-efficiency curve on `ax`: per starting point the median dev accuracy over seeds at each label
+    count (labels on a log axis), a bar over the interquartile range, each seed as a faint dot; the majority class
+    as a dashed line; the machine in the title. Every text drawn is ASCII or passes `figure_text`."""
+    curve = finetune["curve"]
+    for (name, label), color, shift in zip((("pretrained", "pretrained"), ("scratch", "random initialisation")),
+                                           ("tab:blue", "tab:orange"), (0.97, 1.03)):
+        xs = [p["labels"] for p in curve]
+        medians = [p[name]["median"] for p in curve]
+        ax.plot(xs, medians, marker="o", color=color, linewidth=2, label=f"{label} (median)")
+        for p in curve:
+            x = p["labels"] * shift  # the two starting points side by side, not on top of each other
+            ax.plot([x, x], [p[name]["q1"], p[name]["q3"]], color=color, linewidth=5, alpha=0.45,
+                    solid_capstyle="butt")
+            ax.plot([x] * len(p[name]["values"]), p[name]["values"], ".", color=color, alpha=0.5, markersize=4)
+    if finetune.get("majority_accuracy") is not None:
+        ax.axhline(finetune["majority_accuracy"], color="grey", linestyle="--", linewidth=1, label="majority class")
+    ax.set_xscale("log")
+    ax.set_xticks([p["labels"] for p in curve], [f"{p['labels']:,}" for p in curve])
+    ax.minorticks_off()
+    ax.set_xlabel("labelled training examples (log scale)")
+    ax.set_ylabel("dev accuracy")
+    task = finetune.get("task", {})
+    name = "built-in task" if task.get("name") == "docstring-package" else "your task"
+    where = ""
+    if machine:
+        where = figure_text(machine.get("gpu") or machine.get("cpu") or "", "")
+        where = f" on {where}" if where else ""
+    ax.set_title(f"Label efficiency, {name}: pretrained vs random initialisation{where}", fontsize=9)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize="small", loc="lower right")
 
 
 def draw_figures(report: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, bytes]:
@@ -93,27 +131,10 @@ def draw_figures(report: dict[str, Any], run_dir: str | os.PathLike) -> dict[str
             ax.legend(fontsize="small")
         figures["training_loss"] = _png(loss)
     finetune = report.get("finetune") or {}
-    if finetune.get("pretrained", {}).get("curve") and finetune.get("scratch", {}).get("curve"):
-        def curves(ax):
-            for (name, label), color in zip((("pretrained", "pretrained"), ("scratch", "random initialisation")),
-                                            ("tab:blue", "tab:orange")):
-                for run in finetune[name].get("runs", []):  # each seed thin, their mean bold
-                    if run["curve"]:
-                        ax.plot(*zip(*run["curve"]), color=color, alpha=0.35, linewidth=1)
-                epochs, accuracy = zip(*finetune[name]["curve"])
-                seeds = len(finetune[name].get("runs", [])) or 1
-                ax.plot(epochs, accuracy, marker="o", color=color, linewidth=2,
-                        label=f"{label} (mean of {seeds} seed{'s' if seeds > 1 else ''})")
-            if finetune.get("majority_accuracy") is not None:
-                ax.axhline(finetune["majority_accuracy"], color="grey", linestyle="--", linewidth=1,
-                           label="majority class")
-            ax.set_title(FIGURES["finetune_accuracy"], fontsize=10)
-            ax.set_xlabel("epoch")
-            ax.set_ylabel("dev accuracy")
-            ax.set_ylim(0, 1)
-            ax.legend(fontsize="small")
-        figures["finetune_accuracy"] = _png(curves)
-    return figures
+    if finetune.get("curve"):
+        figures["label_efficiency"] = _png(lambda ax: draw_label_efficiency(ax, finetune, report.get("machine")),
+                                           size=(7.5, 4.6))
+    return {stem: figures[stem] for stem in FIGURES if stem in figures}  # page order
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -178,52 +199,88 @@ def _figure(stem: str, figures: dict[str, bytes]) -> str:
             f"<figcaption class=\"muted\">{_e(FIGURES[stem])}</figcaption></figure>")
 
 
-def _first_epoch(pre: dict[str, Any], scr: dict[str, Any]) -> str:
-    """The two mean curves at the first evaluation, when both have it: how much of a head start pretraining gives."""
-    if not pre.get("curve") or not scr.get("curve") or pre["curve"][0][0] != scr["curve"][0][0]:
-        return ""
-    (epoch, a), (_, b) = pre["curve"][0], scr["curve"][0]
-    return (f" After {'the first epoch' if epoch == 1 else f'{epoch:g} epochs'}: {a:.3f} pretrained, {b:.3f} from "
-            f"random initialisation (mean of the seeds).")
+def _machine_line(machine: dict[str, Any]) -> str:
+    """One line naming the machine, beside every figure."""
+    return machine.get("summary") or machine.get("cpu") or "this machine"
 
 
 def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "") -> str:
     """The page for `report` (run_pipeline's dict) with `figures` ({stem: PNG bytes}) embedded."""
     ft, fill, machine = report["finetune"], report["fill_mask"], report.get("machine", {})
     model, plan = report["model_summary"], report["plan"]
-    pre, scr = ft["pretrained"], ft["scratch"]
-    gain = round(pre["accuracy"] - scr["accuracy"], 3) + 0.0  # + 0.0 turns -0.0 into 0.0: no "-0.000"
+    curve = ft["curve"]
+    first, last = curve[0], curve[-1]
+    where = _e(_machine_line(machine))
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bertkit pipeline report"
              f"</title><style>{_STYLE}</style></head><body>",
-             "<h1>bertkit pipeline: raw text → pretrained → fine-tuned → evaluated</h1>",
-             f"<p class=\"muted\">{_e(report.get('minutes', '?'))} minutes on "
-             f"{_e(machine.get('cpu') or 'this machine')} ({_e(machine.get('threads'))} threads, "
-             f"{_e(machine.get('device'))}).{' ' + _e(note) if note else ''}</p>",
+             "<h1>bertkit pipeline: raw text → pretrained → fine-tuned with few and many labels → evaluated</h1>",
+             f"<p class=\"muted\">{_e(report.get('minutes', '?'))} minutes on {where} ({_e(machine.get('device'))}, "
+             f"{_e(report['precision'])}).{' ' + _e(note) if note else ''}</p>",
              "<div class=\"key\">",
+             f"<div>dev accuracy with {first['labels']:,} labels, pretrained / random init<b>"
+             f"{_num(first['pretrained']['median'])} / {_num(first['scratch']['median'])}</b>median of "
+             f"{first['seeds']} seeds, gap {first['gap'] + 0.0:+.3f}</div>",
+             f"<div>with all {last['labels']:,} labels<b>{_num(last['pretrained']['median'])} / "
+             f"{_num(last['scratch']['median'])}</b>median of {last['seeds']} seed(s)</div>",
              f"<div>held-out masked-token accuracy<b>{_num(report['mlm_accuracy_before'])} → "
-             f"{_num(report['mlm_accuracy_after'])}</b></div>",
-             f"<div>fine-tuned dev accuracy, pretrained / random init<b>{_num(pre['accuracy'])} / "
-             f"{_num(scr['accuracy'])}</b>gain {gain:+.3f}, mean of {len(ft.get('seeds', [])) or 1} seed(s)</div>",
-             f"<div>fill-mask top-1 on {fill['prompts']:,} held-out sentences<b>{_num(fill['top1_accuracy'])}</b>"
-             f"always '{_e(fill['baseline_word'])}': {_num(fill['baseline_accuracy'])}</div>",
+             f"{_num(report['mlm_accuracy_after'])}</b>{report['steps']:,} pretraining steps</div>",
              "</div>"]
+
+    # The centre of the story: the label-efficiency curve.
+    task, config = ft["task"], ft["config"]
+
+    def cell(s: dict[str, Any]) -> str:
+        return f"{s['median']:.3f} [{s['q1']:.3f}–{s['q3']:.3f}]"
+
+    rows = [[p["labels"], p["passes"], p["seeds"], cell(p["pretrained"]), cell(p["scratch"]),
+             f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
+             Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
+    claim = ("pretraining helps most when labels are few" if first["beyond_spread"] and first["gap"] > 0
+             else f"{first['seeds']} seed(s) at the fewest labels: too few for a spread, so no claim"
+             if first["seeds"] < 3
+             else "at this budget the gap at the fewest labels is within the seeds' spread: no clear claim"
+             if not first["beyond_spread"] else "random initialisation does better at the fewest labels")
+    parts += ["<h2 id=\"label-efficiency\">Label efficiency: pretrained vs random initialisation</h2>",
+              f"<p>Task: {_e(task['description'])}. {ft['train_examples']:,} training and {ft['dev_examples']:,} dev "
+              f"{'pairs' if ft.get('pairs') else 'examples'}; {len(ft['labels'])} classes; always answering the "
+              f"majority class scores {_num(ft['majority_accuracy'])}. Each point fine-tunes on a class-balanced "
+              f"set of that many labelled examples (the smaller sets of a seed are subsets of the larger ones; each "
+              f"seed draws its own), from the pretrained model and from the same architecture randomly initialised, "
+              f"with the same recipe and seeds: learning rate {config['learning_rate']:g}, batch "
+              f"{config['batch_size']}, dropout {config['dropout']}, length {config['max_seq_length']}, "
+              f"{_e(config['precision'])}, at least {config['min_examples']:,} examples seen per run (so "
+              f"{first['passes']} passes over {first['labels']:,} labels, {last['passes']} over all), the dev set "
+              f"scored once at the end (no epoch picked on dev). A point is the median over the seeds, with the "
+              f"interquartile range in brackets. Measured on {where}.</p>",
+              _figure("label_efficiency", figures),
+              _table(["labels", "passes", "seeds", "pretrained: median [IQR]", "random init: median [IQR]",
+                      "gap of medians", "pretrained ahead", "gap beyond both IQRs"], rows,
+                     table_id="label-efficiency-table"),
+              f"<p><b>{_e(claim[0].upper() + claim[1:])}</b>: with {first['labels']:,} labels the pretrained median "
+              f"is {first['gap'] + 0.0:+.3f} from random initialisation's (pretrained ahead on {first['wins']} of "
+              f"{first['seeds']} seeds); with all {last['labels']:,} labels the gap is {last['gap'] + 0.0:+.3f}.</p>"]
 
     load = machine.get("load_average_at_start")
     shared = (f" The load average was {load:.1f} at the start and {machine.get('load_average_at_end') or 0:.1f} at "
               f"the end on {machine.get('cores')} cores: other work shared the machine, so the speeds are lower than "
               f"it gives alone." if load is not None and machine.get("cores") and load > 0.5 * machine["cores"]
               else "")
-    parts += ["<h2 id=\"machine\">Machine and precision</h2>",
-              f"<p><b>{_e(report['precision'])}</b>: {_e(report['precision_reason'])}. Measured before pretraining: "
-              f"{report['speed']['tokens_per_s']:,.0f} tokens/s ({report['speed']['step_s']:.3f} s per step of "
-              f"{report['speed']['tokens_per_step']:,.0f} tokens).{_e(shared)}</p>",
+    parts += ["<h2 id=\"machine\">Machine, precision and plan</h2>",
+              f"<p>{where}. <b>{_e(report['precision'])}</b>: {_e(report['precision_reason'])}. Measured before "
+              f"pretraining: {report['speed']['tokens_per_s']:,.0f} tokens/s ({report['speed']['step_s']:.3f} s per "
+              f"step of {report['speed']['tokens_per_step']:,.0f} tokens); from it the plan: pretraining "
+              f"{plan['pretrain_s'] / 60:.1f} minutes, then "
+              + _e(", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}"
+                             for n, k in zip(plan['ladder'], plan['seeds'])))
+              + f" for each starting point (~{plan['finetune_s'] / 60:.1f} minutes).{_e(shared)}</p>",
               _table(["stage", "seconds"], [[k, v] for k, v in report.get("timings", {}).items()])]
 
     summary = report.get("corpus_summary", {})
+    norm = report.get("normalisation", {})
     parts += ["<h2 id=\"corpus\">Corpus and vocabulary</h2>",
-              f"<p>{_e(', '.join(report['corpus']))}; an uncased WordPiece vocabulary of {report['vocab_size']:,} "
-              f"tokens trained on it. Held-out documents are never trained on: the held-out curves and the fill-mask "
-              f"prompts come from them.</p>",
+              f"<p>{_e(', '.join(report['corpus']))}; a WordPiece vocabulary of {report['vocab_size']:,} tokens "
+              f"trained on it, {_e(norm.get('why', 'uncased'))}. Held-out documents are never trained on: the "
+              f"held-out curves and the fill-mask prompts come from them.</p>",
               _table(["split", "documents", "sentences", "tokens"],
                      [[split, v["documents"], v["sentences"], v["tokens"]] for split, v in summary.items()])]
 
@@ -234,65 +291,37 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               f"<p>Recipe <code>{_e(recipe['name'])}</code>: masked LM only on packed rows of length "
               f"{recipe['max_seq_length']}, attention isolated between documents, {recipe['mask_prob']:.0%} of the "
               f"tokens predicted, batch {recipe['batch_size']}, peak learning rate {recipe['learning_rate']:g}, no "
-              f"dropout. It gave the best held-out masked-token accuracy per CPU minute in the README's "
-              f"pretrain-vs-scratch experiment: 0.290 at the tiny size (L2/H128) and 0.282 at the mini size "
-              f"(L4/H256) after 29 one-thread minutes on WikiText-2, against 0.107 after 20 two-thread minutes for "
-              f"the <code>mini</code> recipe (masked LM + next-sentence prediction at length 128, fp32). The tiny "
-              f"size runs three times the steps of the mini one: over three minutes on the docstring corpus (one "
-              f"thread each, side by side) it reached held-out accuracy 0.202 against 0.170.</p>"]
+              f"dropout.</p>"]
 
     parts += ["<h2 id=\"pretraining\">Pretraining</h2>",
               f"<p>{report['steps']:,} steps, {report['train_tokens']:,} tokens, {report['tokens_per_s']:,.0f} "
-              f"tokens/s over the run (held-out evaluations included). Held-out evaluation every "
+              f"tokens/s over the run (held-out evaluations included) on {where}. Held-out evaluation every "
               f"{plan['eval_every']:,} steps ({report['eval_points']} points): masked-token accuracy "
               f"{_num(report['mlm_accuracy_before'])} → {_num(report['mlm_accuracy_after'])}, perplexity "
               f"{_num(report['perplexity_before'], 0)} → {_num(report['perplexity_after'], 1)}.</p>",
               "<div class=\"figures\">" + _figure("heldout_accuracy", figures) + _figure("heldout_perplexity", figures)
               + "</div>", _figure("training_loss", figures)]
 
-    task = ft["task"]
-    config, seeds = ft["config"], ft.get("seeds", [])
-
-    def row(label: str, r: dict[str, Any]) -> list[Any]:
-        return [label, _num(r["accuracy"]), " / ".join(f"{a:.3f}" for a in r.get("accuracies", [])),
-                _num(r.get("accuracy_sd")), _num(r["macro_f1"]), _num(r["last_accuracy"]), _num(r["seconds"], 0)]
-
-    rows = [row("pretrained", pre), row("random initialisation", scr),
-            ["majority class", _num(ft["majority_accuracy"]), "", "", "", "", ""]]
-    wins = sum(p > s for p, s in zip(pre.get("accuracies", []), scr.get("accuracies", [])))
-    spread = max(pre.get("accuracy_sd") or 0.0, scr.get("accuracy_sd") or 0.0, pre["accuracy_se"])
-    verdict = ("within the spread of the seeds and of the dev sample: no clear difference" if abs(gain) < spread
-               else "pretraining helps" if gain > 0 else "random initialisation does better")
-    parts += ["<h2 id=\"finetuning\">Fine-tuning: pretrained vs random initialisation</h2>",
-              f"<p>Task: {_e(task['description'])}. {ft['train_examples']:,} training and {ft['dev_examples']:,} "
-              f"dev examples; labels {_e(', '.join(ft['labels']))}. Both starting points have the same architecture "
-              f"and get the same recipe, budget and seeds ({_e(', '.join(map(str, seeds)))}): {ft['epochs']:g} "
-              f"epochs, batch {config['batch_size']}, learning rate {config['learning_rate']:g}, dropout "
-              f"{config['dropout']}, length {config['max_seq_length']}, {_e(config['precision'])}. Each run keeps its "
-              f"best epoch on dev (as every bertkit fine-tuning run does); the table gives the mean over the seeds "
-              f"and each seed's figure. One run's binomial standard error on this dev set is about "
-              f"{pre['accuracy_se']:.3f}.</p>",
-              _table(["starting point", "dev accuracy, mean", "per seed", "sd over seeds", "macro-F1, mean",
-                      "last epoch, mean", "seconds, all seeds"], rows, table_id="finetune-table"),
-              f"<p><b>Gain from pretraining: {gain:+.3f}</b> (pretrained ahead on {wins} of {len(seeds)} "
-              f"seed{'s' if len(seeds) != 1 else ''}; {verdict}).{_first_epoch(pre, scr)}</p>",
-              _figure("finetune_accuracy", figures)]
-
+    bands = [[b["band"], b["prompts"], _num(b["top1_accuracy"]), _num(b["top5_accuracy"]),
+              _num(b["baseline_top1"]), _num(b["baseline_top5"])] for b in fill.get("bands", [])]
     examples = []
     for ex in fill["examples"]:
         candidates = ", ".join(f"{t} ({p:.2f})" for t, p in ex["candidates"])
         mark = Markup("<span class=\"ok\">✓</span>" if ex["correct"] else "<span class=\"miss\">✗</span>")
-        examples.append([ex["prompt"], Markup(f"<b>{_e(ex['answer'])}</b>"), candidates, mark])
-    rare = (f" On the {fill['rare_prompts']:,} prompts whose word is not among the corpus's {fill['frequent_words']} "
-            f"most frequent: {_num(fill['rare_top1_accuracy'])}." if fill.get("rare_top1_accuracy") is not None else "")
+        examples.append([ex["prompt"], Markup(f"<b>{_e(ex['answer'])}</b>"), ex.get("band", ""), candidates, mark])
     parts += ["<h2 id=\"fill-mask\">Fill-mask on held-out text</h2>",
               f"<p>{fill['prompts']:,} prose sentences from held-out documents (6 to 60 pieces, at least 80% of "
               f"them letters), one word of one vocabulary piece masked in each (chosen at random), the sentence alone "
-              f"as input: top-1 accuracy "
-              f"<b>{_num(fill['top1_accuracy'])}</b>, top-5 {_num(fill['top5_accuracy'])}; always answering the "
-              f"corpus's most frequent word '{_e(fill['baseline_word'])}' scores {_num(fill['baseline_accuracy'])}."
-              f"{rare} The first {len(fill['examples'])} prompts drawn (not chosen by outcome):</p>",
-              _table(["held-out sentence", "true word", "model's top 5 (probability)", "top-1"], examples,
+              f"as input: top-1 accuracy <b>{_num(fill['top1_accuracy'])}</b>, top-5 {_num(fill['top5_accuracy'])}; "
+              f"always answering the corpus's most frequent word '{_e(fill['baseline_word'])}' scores "
+              f"{_num(fill['baseline_accuracy'])}. By the masked word's frequency rank in the training text, beside "
+              f"the frequency baseline (always the band's most frequent word, or its five most frequent, for "
+              f"top-5), on {where}:</p>",
+              _table(["frequency band", "prompts", "top-1", "top-5", "frequency baseline top-1",
+                      "frequency baseline top-5"], bands, table_id="fill-mask-bands"),
+              f"<p>The first {len(fill['examples'])} prompts drawn whose word is in the 100-1,000 band (words a "
+              f"unigram model does not get; not chosen by outcome):</p>",
+              _table(["held-out sentence", "true word", "band", "model's top 5 (probability)", "top-1"], examples,
                      table_id="fill-mask-table")]
     if report.get("probes"):
         parts.append(_table(["your sentence", "model's top 5 (probability)"],
@@ -303,10 +332,12 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               "<p>The same stages with the separate verbs (the pipeline ran these settings):</p>"]
     for stage, command in report.get("commands", []):
         parts.append(f"<p class=\"muted\">{_e(stage)}</p><pre>{_e(command)}</pre>")
+    models = ft.get("models", {})
     parts += ["<h2 id=\"files\">Files</h2>",
               _table(["what", "where"], [["pretrained model (fill-mask)", report["model"]],
-                                         ["fine-tuned model", ft["pretrained"].get("model", "")],
-                                         ["fine-tuned from random initialisation", ft["scratch"].get("model", "")],
+                                         ["fine-tuned on all labels", models.get("pretrained", "")],
+                                         ["fine-tuned on all labels from random initialisation",
+                                          models.get("scratch", "")],
                                          ["pretraining metrics", str(Path(report["model"]).parent / METRICS_FILE)],
                                          ["this report as JSON", str(Path(report["report"]).with_suffix(".json"))]]),
               "</body></html>"]

@@ -149,6 +149,11 @@ class _LabelledHead(NamedLabels, PreTrainedModel):
         style = self.spec.style
         if self.config.causal:
             vector = last_real_token(out.last_hidden_state, attention_mask)  # (B, H)
+        elif getattr(self.config, "classifier_pooling", "cls") == "mean":  # the real tokens' mean, pooler unused
+            hidden = out.last_hidden_state  # (B, T, H)
+            keep = (hidden.new_ones(hidden.shape[:2]) if attention_mask is None
+                    else attention_mask.ne(0).to(hidden.dtype)).unsqueeze(-1)  # (B, T, 1)
+            vector = (hidden * keep).sum(1) / keep.sum(1).clamp(min=1)  # (B, H)
         elif style == "pooler":
             vector = out.pooler_output  # (B, H)
         else:
