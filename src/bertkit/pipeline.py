@@ -55,8 +55,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-# The pretraining recipe: `mini-fast` plus the settings of the pretrain-vs-scratch experiment (docs/experiments/finetuning.md, "Measured:
-# does a short CPU pretraining help fine-tuning?"): masked LM on packed rows of isolated documents, 20% of the
+# The pretraining recipe: `mini-fast` plus the settings of the pretrain-vs-scratch experiment
+# (docs/experiments/finetuning.md, "Measured: does a short CPU pretraining help fine-tuning?"): masked LM on packed rows of isolated documents, 20% of the
 # tokens predicted. It gave the best held-out masked-token accuracy per CPU minute there: 0.290 at the tiny size
 # (L2/H128, Google's BERT-Tiny shape) and 0.282 at the mini size (L4/H256) after 29 one-thread minutes on
 # WikiText-2, where the `mini` recipe (MLM + NSP at length 128, fp32) stands at 0.107 after 20 two-thread minutes.
