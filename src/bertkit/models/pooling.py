@@ -148,17 +148,8 @@ class SentenceEncoder(nn.Module):
                 raise
             encoder = encoder_cls.from_pretrained(directory, add_pooler=False)  # a directory without BERT's pooler
         model = cls(encoder, sentence)
-        for spec, layer in zip(sentence.dense, model.dense):
-            from safetensors.torch import load_file
-
-            path = directory / spec.path / "model.safetensors"
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: the Dense module's weights are missing")
-            state = load_file(str(path))
-            try:
-                layer.load_state_dict(state, strict=True)
-            except RuntimeError as err:
-                raise ValueError(f"{path}: {str(err).splitlines()[0]}") from None
+        for layer, loaded in zip(model.dense, load_dense(directory, sentence)):
+            layer.load_state_dict(loaded.state_dict())
         return model
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
@@ -173,3 +164,35 @@ class SentenceEncoder(nn.Module):
             state = {k: v.detach().cpu().contiguous() for k, v in layer.state_dict().items()}
             files[f"{spec.path}/model.safetensors"] = save(state, metadata={"format": "pt"})
         save_model(self.encoder, directory, tokenizer=tokenizer, extra_files=files)
+
+
+def load_dense(directory: str | Path, sentence: SentenceConfig) -> list[Dense]:
+    """The Dense modules `sentence` lists, with their weights from DIRECTORY/{path}/model.safetensors."""
+    from safetensors.torch import load_file
+
+    layers = []
+    for spec in sentence.dense:
+        layer = Dense(spec.in_features, spec.out_features, spec.bias, spec.activation)
+        path = Path(directory) / spec.path / "model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: the Dense module's weights are missing")
+        try:
+            layer.load_state_dict(load_file(str(path)), strict=True)
+        except RuntimeError as err:
+            raise ValueError(f"{path}: {str(err).splitlines()[0]}") from None
+        layers.append(layer)
+    return layers
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """`model` (on the CPU, fp32) with every Linear layer dynamically quantised: int8 weights per output channel,
+    activations quantised per batch (torch.ao's dynamic quantisation). The embeddings and LayerNorms stay fp32."""
+    from torch.ao.nn.quantized import dynamic as qd
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    from bertkit.models.kernels import Linear
+
+    # bertkit's Linear is an nn.Linear subclass; torch.ao maps classes exactly, so it is named here too.
+    linear_types = {nn.Linear, Linear}
+    return quantize_dynamic(model.float().eval(), {t: per_channel_dynamic_qconfig for t in linear_types},
+                            mapping={t: qd.Linear for t in linear_types}, dtype=torch.qint8, inplace=False)
