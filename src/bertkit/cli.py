@@ -453,7 +453,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
                             if getattr(args, name, None) is not None})
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
-          device=args.device, threads=args.threads, log_level=args.log_level)
+          device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
+          quantize=args.quantize, api_key=args.api_key)
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -489,12 +490,21 @@ def add_serve_parsers(verbs) -> None:
                                                         "are truncated and flagged \"truncated\": true)")
     srv.add_argument("--top-k", type=int, help="labels (classify), n-best answers (squad) or candidates (fill-mask) "
                                                "per input, unless a request says (default: all labels, 5, 5)")
-    srv.add_argument("--pooling", choices=POOLINGS, default="mean",
-                     help="embeddings: mean of the token vectors (default), cls, or none (every token's vector)")
+    srv.add_argument("--pooling", choices=POOLINGS,
+                     help="embeddings: the default pooling (default: the directory's sentence-transformers pooling, "
+                          "else mean); none: every token's vector")
     srv.add_argument("--device", default="cpu", help="torch device (default cpu)")
     srv.add_argument("--threads", type=int, help="threads of a forward pass (default: torch's / onnxruntime's)")
     srv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                      help="uvicorn's log level (default info)")
+    # embedding and reranking models: precision and access
+    emb = srv.add_argument_group("precision and access")
+    emb.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                     help="weights' type: auto = bf16 (else fp16) on a GPU, fp32 on a CPU")
+    emb.add_argument("--quantize", choices=["int8"],
+                     help="CPU: dynamic int8 quantisation of every Linear layer (faster; see docs for its cosine)")
+    emb.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
+                     help="require `Authorization: Bearer KEY` on the API routes (default: $BERTKIT_API_KEY, none)")
     group = srv.add_argument_group("batching and limits (ServeConfig)")
     for name, kind, default, text in config_fields():
         group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,

@@ -185,14 +185,24 @@ def load_dense(directory: str | Path, sentence: SentenceConfig) -> list[Dense]:
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
-    """`model` (on the CPU, fp32) with every Linear layer dynamically quantised: int8 weights per output channel,
-    activations quantised per batch (torch.ao's dynamic quantisation). The embeddings and LayerNorms stay fp32."""
-    from torch.ao.nn.quantized import dynamic as qd
+    """A copy of `model` (fp32, CPU) with every Linear layer dynamically quantised: int8 weights per output
+    channel, activations quantised per batch (torch.ao's dynamic quantisation). Embeddings and LayerNorms stay
+    fp32."""
+    import copy
+
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    from bertkit.models.kernels import Linear
+    model = copy.deepcopy(model).float().eval()
+    # torch.ao maps classes exactly: bertkit's Linear (an nn.Linear computed by its own kernel choice) becomes a
+    # plain nn.Linear holding the same weights first.
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and type(child) is not nn.Linear:
+                plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                plain.weight, plain.bias = child.weight, child.bias
+                setattr(module, name, plain)
+    import warnings
 
-    # bertkit's Linear is an nn.Linear subclass; torch.ao maps classes exactly, so it is named here too.
-    linear_types = {nn.Linear, Linear}
-    return quantize_dynamic(model.float().eval(), {t: per_channel_dynamic_qconfig for t in linear_types},
-                            mapping={t: qd.Linear for t in linear_types}, dtype=torch.qint8, inplace=False)
+    with warnings.catch_warnings():  # torch 2.10+ says its quantized tensor types are deprecated; they still run
+        warnings.simplefilter("ignore", UserWarning)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)

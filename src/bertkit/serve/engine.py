@@ -151,7 +151,7 @@ def pad_rows(rows: list[Row], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.n
 def _split_outputs(kind: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
     """One output per row from a padded batch's output, as `bertkit.taskrun.forward_all` cuts them: (C,) per
     sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions."""
-    if kind in ("classify", "swag"):
+    if kind in ("classify", "swag", "rerank"):
         return [out[i] for i in range(len(rows))]
     if kind == "fill-mask":
         return [out[i, r.positions] for i, r in enumerate(rows)]
@@ -281,6 +281,10 @@ def detect_kind(model_dir: str | os.PathLike) -> str:
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
     config = read_config(model_dir)
     architectures = config.get("architectures") or []
+    from bertkit.taskrun import read_task_info
+
+    if read_task_info(model_dir).get("kind") == "rerank":  # a one-output sequence classifier trained to rank
+        return "rerank"
     kind = kind_of_architectures(architectures)
     if kind is not None:
         return kind
@@ -453,6 +457,8 @@ class Engine:
         if self.kind == "classify":
             text = _text(item, "text", index)
             return text if item.get("pair") is None else (text, _text(item, "pair", index))
+        if self.kind == "rerank":  # (query, document)
+            return _text(item, "text", index), _text(item, "pair", index)
         if self.kind == "ner":
             return _text(item, "text", index)
         if self.kind == "squad":
@@ -474,7 +480,7 @@ class Engine:
         rows = features[0]["input_ids"] if self.kind == "swag" else [features[0]["input_ids"]]
         if all(len(row) < length for row in rows):  # shorter than the limit: nothing was cut, no second encoding
             return False
-        if self.kind == "classify":
+        if self.kind in ("classify", "rerank"):
             text, pair = (x, None) if isinstance(x, str) else x
             return len(tok.encode_batch([text], None if pair is None else [pair])[0]) > length
         if self.kind == "ner":  # CLS, the words' pieces, SEP (bertkit.tasks.ner.encode_words)
