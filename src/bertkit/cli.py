@@ -427,11 +427,26 @@ def cmd_features(args: argparse.Namespace) -> None:
         raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
     texts = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
+    from bertkit.sentence import read_sentence_config
+
+    # Sentence vectors: a pooling asked for, or (auto) a sentence-transformers directory's own.
+    pooling = args.pooling if args.pooling != "auto" else (
+        "directory" if read_sentence_config(args.model) is not None else "none")
+    if pooling != "none":
+        from bertkit.features import encode_sentences, write_embeddings
+
+        with lock_directory(out.parent, name=f".{out.name}.lock"):
+            vectors = encode_sentences(args.model, texts, None if pooling == "directory" else pooling,
+                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+            written = write_embeddings(out, vectors, pooling)
+        print(json.dumps({"lines": len(texts), "embedding_shape": list(vectors.shape), "pooling": pooling,
+                          "files": [str(p) for p in written]}))
+        return
     # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
     tokenizer = load_tokenizer(args.model)
     with lock_directory(out.parent, name=f".{out.name}.lock"):
         features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
-                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length or 512,
                                             tokenizer=tokenizer)
         written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
@@ -1026,7 +1041,12 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--combine", choices=["concat", "sum", "none"], default="concat",
                       help="how to combine the layers (default concat)")
     feat.add_argument("--batch-size", type=int, default=32, help="lines per forward pass (default 32)")
-    feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
+    feat.add_argument("--max-seq-length", type=int, help="truncate to this many tokens (default 512; sentence "
+                                                         "vectors: the directory's sentence-transformers length)")
+    feat.add_argument("--pooling", default="auto",
+                      choices=["auto", "none", "cls", "mean", "max", "last", "weighted-mean", "mean-sqrt-len"],
+                      help="one vector per line (N, D) pooled so; auto (default): a sentence-transformers "
+                           "directory's own pooling (Dense, Normalize), per-token features otherwise; none: per-token")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",

@@ -153,3 +153,27 @@ def test_minilm_both_ways_within_1e6(tmp_path, one_thread):
     reference.save(str(tmp_path / "theirs"))
     back = SentenceEncoder.from_pretrained(tmp_path / "theirs").eval()
     np.testing.assert_allclose(_ours(back, load_tokenizer(tmp_path / "theirs"), TEXTS), expected, rtol=0, atol=1e-6)
+
+
+def test_features_cli_uses_the_directorys_pooling(tmp_path, tiny_tokenizer, capsys):
+    """`bertkit features`: a sentence-transformers directory gives one vector per line, pooled as
+    sentence-transformers pools it; a plain directory keeps per-token features unless --pooling says."""
+    from bertkit.cli import main
+    from bertkit.features import read_features
+
+    model = _tiny_encoder(tiny_tokenizer, SentenceConfig(("max",), normalize=True, max_seq_length=32))
+    model.save_pretrained(tmp_path / "st", tokenizer=tiny_tokenizer)
+    model.encoder.save_pretrained(tmp_path / "plain", tokenizer=tiny_tokenizer)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    assert main(["features", "--model", str(tmp_path / "st"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / "st.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "st.npy"), _theirs(tmp_path / "st", TEXTS), rtol=0, atol=1e-6)
+    assert main(["features", "--model", str(tmp_path / "plain"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / "tokens.npz"), "--layers", "-1"]) == 0
+    features, tokens = read_features(tmp_path / "tokens.npz")
+    assert len(features) == len(TEXTS) and features[0].shape == (len(tokens[0]), 32)
+    assert main(["features", "--model", str(tmp_path / "plain"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / "cls.npz"), "--pooling", "cls"]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "cls.npz")["embeddings"], np.stack([f[0] for f in features]),
+                               rtol=0, atol=1e-5)
+    assert '"pooling": "cls"' in capsys.readouterr().out
