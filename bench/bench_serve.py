@@ -350,7 +350,7 @@ def main() -> None:
                                                                        random_vocab=args.random_model)
         port = free_port()
         reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
-                     "--threads", str(threads), "--device", args.device] + (["--embeddings"] if args.embeddings else [])
+                     "--threads", str(threads), "--device", args.device, *(["--embeddings"] if args.embeddings else [])]
         urls = {"reference": servers.enter_context(server(reference, port))}
         port = free_port()
         bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),

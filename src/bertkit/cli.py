@@ -342,14 +342,15 @@ def _predict_inputs(args: argparse.Namespace) -> list:
             if args.context is None or not args.choice:
                 raise ValueError("swag prediction needs --context and --choice (repeated) (or --input)")
             return [(args.context, list(args.choice))]
-        if args.text is None:
-            raise ValueError(f"{kind} prediction needs --text (or --input)")
+        if args.text is None or (kind == "rerank" and args.pair is None):
+            what = "--text (the query) and --pair (the document)" if kind == "rerank" else "--text"
+            raise ValueError(f"{kind} prediction needs {what} (or --input)")
         return [args.text if args.pair is None else (args.text, args.pair)]
     path = Path(args.input)
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if line.strip()]
     keys = {"classify": ("text", "pair"), "ner": ("text",), "squad": ("question", "context"),
-            "swag": ("context", "choices")}[kind]
+            "swag": ("context", "choices"), "rerank": ("text", "pair")}[kind]
     inputs = []
     for number, line in lines:
         if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -394,6 +395,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
             print(" ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"])))
         elif args.kind == "ner":
             print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
+        elif args.kind == "rerank":
+            print(f"{result['score']:.6f}")
         elif args.kind == "squad":
             score = f" ({result['score']:.3f})" if result.get("score") is not None else ""  # T5: generated
             print(f"{result['answer'] or '(no answer)'}{score}")

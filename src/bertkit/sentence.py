@@ -202,8 +202,9 @@ def sentence_files(config: SentenceConfig, hidden_size: int) -> dict[str, bytes]
     for spec in config.dense:
         modules.append({"idx": len(modules), "name": str(len(modules)), "path": spec.path,
                         "type": "sentence_transformers.models.Dense"})
-        files[f"{spec.path}/config.json"] = {"in_features": spec.in_features, "out_features": spec.out_features,
-                                             "bias": spec.bias, "activation_function": _ACTIVATION_PATHS[spec.activation]}
+        files[f"{spec.path}/config.json"] = {
+            "in_features": spec.in_features, "out_features": spec.out_features, "bias": spec.bias,
+            "activation_function": _ACTIVATION_PATHS[spec.activation]}
     if config.normalize:
         modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
                         "type": "sentence_transformers.models.Normalize"})

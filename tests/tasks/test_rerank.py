@@ -52,7 +52,7 @@ def _file(path, rng, queries):
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_finetune_rerank_loss_falls_and_predictions_agree(tmp_path, tiny_tokenizer, one_thread):
+def test_finetune_rerank_loss_falls_and_predictions_agree(tmp_path, tiny_tokenizer, one_thread, capsys):
     from conftest import tiny_config
 
     from bertkit.finetune import finetune, predict
@@ -80,6 +80,13 @@ def test_finetune_rerank_loss_falls_and_predictions_agree(tmp_path, tiny_tokeniz
     for r, p in zip(ranked, plain):
         assert r["logit"] == pytest.approx(p["score"], abs=1e-6)
         assert r["score"] == pytest.approx(1 / (1 + math.exp(-p["score"])), abs=1e-6)
+    from bertkit.cli import main
+
+    capsys.readouterr()  # the run's own lines
+    assert main(["predict", "rerank", "--model", str(model), "--text", "fox dog", "--pair", "fox dog"]) == 0
+    assert capsys.readouterr().out == f"{ranked[0]['score']:.6f}\n"
+    assert main(["predict", "rerank", "--model", str(model), "--text", "fox dog"]) == 2  # one line, no traceback
+    assert "rerank prediction needs --text (the query) and --pair (the document)" in capsys.readouterr().err
     scores = tmp_path / "scores.txt"
     scores.write_text((tmp_path / "run" / "dev_predictions.txt").read_text())
     again = family_for("rerank")(FinetuneConfig(kind="rerank")).evaluate_file(tmp_path / "dev.tsv", scores)

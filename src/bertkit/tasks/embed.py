@@ -245,6 +245,9 @@ class EmbedFamily(TaskFamily):
     def model_kwargs(self) -> dict[str, Any]:
         from bertkit.sentence import pooling_modes
 
+        if getattr(self.config, "dropout", None) is not None:
+            raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
+
         pooling = getattr(self.config, "pooling", None)
         return {"modes": pooling_modes(pooling) if pooling else None,
                 "normalize": getattr(self.config, "normalize", None)}
