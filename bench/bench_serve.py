@@ -28,6 +28,11 @@ weights: ~1.0).
         [--device cuda] [--data DIR] [--random-model VOCAB] [--quick]
 
 --quick: 8 clients, 48 requests, one round: a plumbing check, not a figure.
+
+--embeddings: the embedding server instead. bertkit serves the all-MiniLM-L6-v2 sentence-transformers directory
+as it is (POST /v1/embeddings, its own pooling and normalisation, 256 tokens); the reference is a Starlette server
+around `SentenceTransformer.encode` with the same OpenAI request and response shapes (one request per encode,
+one encode at a time). The agreement is then the mean cosine between the two servers' vectors (~1.0).
 """
 
 from __future__ import annotations
@@ -113,6 +118,40 @@ def load_texts(n: int, seed: int, data: Path = DATA) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------------
 # The reference server: transformers' pipeline behind Starlette, one request per forward pass
 # ------------------------------------------------------------------------------------------------------------------
+def reference_embeddings_app(model_dir: str, threads: int, device: str = "cpu"):
+    """A Starlette server around SentenceTransformer.encode answering OpenAI's /v1/embeddings shape."""
+    import threading
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    torch.set_num_threads(threads)
+    model = SentenceTransformer(model_dir, device=device)
+    lock = threading.Lock()  # one encode at a time: concurrent ones on a few cores slow each other down
+
+    def run(texts: list[str]):
+        with lock, torch.inference_mode():
+            return model.encode(texts, convert_to_numpy=True)
+
+    async def embeddings(request: Request):
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        vectors = await run_in_threadpool(run, texts)
+        return JSONResponse({"object": "list", "model": "reference", "data": [
+            {"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]})
+
+    async def healthz(request: Request):
+        return JSONResponse({"status": "ok"})
+
+    run(["warm up"])
+    return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]), Route("/healthz", healthz)])
+
+
 def reference_app(model_dir: str, threads: int, device: str = "cpu"):
     import threading
 
@@ -196,28 +235,37 @@ def server(command: list[str], port: int):
             proc.wait()
 
 
-async def load(url: str, texts: list[str], clients: int, warmup: int, pid: int | None = None) -> dict:
+async def load(url: str, texts: list[str], clients: int, warmup: int, pid: int | None = None,
+               embeddings: bool = False) -> dict:
     """`clients` closed-loop clients send the texts (one per request) until all are answered; with the server's
-    pid, its CPU seconds during the load too."""
+    pid, its CPU seconds during the load too. embeddings: POST /v1/embeddings, the vectors are the "labels"."""
     import httpx
+
+    path = "/v1/embeddings" if embeddings else "/v1/predict"
+
+    def body(text: str) -> dict:
+        return {"input": [text]} if embeddings else {"inputs": [{"text": text}]}
+
+    def answer(response) -> object:
+        return response.json()["data"][0]["embedding"] if embeddings else response.json()[0]["label"]
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
         for text in texts[:warmup]:
-            (await client.post("/v1/predict", json={"inputs": [{"text": text}]})).raise_for_status()
+            (await client.post(path, json=body(text))).raise_for_status()
         queue = list(enumerate(texts))
         queue.reverse()
         latencies: list[float] = []
-        labels: dict[int, str] = {}
+        labels: dict[int, object] = {}
 
         async def worker() -> None:
             while queue:
                 i, text = queue.pop()
                 start = time.perf_counter()
-                response = await client.post("/v1/predict", json={"inputs": [{"text": text}]})
+                response = await client.post(path, json=body(text))
                 latencies.append(time.perf_counter() - start)
                 response.raise_for_status()
-                labels[i] = response.json()[0]["label"]
+                labels[i] = answer(response)
 
         cpu = cpu_seconds(pid) if pid else None
         start = time.perf_counter()
@@ -274,6 +322,9 @@ def main() -> None:
     parser.add_argument("--random-model", metavar="VOCAB", type=Path,
                         help="serve a model of all-MiniLM-L6-v2's shape with random weights and this uncased "
                              "vocab.txt (where the checkpoint's package is not installed)")
+    parser.add_argument("--embeddings", action="store_true",
+                        help="the embedding server: /v1/embeddings against SentenceTransformer.encode behind "
+                             "Starlette, on the all-MiniLM-L6-v2 sentence-transformers directory")
     parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -281,7 +332,8 @@ def main() -> None:
     if args.serve_reference:  # this script as the reference server
         import uvicorn
 
-        uvicorn.run(reference_app(args.serve_reference, threads, args.device), host="127.0.0.1", port=args.port,
+        make = reference_embeddings_app if args.embeddings else reference_app
+        uvicorn.run(make(args.serve_reference, threads, args.device), host="127.0.0.1", port=args.port,
                     log_level="warning")
         return
     if args.quick:
@@ -294,10 +346,11 @@ def main() -> None:
     warmup = min(16, len(texts))
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp, contextlib.ExitStack() as servers:
-        model_dir = write_model(Path(tmp) / "model", random_vocab=args.random_model)
+        model_dir = minilm_dir() if args.embeddings else write_model(Path(tmp) / "model",
+                                                                       random_vocab=args.random_model)
         port = free_port()
         reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
-                     "--threads", str(threads), "--device", args.device]
+                     "--threads", str(threads), "--device", args.device, *(["--embeddings"] if args.embeddings else [])]
         urls = {"reference": servers.enter_context(server(reference, port))}
         port = free_port()
         bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
@@ -310,10 +363,18 @@ def main() -> None:
             for name in ("reference", "bertkit") if r % 2 == 0 else ("bertkit", "reference"):
                 log(f"round {r + 1}/{args.rounds}: {name}, {args.clients} clients, {args.requests} requests ...")
                 url, pid = urls[name]
-                runs[name].append(asyncio.run(load(url, texts, args.clients, warmup if r == 0 else 0, pid)))
+                runs[name].append(asyncio.run(load(url, texts, args.clients, warmup if r == 0 else 0, pid,
+                                                   args.embeddings)))
     load_after = [round(x, 2) for x in os.getloadavg()]
-    agree = sum(a == b for ours, theirs in zip(runs["bertkit"], runs["reference"])
-                for a, b in zip(ours["labels"], theirs["labels"])) / (len(texts) * args.rounds)
+    if args.embeddings:  # the mean cosine of the two servers' vectors
+        import numpy as np
+
+        pairs = [(np.asarray(a), np.asarray(b)) for ours, theirs in zip(runs["bertkit"], runs["reference"])
+                 for a, b in zip(ours["labels"], theirs["labels"])]
+        agree = float(np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in pairs]))
+    else:
+        agree = sum(a == b for ours, theirs in zip(runs["bertkit"], runs["reference"])
+                    for a, b in zip(ours["labels"], theirs["labels"])) / (len(texts) * args.rounds)
     ours, theirs = summary(runs["bertkit"]), summary(runs["reference"])
     cpu_ratio = (round(theirs["cpu_ms_per_request"] / ours["cpu_ms_per_request"], 2)
                  if ours["cpu_ms_per_request"] and theirs["cpu_ms_per_request"] else None)
@@ -321,16 +382,17 @@ def main() -> None:
     import transformers
 
     print(json.dumps({
-        "benchmark": "serve", "device": device_name(args.device),
-        "model": ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
-                 + " + fresh 2-label head", "max_length": MAX_LENGTH,
+        "benchmark": "serve-embeddings" if args.embeddings else "serve", "device": device_name(args.device),
+        "model": "all-MiniLM-L6-v2 (sentence-transformers directory)" if args.embeddings else
+                 ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
+                 + " + fresh 2-label head", "max_length": 256 if args.embeddings else MAX_LENGTH,
         "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
         "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms,
         "bertkit": ours, "reference": theirs,
         "throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
         "rounds_throughput_ratio": [round(a / b, 2) for a, b in zip(ours["rounds_rps"], theirs["rounds_rps"])],
         "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "cpu_ratio": cpu_ratio,
-        "label_agreement": round(agree, 4), "load_average_before": load_before, "load_average_after": load_after,
+        ("mean_cosine" if args.embeddings else "label_agreement"): round(agree, 4), "load_average_before": load_before, "load_average_after": load_after,
         "cpus": os.cpu_count(),
         "torch": torch.__version__, "transformers": transformers.__version__}))
 

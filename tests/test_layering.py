@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # facade (`from bertkit import BertModel`): it re-exports models/, so it stands on the models floor.
 FLOORS: dict[str, int] = {
     "config": 0, "io": 0, "errors": 0, "recipes": 0,
-    "tokenizers": 1, "checkpoint": 1,
+    "tokenizers": 1, "checkpoint": 1, "sentence": 1,
     "models": 2, "data": 2, "": 2,
     "trainer": 3, "objectives": 3, "tasks": 3,
     "taskrun": 4, "features": 4, "card": 4,

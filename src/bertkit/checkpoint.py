@@ -605,8 +605,12 @@ def _float_weights(tensor: torch.Tensor, want: torch.dtype, name: str, source: s
                           f"weights must be floating point (float32, float16 or bfloat16)")
 
 
-def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
-    """Write `model` as a transformers-compatible model directory, atomically (a crash leaves the old one intact)."""
+def save_model(model, directory: str | os.PathLike, tokenizer=None,
+               extra_files: dict[str, bytes] | None = None) -> None:
+    """Write `model` as a transformers-compatible model directory, atomically (a crash leaves the old one intact).
+
+    extra_files: relative path -> content, written inside the directory too (a sentence-transformers pipeline's
+    module files, `bertkit.sentence`)."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     model = unwrap(model)
@@ -628,9 +632,12 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None) -> None:
                 for name in TOKENIZER_FILES:
                     if (directory / name).is_file():
                         shutil.copy2(directory / name, staging / name)
+            for name, payload in (extra_files or {}).items():
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                (staging / name).write_bytes(payload)
             # safetensors creates its file 0600; give it the mode config.json got from a plain open().
             shutil.copymode(staging / CONFIG_NAME, staging / WEIGHTS_NAME)
-            for path in staging.iterdir():
+            for path in (p for p in staging.rglob("*") if p.is_file()):
                 with open(path, "rb") as handle:
                     os.fsync(handle.fileno())
             _replace_directory(staging, directory)

@@ -371,14 +371,15 @@ def _predict_inputs(args: argparse.Namespace) -> list:
             if args.context is None or not args.choice:
                 raise ValueError("swag prediction needs --context and --choice (repeated) (or --input)")
             return [(args.context, list(args.choice))]
-        if args.text is None:
-            raise ValueError(f"{kind} prediction needs --text (or --input)")
+        if args.text is None or (kind == "rerank" and args.pair is None):
+            what = "--text (the query) and --pair (the document)" if kind == "rerank" else "--text"
+            raise ValueError(f"{kind} prediction needs {what} (or --input)")
         return [args.text if args.pair is None else (args.text, args.pair)]
     path = Path(args.input)
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if line.strip()]
     keys = {"classify": ("text", "pair"), "ner": ("text",), "squad": ("question", "context"),
-            "swag": ("context", "choices")}[kind]
+            "swag": ("context", "choices"), "rerank": ("text", "pair")}[kind]
     inputs = []
     for number, line in lines:
         if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -423,6 +424,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
             print(" ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"])))
         elif args.kind == "ner":
             print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
+        elif args.kind == "rerank":
+            print(f"{result['score']:.6f}")
         elif args.kind == "squad":
             score = f" ({result['score']:.3f})" if result.get("score") is not None else ""  # T5: generated
             print(f"{result['answer'] or '(no answer)'}{score}")
@@ -456,11 +459,26 @@ def cmd_features(args: argparse.Namespace) -> None:
         raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
     texts = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
+    from bertkit.sentence import read_sentence_config
+
+    # Sentence vectors: a pooling asked for, or (auto) a sentence-transformers directory's own.
+    pooling = args.pooling if args.pooling != "auto" else (
+        "directory" if read_sentence_config(args.model) is not None else "none")
+    if pooling != "none":
+        from bertkit.features import encode_sentences, write_embeddings
+
+        with lock_directory(out.parent, name=f".{out.name}.lock"):
+            vectors = encode_sentences(args.model, texts, None if pooling == "directory" else pooling,
+                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+            written = write_embeddings(out, vectors, pooling)
+        print(json.dumps({"lines": len(texts), "embedding_shape": list(vectors.shape), "pooling": pooling,
+                          "files": [str(p) for p in written]}))
+        return
     # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
     tokenizer = load_tokenizer(args.model)
     with lock_directory(out.parent, name=f".{out.name}.lock"):
         features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
-                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                                            batch_size=args.batch_size, max_seq_length=args.max_seq_length or 512,
                                             tokenizer=tokenizer)
         written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
@@ -482,7 +500,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
                             if getattr(args, name, None) is not None})
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
-          device=args.device, threads=args.threads, log_level=args.log_level)
+          device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
+          quantize=args.quantize, api_key=args.api_key)
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -518,12 +537,21 @@ def add_serve_parsers(verbs) -> None:
                                                         "are truncated and flagged \"truncated\": true)")
     srv.add_argument("--top-k", type=int, help="labels (classify), n-best answers (squad) or candidates (fill-mask) "
                                                "per input, unless a request says (default: all labels, 5, 5)")
-    srv.add_argument("--pooling", choices=POOLINGS, default="mean",
-                     help="embeddings: mean of the token vectors (default), cls, or none (every token's vector)")
+    srv.add_argument("--pooling", choices=POOLINGS,
+                     help="embeddings: the default pooling (default: the directory's sentence-transformers pooling, "
+                          "else mean); none: every token's vector")
     srv.add_argument("--device", default="cpu", help="torch device (default cpu)")
     srv.add_argument("--threads", type=int, help="threads of a forward pass (default: torch's / onnxruntime's)")
     srv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                      help="uvicorn's log level (default info)")
+    # embedding and reranking models: precision and access
+    emb = srv.add_argument_group("precision and access")
+    emb.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                     help="weights' type: auto = bf16 (else fp16) on a GPU, fp32 on a CPU")
+    emb.add_argument("--quantize", choices=["int8"],
+                     help="CPU: dynamic int8 quantisation of every Linear layer (faster; see docs for its cosine)")
+    emb.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
+                     help="require `Authorization: Bearer KEY` on the API routes (default: $BERTKIT_API_KEY, none)")
     group = srv.add_argument_group("batching and limits (ServeConfig)")
     for name, kind, default, text in config_fields():
         group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
@@ -1049,7 +1077,12 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--combine", choices=["concat", "sum", "none"], default="concat",
                       help="how to combine the layers (default concat)")
     feat.add_argument("--batch-size", type=int, default=32, help="lines per forward pass (default 32)")
-    feat.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
+    feat.add_argument("--max-seq-length", type=int, help="truncate to this many tokens (default 512; sentence "
+                                                         "vectors: the directory's sentence-transformers length)")
+    feat.add_argument("--pooling", default="auto",
+                      choices=["auto", "none", "cls", "mean", "max", "last", "weighted-mean", "mean-sqrt-len"],
+                      help="one vector per line (N, D) pooled so; auto (default): a sentence-transformers "
+                           "directory's own pooling (Dense, Normalize), per-token features otherwise; none: per-token")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",

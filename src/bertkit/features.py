@@ -155,6 +155,61 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
     return [path, lengths_path, tokens_path]
 
 
+@torch.no_grad()
+def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling: str | None = None,
+                     normalize: bool | None = None, batch_size: int = 32, max_seq_length: int | None = None,
+                     device: str = "cpu") -> np.ndarray:
+    """One vector per text, (N, D) float32, as sentence-transformers' `encode` gives it for the directory: its own
+    pooling, Dense layers and normalisation (`bertkit.models.pooling.SentenceEncoder`), or `pooling` ("cls",
+    "mean", "max", "last", "weighted-mean", "mean-sqrt-len") and `normalize` instead. Texts are cut to
+    max_seq_length (default: the directory's sentence-transformers length, else its positions)."""
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import pooling_modes
+    from bertkit.tokenizers import load_tokenizer
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    model = SentenceEncoder.from_pretrained(model_dir, modes=pooling_modes(pooling) if pooling else None,
+                                            normalize=normalize).to(device).eval()
+    tokenizer = load_tokenizer(model_dir)
+    limit = getattr(model.config, "max_length", 512)
+    T = min(max_seq_length or model.sentence.max_seq_length or limit, limit)
+    encoded = tokenizer.encode_batch(list(texts), max_length=T)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
+    out = np.zeros((len(encoded), model.dimension), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        width = max(len(encoded[i]) for i in chosen)
+        ids = torch.full((len(chosen), width), tokenizer.pad_id, dtype=torch.long)
+        mask, types = torch.zeros_like(ids), torch.zeros_like(ids)
+        for row, i in enumerate(chosen):
+            ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
+            mask[row, :len(encoded[i])] = 1
+            types[row, :len(encoded[i])] = torch.tensor(encoded[i].token_type_ids)
+        out[chosen] = model.embed(ids.to(device), mask.to(device), types.to(device)).float().cpu().numpy()
+    return out
+
+
+def write_embeddings(path: str | os.PathLike, vectors: np.ndarray, pooling: str = "") -> list[Path]:
+    """Write (N, D) sentence vectors: .safetensors (tensor "embeddings", metadata "pooling"), .npz ("embeddings")
+    or .npy (the array); returns the files written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        from safetensors.numpy import save
+
+        atomic_write(path, save({"embeddings": vectors}, metadata={"pooling": pooling}))
+    elif suffix == ".npz":
+        np.savez(path, embeddings=vectors)
+    elif suffix == ".npy":
+        np.save(path, vectors)
+    else:
+        raise ValueError(f"{path}: write embeddings to a .safetensors, .npz or .npy file")
+    return [path]
+
+
 def read_features(path: str | os.PathLike) -> tuple[list[np.ndarray], list[list[str]]]:
     """Read what `write_features` wrote: (per-text arrays without padding, tokens)."""
     path = Path(path)

@@ -97,6 +97,14 @@ class FinetuneConfig:
     feature_cache: str | None = _f(None, "frozen: where the encoder's layers are kept once computed: memory "
                                          "(default), off (run the encoder every step), or a .safetensors file "
                                          "reused by later runs on the same model")
+    # embed (bertkit.tasks.embed): contrastive training of an embedding model
+    negative_column: str | None = _f(None, "embed: column (key) of a hard negative (default: negative, if present)")
+    min_score: float | None = _f(None, "embed: keep only training pairs scoring at least this (STS-B: 4.0)")
+    pooling: str | None = _f(None, "embed: pooling (cls, mean, max, last, weighted-mean; default: the directory's "
+                                   "sentence-transformers pooling, else mean)")
+    normalize: bool | None = _f(None, "embed: L2-normalise the embeddings (default: as the directory says)")
+    scale: float = _f(20.0, "embed: in-batch negatives' scale on the cosine (1 / temperature)")
+    symmetric: bool = _f(False, "embed: add the positives' side to the in-batch loss (symmetric InfoNCE)")
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     progress: bool = _f(True, "show a progress bar")
 
@@ -155,6 +163,12 @@ class FinetuneConfig:
             raise ValueError(f"lstm_hidden must be at least 1, got {self.lstm_hidden}")
         if self.feature_cache is not None and not self.frozen:
             raise ValueError("--feature-cache keeps a frozen encoder's layers; add --frozen")
+        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a positive number, got {self.scale!r}")
+        if self.pooling is not None:
+            from bertkit.sentence import pooling_modes
+
+            pooling_modes(self.pooling)  # raises naming the choices
         if self.bucket_window < 0:
             raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
 

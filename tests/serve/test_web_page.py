@@ -198,3 +198,28 @@ def test_a_fine_tuned_classifier_on_the_page_and_its_screenshot(browser, models,
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         page.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_similarity_view_of_an_embedding_model(browser, models):
+    """Sentences typed one per line: their cosine matrix, from /v1/embeddings, as `encode_sentences` gives it."""
+    import numpy as np
+
+    from bertkit.features import encode_sentences
+
+    sentences = ["john lives in paris", "mary lives in london", "the movie was very good"]
+    vectors = encode_sentences(models["pretraining"], sentences)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    want = unit @ unit.T
+    with running(models["pretraining"], "embeddings") as url:
+        page = browser.new_page(viewport={"width": 900, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready]")
+        assert page.is_visible("#similarity")
+        page.fill("#sentences", "\n".join(sentences))
+        page.click("#compare")
+        page.wait_for_selector("#cosines")
+        cells = [[float(td.inner_text()) for td in tr.query_selector_all("td")]
+                 for tr in page.query_selector_all("#cosines tr")[1:]]
+        np.testing.assert_allclose(cells, want, atol=1.5e-3)  # drawn with three decimals
+        page.screenshot(path=str(SCREENSHOT.with_name("serve-similarity.png")), full_page=True)
+        page.close()

@@ -14,17 +14,18 @@ from bertkit.tasks.squad import basic_tokenize, get_final_text, google_answer_te
 
 
 def test_every_kind_finds_its_family_in_its_own_file():
-    assert KINDS == ("glue", "classify", "ner", "squad", "swag")
+    assert KINDS == ("glue", "classify", "ner", "squad", "swag", "embed", "rerank")
     expected = {"glue": "GlueFamily", "classify": "ClassificationFamily", "ner": "TaggingFamily",
-                "squad": "SquadFamily", "swag": "SwagFamily"}
+                "squad": "SquadFamily", "swag": "SwagFamily", "embed": "EmbedFamily", "rerank": "RerankFamily"}
     for kind in KINDS:
         family = family_for(kind)
         assert issubclass(family, TaskFamily) and family.__name__ == expected[kind]
         assert family.__module__ == TASK_MODULES[kind] and kind in family.kinds
     assert {family_for(k).model_class_name for k in KINDS} == {
         "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-        "BertForMultipleChoice"}
-    with pytest.raises(ValueError, match="unknown task kind 'pos'; choose one of glue, classify, ner, squad, swag"):
+        "BertForMultipleChoice", "SentenceEncoder"}
+    with pytest.raises(ValueError, match="unknown task kind 'pos'; choose one of glue, classify, ner, squad, swag, "
+                                         "embed, rerank"):
         family_for("pos")
 
 
@@ -44,6 +45,8 @@ def test_architectures_of_any_family_name_the_prediction_kind():
     assert kind_of_architectures(["ElectraForMultipleChoice"]) == "swag"
     assert kind_of_architectures(["BertForPreTraining"]) is None and kind_of_architectures([]) is None
     assert prediction_kind("glue") == "classify" and prediction_kind("ner") == "ner"
+    # a reranker is a one-output sequence classifier: told apart by its finetune.json, not its architecture
+    assert prediction_kind("rerank") == "rerank" and prediction_kind("embed") == "embed"
 
 
 @pytest.mark.parametrize("module", ["bertkit.tasks", *sorted(set(TASK_MODULES.values())), "bertkit.tasks.base",

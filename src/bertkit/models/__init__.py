@@ -51,10 +51,15 @@ ROLE_CLASSES: dict[type, dict[str, type]] = {
 }
 # ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder models.
 ROLE_CLASSES[ElmoConfig] = {"pretraining": ElmoLanguageModel, "encoder": ElmoModel}
+# Embedding models (bertkit.tasks.embed): an encoder with sentence-transformers' pooling.
+from bertkit.models.pooling import SentenceEncoder  # noqa: E402
+
+for _row in (ROLE_CLASSES[BertConfig], ROLE_CLASSES[ModernBertConfig]):
+    _row["embedding"] = SentenceEncoder
 # How errors name a role.
 ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
               "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",
-              "qa": "question-answering", "seq2seq": "text-to-text (encoder-decoder)"}
+              "qa": "question-answering", "embedding": "sentence-embedding", "seq2seq": "text-to-text (encoder-decoder)"}
 
 
 def class_for(config, role: str, what: str = "") -> type:

@@ -6,6 +6,9 @@ Routes:
                         what `bertkit predict --json` prints for it (`bertkit fill-mask --json` for fill-mask,
                         `bertkit generate --json` for generate), or {"error": message} for an input
                         that cannot be answered (a missing field, a text without the mask token)
+    POST /v1/embeddings, /embed (embedding models), /rerank, /v1/rerank (cross-encoders), /tokenize (every model):
+                        the embedding ecosystem's shapes (OpenAI, text-embeddings-inference, Cohere/Jina), see
+                        `bertkit.serve.compat`
     GET  /v1/model      the served task: kind, input fields, labels, lengths, backend
     GET  /              the web page (plain HTML and JavaScript, package data)
     GET  /healthz       {"status": "ok", ...} while the worker runs
@@ -16,7 +19,11 @@ Routes:
 Status codes of POST /v1/predict: 400 the body is not JSON (or not UTF-8); 413 the body is larger than
 `max_request_bytes` or has more than `max_inputs` inputs; 422 the JSON does not fit the schema (not an object, an
 unknown field at the top or in an input, a bad top_k); 503 with Retry-After when `max_queue` requests are waiting
-or the server is stopping; 500 when the forward pass failed. Every error body is {"error": message}.
+or the server is stopping; 500 when the forward pass failed. Every error body is {"error": message}; with an
+API key (`api_key`, `bertkit serve --api-key` or BERTKIT_API_KEY), every POST route and /v1/model answer 401
+unless the request carries `Authorization: Bearer KEY`.
+
+Tokenisation runs off the event loop, in a pool of `tokenizer_threads` threads, a request's texts in one batch.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from importlib import resources
 from typing import Any
 
 from bertkit.config import field_with_help as _f
+from bertkit.serve import compat
 from bertkit.serve.batching import Batcher, QueueFull
+from bertkit.serve.compat import RequestError
 from bertkit.serve.engine import INPUT_FIELDS, POOLINGS, Engine, InputError, Prepared, finite
 from bertkit.serve.metrics import Metrics
 
@@ -45,6 +54,7 @@ class ServeConfig:
     max_request_bytes: int = _f(1 << 20, "largest request body in bytes; larger ones are answered 413")
     max_inputs: int = _f(256, "inputs per request at most; more are answered 413")
     shutdown_timeout: float = _f(30.0, "seconds that a shutdown (SIGTERM) waits for the requests in flight")
+    tokenizer_threads: int = _f(2, "threads that tokenise requests (off the event loop, a request's texts at once)")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -62,12 +72,6 @@ def config_fields() -> list[tuple[str, type, Any, str]]:
 MAX_NEW_TOKENS_LIMIT = 512  # what a request may ask a generation to add at most
 
 
-class RequestError(Exception):
-    """A request answered with an error status and {"error": message}."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -201,6 +205,7 @@ def openapi_schema(engine: Engine, config: ServeConfig) -> dict[str, Any]:
                     "503": {"description": "the queue is full or the server is stopping; see Retry-After",
                             "headers": {"Retry-After": {"schema": {"type": "integer"}}}, **error},
                     "500": {"description": "the forward pass failed", **error}}}},
+            **compat.openapi_paths(engine.kind, config.max_inputs, error),
             "/v1/model": {"get": {"summary": "The served task", "responses": {"200": {"description": "kind, input "
                                   "fields, labels, lengths, backend"}}}},
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "the worker runs"}}}},
@@ -243,9 +248,10 @@ fetch("/openapi.json").then(r => r.json()).then(s => {
 """
 
 
-def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bool = True):
+def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bool = True,
+               api_key: str | None = None):
     """The Starlette application serving `engine` with `config`'s limits; its lifespan starts and stops the
-    batching worker (stop: every queued row still runs)."""
+    batching worker (stop: every queued row still runs). api_key: required as a bearer token on POST routes."""
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -268,29 +274,46 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    async def predict(request: Request) -> Response:
-        start = time.perf_counter()
-        try:
-            response = await _predict(request)
-        except RequestError as err:
-            response = error(err.status, err.message, err.headers)
-        except Exception as err:  # never a crash: the request fails, the server stays
-            response = error(500, f"{type(err).__name__}: {err}")
-        metrics.request("/v1/predict", response.status_code, time.perf_counter() - start)
-        return response
+    from concurrent.futures import ThreadPoolExecutor
 
-    async def _predict(request: Request) -> Response:
-        body = await read_body(request, config.max_request_bytes)
-        items, options = parse_request(body, engine, config)
-        prepared: list[Prepared | str] = []
-        for i, item in enumerate(items):
+    tokenizers: list[ThreadPoolExecutor] = []  # the lifespan's pool (a restarted app gets a fresh one)
+    expected_auth = None if not api_key else f"Bearer {api_key}".encode("utf-8")
+
+    def authorised(request: Request) -> bool:
+        if expected_auth is None:
+            return True
+        import hmac
+
+        return hmac.compare_digest(request.headers.get("authorization", "").encode("utf-8"), expected_auth)
+
+    def handled(path: str, handler):
+        """A POST route: its RequestError becomes its error object, any other failure a 500; metrics counted."""
+        async def route(request: Request) -> Response:
+            start = time.perf_counter()
             try:
-                prepared.append(engine.prepare(item, i, **options))
-            except InputError as err:
-                prepared.append(str(err))
+                if not authorised(request):
+                    raise RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
+                                       {"WWW-Authenticate": "Bearer"})
+                response = await handler(request)
+            except RequestError as err:
+                response = error(err.status, err.message, err.headers)
+            except Exception as err:  # never a crash: the request fails, the server stays
+                response = error(500, f"{type(err).__name__}: {err}")
+            metrics.request(path, response.status_code, time.perf_counter() - start)
+            return response
+        return route
+
+    async def off_loop(function, *args):
+        """Run a tokenising function in the tokeniser pool, so the event loop keeps serving."""
+        if not tokenizers:
+            tokenizers.append(ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="bertkit-tokenize"))
+        return await asyncio.get_running_loop().run_in_executor(tokenizers[0], function, *args)
+
+    async def run(prepared: list[Prepared | str]) -> list[dict[str, Any]]:
+        """The prepared inputs' answers (their rows batched with other requests'), or {"error"} in place."""
         rows = [row for p in prepared if isinstance(p, Prepared) for row in p.rows]
         try:
-            outputs = await batcher.submit(rows)
+            outputs = await batcher.submit(rows) if rows else []
         except QueueFull as err:
             raise RequestError(503, str(err), {"Retry-After": str(err.retry_after)}) from None
         answers, at = [], 0
@@ -301,10 +324,77 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
             mine, at = outputs[at:at + len(p.rows)], at + len(p.rows)
             try:
                 answers.append(p.finish(mine))
+            except InputError as err:
+                answers.append({"error": str(err)})
             except Exception as err:  # the family could not post-process this input: its own error object
                 answers.append({"error": f"{type(err).__name__}: {err}"})
         for a in answers:
             metrics.inputs["error" if "error" in a else "ok"] += 1
+        return answers
+
+    def prepare_items(items: list[Any], options: dict[str, Any]) -> list[Prepared | str]:
+        prepared: list[Prepared | str] = []
+        for i, item in enumerate(items):
+            try:
+                prepared.append(engine.prepare(item, i, **options))
+            except InputError as err:
+                prepared.append(str(err))
+        return prepared
+
+    def needs(kind: str, path: str) -> None:
+        if engine.kind != kind:
+            what = {"embeddings": "an embedding model", "rerank": "a cross-encoder (bertkit finetune rerank)"}[kind]
+            raise RequestError(404, f"{path} needs {what}; this server serves {engine.kind} (POST /v1/predict)")
+
+    def first_error(answers: list[dict[str, Any]], status: int = 422) -> None:
+        for answer in answers:
+            if "error" in answer:
+                raise RequestError(413 if "more than" in answer["error"] and "tokens" in answer["error"]
+                                   else status, answer["error"])
+
+    async def _openai_embeddings(request: Request) -> Response:
+        needs("embeddings", "/v1/embeddings")
+        data = compat.json_body(await read_body(request, config.max_request_bytes))
+        texts, options = compat.parse_openai_embeddings(data, config.max_inputs, description["dimension"])
+        prepared = await off_loop(engine.prepare_texts, texts)
+        answers = await run(prepared)
+        first_error(answers)
+        counts = [len(p.rows[0]) for p in prepared if isinstance(p, Prepared)]
+        body = compat.openai_embeddings_response([a["embedding"] for a in answers], counts,
+                                                 options["model"] or engine.model_dir.name, options["encoding_format"],
+                                                 options["dimensions"], engine.sentence.normalize)
+        return Response(_json_bytes(body), media_type="application/json")
+
+    async def _embed(request: Request) -> Response:
+        needs("embeddings", "/embed")
+        data = compat.json_body(await read_body(request, config.max_request_bytes))
+        texts, options = compat.parse_embed(data, config.max_inputs, engine.sentence.prompts)
+        prepared = await off_loop(engine.prepare_texts, texts, None, options["normalize"], options["truncate"])
+        answers = await run(prepared)
+        first_error(answers)
+        return Response(_json_bytes([a["embedding"] for a in answers]), media_type="application/json")
+
+    async def _rerank(request: Request) -> Response:
+        needs("rerank", request.url.path)
+        data = compat.json_body(await read_body(request, config.max_request_bytes))
+        query, documents, options = compat.parse_rerank(data, config.max_inputs)
+        prepared = await off_loop(engine.prepare_rerank, query, documents, options["truncate"])
+        answers = await run(prepared)
+        first_error(answers)
+        tokens = sum(len(r) for p in prepared if isinstance(p, Prepared) for r in p.rows)
+        body = compat.rerank_response(documents, answers, options, options["model"] or engine.model_dir.name,
+                                      tokens)
+        return Response(_json_bytes(body), media_type="application/json")
+
+    async def _tokenize(request: Request) -> Response:
+        data = compat.json_body(await read_body(request, config.max_request_bytes))
+        texts, special = compat.parse_tokenize(data, config.max_inputs)
+        return Response(_json_bytes(await off_loop(engine.tokenize, texts, special)), media_type="application/json")
+
+    async def _predict(request: Request) -> Response:
+        body = await read_body(request, config.max_request_bytes)
+        items, options = parse_request(body, engine, config)
+        answers = await run(await off_loop(prepare_items, items, options))
         return Response(_json_bytes(answers), media_type="application/json")
 
     def counted(path: str, handler):
@@ -336,6 +426,8 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
         return JSONResponse(schema)
 
     async def model(request: Request) -> Response:
+        if not authorised(request):
+            return error(401, "missing or wrong API key (Authorization: Bearer KEY)", {"WWW-Authenticate": "Bearer"})
         return JSONResponse(description)
 
     @contextlib.asynccontextmanager
@@ -347,8 +439,15 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
             yield
         finally:
             await batcher.stop()
+            while tokenizers:
+                tokenizers.pop().shutdown(wait=False)
 
-    routes = [Route("/v1/predict", predict, methods=["POST"]),
+    routes = [Route("/v1/predict", handled("/v1/predict", _predict), methods=["POST"]),
+              Route("/v1/embeddings", handled("/v1/embeddings", _openai_embeddings), methods=["POST"]),
+              Route("/embed", handled("/embed", _embed), methods=["POST"]),
+              Route("/rerank", handled("/rerank", _rerank), methods=["POST"]),
+              Route("/v1/rerank", handled("/v1/rerank", _rerank), methods=["POST"]),
+              Route("/tokenize", handled("/tokenize", _tokenize), methods=["POST"]),
               Route("/v1/model", counted("/v1/model", model), methods=["GET"]),
               Route("/healthz", counted("/healthz", healthz), methods=["GET"]),
               Route("/metrics", counted("/metrics", metrics_route), methods=["GET"]),
@@ -362,8 +461,9 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
 
 def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | None = None,
           backend: str = "torch", onnx_path=None, config: ServeConfig | None = None, max_seq_length: int | None = None,
-          top_k: int | None = None, pooling: str = "mean", device: str = "cpu", threads: int | None = None,
-          log_level: str = "info") -> None:
+          top_k: int | None = None, pooling: str | None = None, device: str = "cpu", threads: int | None = None,
+          log_level: str = "info", dtype: str = "auto", quantize: str | None = None,
+          api_key: str | None = None) -> None:
     """Load the model directory and serve it with uvicorn until SIGINT / SIGTERM (which finish the requests in
     flight first, for up to `config.shutdown_timeout` seconds)."""
     try:
@@ -373,7 +473,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
 
     config = config or ServeConfig()
     engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,
-                    top_k=top_k, pooling=pooling, device=device, threads=threads)
-    app = create_app(engine, config)
+                    top_k=top_k, pooling=pooling, device=device, threads=threads, dtype=dtype, quantize=quantize)
+    app = create_app(engine, config, api_key=api_key)
     print(f"serving {engine.kind} from {model_dir} ({engine.backend_name}) on http://{host}:{port}/", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=config.shutdown_timeout)

@@ -43,9 +43,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate")
+from bertkit.sentence import pooling_modes
+
+SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
 MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
-POOLINGS = ("mean", "cls", "none")
+# A request's pooling: "none" (every token's vector), or one of sentence-transformers' modes in our spelling
+# (`bertkit.sentence.POOLING_NAMES`); the default is the model directory's own (its 1_Pooling, or mean).
+POOLINGS = ("mean", "cls", "max", "last", "weighted-mean", "mean-sqrt-len", "none")
 
 # The fields an input object may have, per kind: required, then optional.
 INPUT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -56,7 +60,48 @@ INPUT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "fill-mask": (("text",), ()),
     "embeddings": (("text",), ()),
     "generate": (("text",), ()),
+    "rerank": (("text", "pair"), ()),
 }
+
+
+def pool_tokens(vectors: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
+    """One text's token vectors (T, H), no padding, pooled as `bertkit.models.pooling.pool` pools a padded row:
+    (len(modes) * H,) float32."""
+    x = vectors.astype(np.float32, copy=False)
+    T = len(x)
+    parts = []
+    for mode in modes:
+        if mode == "cls":
+            parts.append(x[0])
+        elif mode == "max":
+            parts.append(x.max(axis=0))
+        elif mode == "mean":
+            parts.append(x.sum(axis=0) / T)
+        elif mode == "mean_sqrt_len_tokens":
+            parts.append(x.sum(axis=0) / np.sqrt(np.float32(T)))
+        elif mode == "weightedmean":
+            weights = np.arange(1, T + 1, dtype=np.float32)
+            parts.append((x * weights[:, None]).sum(axis=0) / weights.sum())
+        else:  # lasttoken
+            parts.append(x[-1])
+    return np.concatenate(parts)
+
+
+def _with_precision(model, device: str, dtype: str, quantize: str | None):
+    """The served model in the weights' type asked for: int8 dynamic quantisation (CPU), bf16 / fp16 on a GPU
+    ("auto": bf16 where the GPU has it, else fp16; fp32 on a CPU)."""
+    import torch
+
+    if quantize == "int8":
+        from bertkit.models.pooling import quantize_int8
+
+        return quantize_int8(model)
+    on_gpu = str(device).startswith("cuda")
+    if dtype == "auto":
+        dtype = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
+    if dtype != "fp32" and not on_gpu:
+        raise ValueError(f"--dtype {dtype} is for GPUs; on a CPU serve fp32, or --quantize int8")
+    return model.to({"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
 
 
 class InputError(ValueError):
@@ -106,7 +151,7 @@ def pad_rows(rows: list[Row], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.n
 def _split_outputs(kind: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
     """One output per row from a padded batch's output, as `bertkit.taskrun.forward_all` cuts them: (C,) per
     sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions."""
-    if kind in ("classify", "swag"):
+    if kind in ("classify", "swag", "rerank"):
         return [out[i] for i in range(len(rows))]
     if kind == "fill-mask":
         return [out[i, r.positions] for i, r in enumerate(rows)]
@@ -236,6 +281,10 @@ def detect_kind(model_dir: str | os.PathLike) -> str:
         raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
     config = read_config(model_dir)
     architectures = config.get("architectures") or []
+    from bertkit.taskrun import read_task_info
+
+    if read_task_info(model_dir).get("kind") == "rerank":  # a one-output sequence classifier trained to rank
+        return "rerank"
     kind = kind_of_architectures(architectures)
     if kind is not None:
         return kind
@@ -285,15 +334,20 @@ class Engine:
         backend: "torch", or "onnx" with `onnx_path` (default MODEL_DIR/model.onnx, written by `bertkit export`).
         max_seq_length: tokens per input (default: as fine-tuned, or the model's positions; never more).
         top_k: the default number of labels (classify), n-best answers (squad; 5) or candidates (fill-mask; 5).
-        pooling: embeddings: "mean" over the tokens (special ones included, as sentence-transformers pools),
-            "cls" (the first token's vector) or "none" (every token's vector).
+        pooling: embeddings: the default pooling (one of POOLINGS); None: the directory's own (its
+            sentence-transformers modules: pooling, Dense layers, normalisation; mean over the tokens, special ones
+            included, for a plain directory, as sentence-transformers guesses).
         device: "cpu" or a torch device for the torch backend.
+        dtype: torch backend: "auto" (bf16 on a GPU that has it, else fp16 on a GPU, fp32 on a CPU), "fp32",
+            "bf16" or "fp16": the weights' type.
+        quantize: torch backend on a CPU: "int8" quantises every Linear layer dynamically (int8 weights,
+            activations quantised per batch; `bertkit.models.pooling.quantize_int8`).
     """
 
     def __init__(self, model_dir: str | os.PathLike, kind: str | None = None, *, backend: str = "torch",
                  onnx_path: str | os.PathLike | None = None, max_seq_length: int | None = None,
-                 top_k: int | None = None, pooling: str = "mean", device: str = "cpu",
-                 threads: int | None = None) -> None:
+                 top_k: int | None = None, pooling: str | None = None, device: str = "cpu",
+                 threads: int | None = None, dtype: str = "auto", quantize: str | None = None) -> None:
         import torch
 
         self.model_dir = Path(model_dir)
@@ -302,13 +356,20 @@ class Engine:
             raise ValueError(f"unknown task {self.kind!r}; choose one of {', '.join(SERVED_KINDS)}")
         if backend not in ("torch", "onnx"):
             raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
-        if pooling not in POOLINGS:
+        if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if dtype not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"unknown dtype {dtype!r}; choose auto, fp32, bf16 or fp16")
+        if quantize not in (None, "int8"):
+            raise ValueError(f"unknown quantization {quantize!r}; the server quantises to int8")
+        if quantize and (backend != "torch" or not str(device).startswith("cpu")):
+            raise ValueError("--quantize int8 is for the torch backend on a CPU")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        self.pooling, self.top_k = pooling, top_k
+        self.top_k = top_k
+        self.sentence, self.dense = None, []
         self.predictor = None
-        if self.kind in ("classify", "ner", "squad", "swag"):
+        if self.kind in ("classify", "ner", "squad", "swag", "rerank"):
             from bertkit.finetune import load_predictor
 
             self.predictor = load_predictor(self.model_dir, self.kind, max_seq_length=max_seq_length, device=device)
@@ -328,11 +389,25 @@ class Engine:
                 model = load_generator(self.model_dir)
             else:
                 from bertkit.features import load_encoder
+                from bertkit.models.pooling import load_dense
+                from bertkit.sentence import SentenceConfig, read_sentence_config
 
                 model = load_encoder(self.model_dir)
+                self.sentence = read_sentence_config(self.model_dir) or SentenceConfig()
+                # the Dense layers as numpy (weight (out, in), bias, activation): applied per answer
+                self.dense = [(layer.linear.weight.detach().float().numpy(),
+                               None if layer.linear.bias is None else layer.linear.bias.detach().float().numpy(),
+                               layer.activation) for layer in load_dense(self.model_dir, self.sentence)]
+                if max_seq_length is None and self.sentence.max_seq_length:
+                    max_seq_length = self.sentence.max_seq_length  # what sentence-transformers cuts inputs to
             model = model.to(device).eval()
             limit = getattr(model.config, "max_length", 512)  # T5's relative positions: 512, its pretraining length
             self.max_length = min(max_seq_length or limit, limit)
+        if backend == "torch":
+            model = _with_precision(model, device, dtype, quantize)
+        self.dtype = "int8" if quantize else {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+            next(model.parameters()).dtype, "fp32")
+        self.pooling = pooling
         self.model_config = model.config
         family = self.predictor.family() if self.predictor is not None else None
         # A text-to-text model (T5 fine-tuned on a task) answers the task's kind by generating its answer.
@@ -355,7 +430,7 @@ class Engine:
 
     # ---- the three steps -------------------------------------------------------------------------------------
     def prepare(self, item: Any, index: int = 0, top_k: int | None = None, pooling: str | None = None,
-                max_new_tokens: int | None = None) -> Prepared:
+                max_new_tokens: int | None = None, normalize: bool | None = None) -> Prepared:
         """Rows and a finisher for one input (a JSON value of the kind's fields; a bare string is {"text": ...}
         where the kind takes a text). Raises InputError for an input it cannot answer."""
         if isinstance(item, str) and "text" in INPUT_FIELDS[self.kind][0]:
@@ -367,7 +442,7 @@ class Engine:
         if self.kind == "fill-mask":
             return self._prepare_fill_mask(_text(item, "text", index), top_k or 5)
         if self.kind == "embeddings":
-            return self._prepare_embeddings(_text(item, "text", index), pooling or self.pooling)
+            return self._prepare_embeddings(_text(item, "text", index), pooling or self.pooling, normalize)
         if self.kind == "generate":
             return self._prepare_generate(_text(item, "text", index), max_new_tokens or MAX_NEW_TOKENS)
         return self._prepare_task(self._task_input(item, index), top_k)
@@ -382,6 +457,8 @@ class Engine:
         if self.kind == "classify":
             text = _text(item, "text", index)
             return text if item.get("pair") is None else (text, _text(item, "pair", index))
+        if self.kind == "rerank":  # (query, document)
+            return _text(item, "text", index), _text(item, "pair", index)
         if self.kind == "ner":
             return _text(item, "text", index)
         if self.kind == "squad":
@@ -403,7 +480,7 @@ class Engine:
         rows = features[0]["input_ids"] if self.kind == "swag" else [features[0]["input_ids"]]
         if all(len(row) < length for row in rows):  # shorter than the limit: nothing was cut, no second encoding
             return False
-        if self.kind == "classify":
+        if self.kind in ("classify", "rerank"):
             text, pair = (x, None) if isinstance(x, str) else x
             return len(tok.encode_batch([text], None if pair is None else [pair])[0]) > length
         if self.kind == "ner":  # CLS, the words' pieces, SEP (bertkit.tasks.ner.encode_words)
@@ -456,13 +533,20 @@ class Engine:
 
         return Prepared([Row(enc.input_ids, enc.token_type_ids, positions)], finish)
 
-    def _prepare_embeddings(self, text: str, pooling: str) -> Prepared:
+    def _prepare_embeddings(self, text: str, pooling: str | None, normalize: bool | None = None,
+                            encoding=None, truncate: bool = True) -> Prepared:
         """The last layer's vectors of the text's tokens (`bertkit.features.extract_features` with layers=[-1]),
-        pooled: {"tokens", "embedding"} (mean, cls) or {"tokens", "token_embeddings"} (none)."""
-        if pooling not in POOLINGS:
+        pooled (`sentence_vector`): {"tokens", "embedding"}, or {"tokens", "token_embeddings"} for "none".
+        `encoding`: the text already encoded (a batch encoded at once); truncate False: InputError when the text
+        is longer than the model's sequence length."""
+        if pooling is not None and pooling not in POOLINGS:
             raise InputError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-        enc = self.tokenizer.encode(text, max_length=self.max_length)
+        enc = encoding if encoding is not None else self.tokenizer.encode(text, max_length=self.max_length)
         truncated = len(enc) == self.max_length and len(self.tokenizer.encode(text)) > self.max_length
+        if truncated and not truncate:
+            raise InputError(f"the input has more than {self.max_length} tokens, the model's limit; send a shorter "
+                             f"one or set truncate")
+        modes = None if pooling in (None, "none") else pooling_modes(pooling)
 
         def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
             vectors = outputs[0]  # (T, H)
@@ -470,10 +554,80 @@ class Engine:
             if pooling == "none":
                 answer["token_embeddings"] = vectors.tolist()
             else:
-                answer["embedding"] = (vectors.mean(0) if pooling == "mean" else vectors[0]).tolist()
+                answer["embedding"] = self.sentence_vector(vectors, modes, normalize).tolist()
             return {**answer, "truncated": True} if truncated else answer
 
         return Prepared([Row(enc.input_ids, [0] * len(enc.input_ids))], finish)
+
+    def sentence_vector(self, vectors: np.ndarray, modes: tuple[str, ...] | None = None,
+                        normalize: bool | None = None) -> np.ndarray:
+        """One text's vector from its tokens' vectors (T, H) float32: pooled with `modes` (None: the directory's
+        pooling, then its Dense layers), then L2-normalised when `normalize` says so (None: when the directory has
+        a Normalize module and its own pooling is used)."""
+        own = modes is None or tuple(modes) == self.sentence.modes
+        x = pool_tokens(vectors, self.sentence.modes if modes is None else modes)
+        if own:
+            for weight, bias, activation in self.dense:
+                x = weight @ x + (bias if bias is not None else 0.0)
+                x = np.tanh(x) if activation == "tanh" else x
+        elif self.dense:
+            raise InputError(f"this model's Dense layers take its own pooling ({self.sentence.pooling}); leave "
+                             f"'pooling' out")
+        if normalize if normalize is not None else (own and self.sentence.normalize):
+            x = x / max(float(np.linalg.norm(x)), 1e-12)
+        return x.astype(np.float32)
+
+    def prepare_texts(self, texts: list[Any], pooling: str | None = None, normalize: bool | None = None,
+                      truncate: bool = True) -> list[Prepared | str]:
+        """Embeddings of many texts, tokenised in one batch: a Prepared per text, or an error message in place of
+        a text that cannot be answered (not a string, too long without truncate)."""
+        good = [i for i, t in enumerate(texts) if isinstance(t, str)]
+        encoded = dict(zip(good, self.tokenizer.encode_batch([texts[i] for i in good], max_length=self.max_length)))
+        out: list[Prepared | str] = []
+        for i, text in enumerate(texts):
+            if i not in encoded:
+                out.append(f"inputs[{i}] must be a string, got {type(text).__name__}")
+                continue
+            try:
+                out.append(self._prepare_embeddings(text, pooling, normalize, encoded[i], truncate))
+            except InputError as err:
+                out.append(f"inputs[{i}]: {err}")
+        return out
+
+    def prepare_rerank(self, query: str, documents: list[str], truncate: bool = True) -> list[Prepared | str]:
+        """Scores of (query, document) pairs by the cross-encoder: a Prepared per document whose answer is what
+        `bertkit predict rerank` gives the pair ({"score", "logit"}), or an error message in its place."""
+        out: list[Prepared | str] = []
+        for i, document in enumerate(documents):
+            try:
+                prepared = self._prepare_task(self._task_input({"text": query, "pair": document}, i), None)
+            except InputError as err:
+                out.append(str(err))
+                continue
+            if not truncate:
+                pair = self.tokenizer.encode_batch([query], [document])[0]
+                if len(pair) > self.max_length:
+                    out.append(f"documents[{i}]: the query and the document have {len(pair)} tokens, more than the "
+                               f"model's {self.max_length}; send a shorter one or set truncate")
+                    continue
+            out.append(prepared)
+        return out
+
+    def tokenize(self, texts: list[str], add_special_tokens: bool = True) -> list[list[dict[str, Any]]]:
+        """Every text's tokens as text-embeddings-inference's /tokenize gives them: {"id", "text", "special",
+        "start", "stop"} (character offsets into the text; special tokens at (0, 0)), cut to the model's length."""
+        out = []
+        for enc in self.tokenizer.encode_batch(list(texts), max_length=self.max_length):
+            tokens = []
+            for j, (i, token) in enumerate(zip(enc.input_ids, enc.tokens)):
+                special = enc.sequence_ids[j] is None
+                if special and not add_special_tokens:
+                    continue
+                start, stop = enc.offsets[j] if enc.offsets else (0, 0)
+                tokens.append({"id": int(i), "text": token, "special": special, "start": int(start),
+                               "stop": int(stop)})
+            out.append(tokens)
+        return out
 
     def _prepare_generate(self, text: str, max_new_tokens: int) -> Prepared:
         """As `bertkit.inference.generate` (greedy): a causal model's prompt framed as in training without its
@@ -501,7 +655,8 @@ class Engine:
         sample = {"classify": {"text": "warm up"}, "ner": {"text": "warm up"},
                   "squad": {"question": "warm up?", "context": "warm up"},
                   "swag": {"context": "warm", "choices": ["up", "down"]},
-                  "embeddings": {"text": "warm up"}, "generate": {"text": "warm up"}}.get(self.kind)
+                  "embeddings": {"text": "warm up"}, "generate": {"text": "warm up"},
+                  "rerank": {"text": "warm up", "pair": "warm up"}}.get(self.kind)
         if sample is None:  # fill-mask
             sample = {"text": f"warm {self.tokenizer.id_to_token(self.tokenizer.mask_id)}"}
         self.forward(self.prepare(sample).rows)
@@ -524,7 +679,11 @@ class Engine:
         if self.kind == "squad":
             info["version_2"] = bool(self.predictor.info.get("version_2", False))
         if self.kind == "embeddings":
-            info["pooling"] = self.pooling
+            info["pooling"] = self.pooling or "+".join(self.sentence.modes)
+            info["normalize"] = self.sentence.normalize
+            info["dimension"] = int(self.dense[-1][0].shape[0]) if self.dense else \
+                len(self.sentence.modes) * int(info["hidden_size"] or 0)
+        info["dtype"] = self.dtype
         if self.kind == "generate":
             info["max_new_tokens"] = MAX_NEW_TOKENS
         return info

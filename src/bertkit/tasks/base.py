@@ -54,6 +54,8 @@ TASK_MODULES = {
     "ner": "bertkit.tasks.ner",
     "squad": "bertkit.tasks.squad",
     "swag": "bertkit.tasks.swag",
+    "embed": "bertkit.tasks.embed",
+    "rerank": "bertkit.tasks.rerank",
 }
 KINDS = tuple(TASK_MODULES)
 

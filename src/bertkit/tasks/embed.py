@@ -1,0 +1,304 @@
+"""Embedding models: contrastive fine-tuning on text pairs (or triplets), evaluated by STS Spearman or retrieval.
+
+Training files are CSV/TSV/JSONL tables of an anchor, a positive and optionally a hard negative per row. Columns:
+`anchor`, `positive`, `negative` (or `sentence1`, `sentence2` as STS files name them) unless --text-column,
+--pair-column, --negative-column say otherwise. A file with a score column (--label-column, else `score` or
+`label`) keeps only the rows scoring at least --min-score as positive pairs (STS-B: 4.0 of 5); without
+--min-score every row is a positive pair.
+
+The loss is sentence-transformers' MultipleNegativesRankingLoss (in-batch negatives; van den Oord et al.'s
+InfoNCE): for a batch of B anchors a_i with positives p_i (and hard negatives n_i), the scores are
+s_ij = scale x cos(a_i, c_j) over the candidates c = (p_1..p_B, n_1..n_B), and the loss is the cross-entropy of
+picking c_i, averaged over the anchors; scale 20 as sentence-transformers' default (a temperature of 0.05). The
+symmetric option adds the positives' side, cross-entropy of picking a_i among the anchors for p_i, and halves the
+sum (MultipleNegativesSymmetricRankingLoss). Every text of a batch goes through the encoder in one forward pass.
+
+Dev files:
+    with a score column     STS: Spearman (and Pearson) correlation of the cosine of each pair with its score
+    without one             retrieval: the first column's texts are queries, the second's the corpus (its
+                            distinct texts); each query's relevant document is its own row's; ranked by cosine:
+                            nDCG@10, MRR@10 and recall@10
+The best epoch's model is written with its sentence-transformers modules (`bertkit.models.pooling`), so
+sentence-transformers and `bertkit serve` pool it as it was trained.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from bertkit.errors import DataError
+from bertkit.tasks.base import TaskFamily, register
+from bertkit.tasks.classify import _guess_format, _jsonl_rows, delimited_rows
+from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
+
+
+@dataclass(frozen=True)
+class TextPair:
+    """One row: two texts, an optional hard negative, an optional score, and its 1-based line."""
+
+    anchor: str
+    positive: str
+    negative: str | None
+    score: float | None
+    line: int
+
+
+def records(path: str | os.PathLike) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """(column names, rows as {name: value}) of a CSV/TSV (header row; TSV unquoted, as GLUE) or JSONL file; the
+    column names of a JSONL file are its first record's keys. DataError for a row of the wrong width."""
+    import csv
+
+    fmt = _guess_format(path)
+    if fmt == "jsonl":
+        rows = _jsonl_rows(path)
+        first = next(rows, None)
+        if first is None:
+            return [], iter(())
+
+        def all_rows() -> Iterator[tuple[int, dict]]:
+            yield first
+            yield from rows
+        return list(first[1]), all_rows()
+    rows = delimited_rows(path, *((",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)))
+    first = next(rows, None)
+    if first is None:
+        return [], iter(())
+    header = [h.strip() for h in first[1]]
+
+    def as_dicts() -> Iterator[tuple[int, dict]]:
+        for line, fields in rows:
+            if len(fields) != len(header):
+                raise DataError.at(path, line, f"expected {len(header)} fields, found {len(fields)}")
+            yield line, dict(zip(header, fields))
+    return header, as_dicts()
+
+
+def _pick(path, header: list[str], given: str | None, defaults: tuple[str, ...], what: str,
+          optional: bool = False) -> str | None:
+    """The column for `what`: the one given (which must exist), else the first default present."""
+    if given is not None:
+        if given not in header:
+            raise DataError.at(path, 1, f"no {what} column {given!r}; the columns are {header}")
+        return given
+    for name in defaults:
+        if name in header:
+            return name
+    if optional:
+        return None
+    raise DataError.at(path, 1, f"no {what} column ({' or '.join(defaults)}); the columns are {header}; name it with "
+                                f"--{'text' if what == 'anchor' else 'pair'}-column")
+
+
+def read_pairs(path, anchor: str | None = None, positive: str | None = None, negative: str | None = None,
+               score: str | None = None) -> list[TextPair]:
+    """Every row of a pair file (see the module docstring for the column names); DataError "{path}:{line}: ..."
+    for a missing or non-string text or a score that is not a number."""
+    header, rows = records(path)
+    if not header:
+        raise DataError.at(path, None, "no rows")
+    a = _pick(path, header, anchor, ("anchor", "sentence1", "query", "text"), "anchor")
+    p = _pick(path, header, positive, ("positive", "sentence2", "document", "pair"), "positive")
+    n = _pick(path, header, negative, ("negative",), "negative", optional=True)
+    s = _pick(path, header, score, ("score", "label"), "score", optional=True)
+    out = []
+    for line, row in rows:
+        texts = []
+        for column in (a, p) + ((n,) if n else ()):
+            value = row.get(column)
+            if not isinstance(value, str):
+                raise DataError.at(path, line, f"field {column!r} must be a string, got "
+                                               f"{'nothing' if value is None else type(value).__name__}")
+            texts.append(value)
+        value = None
+        if s is not None:
+            raw = row.get(s)
+            try:
+                value = float(raw) if not isinstance(raw, bool) else math.nan
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value):
+                raise DataError.at(path, line, f"score {raw!r} is not a number")
+        out.append(TextPair(texts[0], texts[1], texts[2] if n else None, value, line))
+    if not out:
+        raise DataError.at(path, None, "no rows")
+    return out
+
+
+class MultipleNegativesRankingLoss:
+    """Trainer task: in-batch negatives (see the module docstring). The batch's input_ids are (B, C, T): C = 2
+    (anchor, positive) or 3 (with a hard negative)."""
+
+    def __init__(self, scale: float = 20.0, symmetric: bool = False) -> None:
+        self.scale, self.symmetric = scale, symmetric
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"mnrl_loss": float(batch["input_ids"].shape[0])}
+
+    def __call__(self, model, batch):
+        import torch
+        import torch.nn.functional as F
+
+        emb = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()  # (B, C, D)
+        B = emb.shape[0]
+        emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
+        anchors = emb[:, 0]  # (B, D)
+        candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
+        scores = self.scale * anchors @ candidates.T  # (B, B * (C-1))
+        target = torch.arange(B, device=emb.device)
+        loss = F.cross_entropy(scores, target, reduction="sum")
+        if self.symmetric:
+            backward = self.scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
+            loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
+        return {"mnrl_loss": (loss, loss.new_tensor(float(B)))}
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of (N, D) and (N, D) -> (N,), in float64."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
+
+
+def retrieval_metrics(queries: np.ndarray, corpus: np.ndarray, relevant: Sequence[set[int]],
+                      k: int = 10) -> tuple[dict[str, float], np.ndarray]:
+    """nDCG@k, MRR@k and recall@k of ranking `corpus` (M, D) by cosine for each query (N, D); relevant[q] = the
+    corpus rows relevant to query q (binary gains). Returns the metrics and the (N, k) top indices."""
+    q = queries / np.maximum(np.linalg.norm(queries, axis=-1, keepdims=True), 1e-12)
+    c = corpus / np.maximum(np.linalg.norm(corpus, axis=-1, keepdims=True), 1e-12)
+    sims = q.astype(np.float64) @ c.astype(np.float64).T  # (N, M)
+    order = np.argsort(-sims, axis=1, kind="stable")
+    ranked = []
+    recall = 0.0
+    for i, rel in enumerate(relevant):
+        # the full ranking's gains, so the ideal DCG counts every relevant document
+        gains = [1.0 if j in rel else 0.0 for j in order[i]]
+        ranked.append(gains)
+        recall += sum(gains[:k]) / max(len(rel), 1)
+    top = order[:, :k]
+    return ({f"ndcg_at_{k}": ndcg_at_k(ranked, k), f"mrr_at_{k}": mrr_at_k(ranked, k),
+             f"recall_at_{k}": recall / max(len(relevant), 1)}, top)
+
+
+@register("embed")
+class EmbedFamily(TaskFamily):
+    """Contrastive fine-tuning of an embedding model; see the module docstring."""
+
+    model_class_name = "SentenceEncoder"
+    model_role = "embedding"
+    metric_names = ("spearman", "pearson", "ndcg_at_10", "mrr_at_10", "recall_at_10")
+    main_metric = "spearman"
+    predicts_as = "embed"  # no `predict`: embeddings come from `bertkit features` and `bertkit serve`
+
+    @classmethod
+    def matches_architecture(cls, name: str) -> bool:
+        return False  # an embedding model is a bare encoder: never told apart by its architecture
+
+    def _columns(self) -> tuple[str | None, str | None, str | None, str | None]:
+        c = self.config
+        return (None if c.text_column == "text" else c.text_column, c.pair_column,
+                getattr(c, "negative_column", None), None if c.label_column == "label" else c.label_column)
+
+    def read(self, path, training: bool) -> list[TextPair]:
+        rows = read_pairs(path, *self._columns())
+        if training:
+            low = getattr(self.config, "min_score", None)
+            if low is not None:
+                if rows[0].score is None:
+                    raise DataError.at(path, None, "--min-score needs a score column (score, label or "
+                                                   "--label-column)")
+                rows = [r for r in rows if r.score >= low]
+                if len(rows) < 2:
+                    raise DataError.at(path, None, f"{len(rows)} row(s) score at least {low}; in-batch negatives "
+                                                   f"need at least 2 pairs")
+            self.stats["train_pairs"] = len(rows)
+            self.stats["hard_negatives"] = rows[0].negative is not None
+        else:
+            self.main_metric = "spearman" if rows[0].score is not None else "ndcg_at_10"
+        return rows
+
+    def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
+        length = self.config.seq_length
+        if training:
+            columns = [[e.anchor for e in examples], [e.positive for e in examples]]
+            if examples[0].negative is not None:
+                columns.append([e.negative for e in examples])
+            encoded = [tokenizer.encode_batch(texts, max_length=length) for texts in columns]
+            return [{"input_ids": [enc[i].input_ids for enc in encoded],
+                     "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
+        if examples[0].score is not None:  # STS: both sentences of every pair, in turn
+            texts = [t for e in examples for t in (e.anchor, e.positive)]
+            return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "sts"}
+                    for enc in tokenizer.encode_batch(texts, max_length=length)]
+        corpus = list(dict.fromkeys(e.positive for e in examples))  # distinct documents, first-seen order
+        features = [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "query"}
+                    for enc in tokenizer.encode_batch([e.anchor for e in examples], max_length=length)]
+        features += [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "document"}
+                     for enc in tokenizer.encode_batch(corpus, max_length=length)]
+        return features
+
+    def model_kwargs(self) -> dict[str, Any]:
+        from bertkit.sentence import pooling_modes
+
+        if getattr(self.config, "dropout", None) is not None:
+            raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
+
+        pooling = getattr(self.config, "pooling", None)
+        return {"modes": pooling_modes(pooling) if pooling else None,
+                "normalize": getattr(self.config, "normalize", None)}
+
+    def objective(self):
+        return MultipleNegativesRankingLoss(getattr(self.config, "scale", 20.0),
+                                            bool(getattr(self.config, "symmetric", False)))
+
+    def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
+        from bertkit.tasks.metrics import pearson, spearman
+
+        vectors = np.stack(logits)
+        if features and features[0].get("role") == "sts":
+            cos = cosine_rows(vectors[0::2], vectors[1::2])
+            gold = [e.score for e in examples]
+            return {"spearman": spearman(cos, gold), "pearson": pearson(cos, gold)}, cos
+        queries = vectors[:len(examples)]
+        corpus_texts = list(dict.fromkeys(e.positive for e in examples))
+        where = {t: i for i, t in enumerate(corpus_texts)}
+        metrics, top = retrieval_metrics(queries, vectors[len(examples):], [{where[e.positive]} for e in examples])
+        return metrics, top
+
+    def write_predictions(self, out_dir: Path, examples, output) -> None:
+        """STS: the cosine of each dev pair, one per line; retrieval: each query's top 10 corpus indices."""
+        output = np.asarray(output)
+        lines = ([f"{v:.6f}" for v in output] if output.ndim == 1
+                 else [" ".join(str(int(i)) for i in row) for row in output])
+        (Path(out_dir) / "dev_predictions.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+    def task_info(self) -> dict[str, Any]:
+        c = self.config
+        return {**super().task_info(), "scale": getattr(c, "scale", 20.0),
+                "symmetric": bool(getattr(c, "symmetric", False))}
+
+    def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
+        raise ValueError("an embedding model has no predict: use `bertkit features --pooling auto` or "
+                         "`bertkit serve` (/v1/embeddings)")
+
+    def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
+        """Spearman and Pearson of a file of one cosine per line against an STS file's scores."""
+        from bertkit.tasks.base import check_count, read_prediction_lines
+        from bertkit.tasks.metrics import pearson, spearman
+
+        examples = read_pairs(data_path, *self._columns())
+        if examples[0].score is None:
+            raise DataError.at(data_path, None, "the data file has no score column")
+        rows = read_prediction_lines(predictions_path)
+        check_count(rows, examples, predictions_path, data_path)
+        try:
+            cos = [float(v) for _, v in rows]
+        except ValueError as err:
+            raise DataError.at(predictions_path, None, f"a prediction is not a number ({err})") from None
+        gold = [e.score for e in examples]
+        return {"spearman": spearman(cos, gold), "pearson": pearson(cos, gold)}

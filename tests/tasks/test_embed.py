@@ -1,0 +1,144 @@
+"""`bertkit finetune embed`: the in-batch loss equals sentence-transformers' MultipleNegativesRankingLoss, the pair
+readers (STS scores, hard negatives), STS and retrieval evaluation, and a short run whose loss falls and whose
+model sentence-transformers loads with the pooling it was trained with."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import DataError
+from bertkit.tasks import family_for
+from bertkit.tasks.embed import MultipleNegativesRankingLoss, read_pairs, retrieval_metrics
+from bertkit.taskrun import FinetuneConfig
+
+
+class _Embedded:
+    """A stand-in model whose 'logits' are given embeddings (B, C, D)."""
+
+    def __init__(self, emb):
+        self.emb = emb
+
+    def __call__(self, ids, mask, types):
+        return type("Out", (), {"logits": self.emb})()
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_loss_equals_sentence_transformers(columns, symmetric):
+    st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+    torch.manual_seed(columns)
+    emb = torch.randn(6, columns, 16)
+    directions = ("query_to_doc", "doc_to_query") if symmetric else ("query_to_doc",)
+    reference = st_losses.MultipleNegativesRankingLoss(None, scale=20.0, directions=directions,
+                                                       partition_mode="per_direction")
+    expected = reference.compute_loss_from_embeddings([emb[:, i] for i in range(columns)], None)
+    batch = {"input_ids": torch.zeros(6, columns, 4, dtype=torch.long), "attention_mask": None,
+             "token_type_ids": None}
+    total, count = MultipleNegativesRankingLoss(20.0, symmetric)(_Embedded(emb), batch)["mnrl_loss"]
+    torch.testing.assert_close(total / count, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_read_pairs_sts_file_with_min_score(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("index\tsentence1\tsentence2\tscore\n0\ta b\ta c\t4.5\n1\td e\tf g\t1.0\n2\th\ti\t4.0\n")
+    family = family_for("embed")(FinetuneConfig(kind="embed", min_score=4.0))
+    rows = family.read(path, training=True)
+    assert [(r.anchor, r.positive, r.score, r.line) for r in rows] == [("a b", "a c", 4.5, 2), ("h", "i", 4.0, 4)]
+    assert family.stats == {"train_pairs": 2, "hard_negatives": False}
+    dev = family_for("embed")(FinetuneConfig(kind="embed"))
+    dev.read(path, training=False)
+    assert dev.main_metric == "spearman"
+
+
+def test_read_pairs_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"anchor": "a", "positive": "b"}\n{"anchor": "c", "positive": 3}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:2: field 'positive' must be a string, got int"):
+        read_pairs(bad)
+    none = tmp_path / "none.csv"
+    none.write_text("x,y\n1,2\n")
+    with pytest.raises(DataError, match=r"none.csv:1: no anchor column \(anchor or sentence1 or query or text\)"):
+        read_pairs(none)
+    scored = tmp_path / "scored.tsv"
+    scored.write_text("sentence1\tsentence2\tscore\na\tb\tfive\n")
+    with pytest.raises(DataError, match=r"scored.tsv:2: score 'five' is not a number"):
+        read_pairs(scored)
+    family = family_for("embed")(FinetuneConfig(kind="embed", min_score=4.0))
+    plain = tmp_path / "plain.csv"
+    plain.write_text("anchor,positive\na,b\nc,d\n")
+    with pytest.raises(DataError, match="--min-score needs a score column"):
+        family.read(plain, training=True)
+
+
+def test_hard_negatives_make_three_rows_per_example(tmp_path, tiny_tokenizer):
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"anchor": f"the fox {i}", "positive": "a dog", "negative": "pack my box"})
+                            + "\n" for i in range(3)))
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16))
+    features = family.features(family.read(path, training=True), tiny_tokenizer, training=True)
+    assert len(features) == 3 and all(len(f["input_ids"]) == 3 for f in features)
+    assert features[0]["input_ids"][2] == tiny_tokenizer.encode("pack my box").input_ids
+
+
+def test_retrieval_metrics_by_hand():
+    queries = np.array([[1.0, 0.0], [0.0, 1.0]])
+    corpus = np.array([[0.9, 0.1], [0.1, 0.9], [0.7, 0.7]])
+    # query 0 ranks 0, 2, 1 (relevant 2: rank 2); query 1 ranks 1, 2, 0 (relevant 1: rank 1)
+    metrics, top = retrieval_metrics(queries, corpus, [{2}, {1}], k=10)
+    assert top.tolist() == [[0, 2, 1], [1, 2, 0]]
+    assert metrics["mrr_at_10"] == pytest.approx((0.5 + 1.0) / 2)
+    assert metrics["ndcg_at_10"] == pytest.approx((1 / math.log2(3) + 1.0) / 2)
+    assert metrics["recall_at_10"] == 1.0
+
+
+def _pairs_file(path, rng, n):
+    """Pairs whose positive repeats the anchor's words in another order: learnable by a tiny model."""
+    words = "fox dog box jugs step miles journey shells sea shore numbers words pieces".split()
+    lines = ["anchor\tpositive"]
+    for _ in range(n):
+        chosen = rng.sample(words, 3)
+        lines.append(" ".join(chosen) + "\t" + " ".join(reversed(chosen)))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(tmp_path, tiny_vocab_dir,
+                                                                                 tiny_tokenizer, one_thread):
+    from conftest import tiny_config
+
+    from bertkit.finetune import finetune
+    from bertkit.models import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)).save_pretrained(tmp_path / "base", tiny_tokenizer)
+    rng = random.Random(0)
+    _pairs_file(tmp_path / "train.tsv", rng, 64)
+    _pairs_file(tmp_path / "dev.tsv", rng, 12)
+    config = FinetuneConfig(kind="embed", epochs=4, batch_size=16, learning_rate=1e-3, max_seq_length=16,
+                            log_every=1, progress=False, device="cpu", pooling="cls", normalize=True, symmetric=True)
+    results = finetune("embed", tmp_path / "base", tmp_path / "train.tsv", tmp_path / "dev.tsv", tmp_path / "run",
+                       config)
+    assert results["metric"] == "ndcg_at_10" and set(results["best"]) >= {"ndcg_at_10", "mrr_at_10", "recall_at_10"}
+    losses = [json.loads(line)["mnrl_loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if "mnrl_loss" in line]
+    assert len(losses) == 16
+    # In-batch chance level is log(16) = 2.77; four epochs of a learnable task end well below where they began.
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.3
+    model = tmp_path / "run" / "model"
+    assert json.loads((model / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"] is True
+    assert json.loads((model / "finetune.json").read_text())["kind"] == "embed"
+    st = pytest.importorskip("sentence_transformers")
+    from bertkit.models.pooling import SentenceEncoder
+
+    ours = SentenceEncoder.from_pretrained(model).eval()
+    enc = tiny_tokenizer.encode_batch(["fox dog box"], max_length=16)[0]
+    with torch.no_grad():
+        vector = ours.embed(torch.tensor([enc.input_ids]), torch.ones(1, len(enc), dtype=torch.long))[0].numpy()
+    theirs = st.SentenceTransformer(str(model), device="cpu").encode(["fox dog box"])[0]
+    np.testing.assert_allclose(vector, theirs, atol=1e-5)
+    assert abs(np.linalg.norm(theirs) - 1) < 1e-5  # trained with normalize: its Normalize module is there
