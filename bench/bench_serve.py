@@ -86,7 +86,7 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
     torch.manual_seed(seed)
     source = minilm_dir() if random_vocab is None else out.parent / "random-minilm"
     if random_vocab is not None:  # an encoder of MiniLM's shape (L6 H384 A12), random weights, written first
-        tokenizer = WordPieceTokenizer.from_vocab(random_vocab, lowercase=True)
+        tokenizer = WordPieceTokenizer.from_vocab(random_vocab)  # casing read from the vocabulary
         config = BertConfig(vocab_size=len(tokenizer), hidden_size=384, num_hidden_layers=6,
                             num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512)
         BertModel(config).save_pretrained(source, tokenizer=tokenizer)
