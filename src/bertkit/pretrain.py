@@ -14,6 +14,7 @@ The resolved recipe is written beside the run as RUN_DIR/config.yaml.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import types
@@ -105,12 +106,27 @@ def model_type_of(model: dict[str, Any], objective: str) -> str | None:
     return model.get("model_type") or OBJECTIVE_MODEL_TYPES.get(objective)
 
 
+# The recipe `bertkit pretrain` runs without --config, and what PretrainConfig() holds: one file is the default, so
+# the command line, the help text and the Python API cannot drift apart (TrainConfig's own defaults, the BERT-base
+# paper's 1e-4 with 10,000 warm-up steps, apply only to fields a recipe leaves out).
+DEFAULT_RECIPE = "mini"
+
+
+@functools.cache
+def default_config() -> PretrainConfig:
+    """The default recipe (DEFAULT_RECIPE) resolved: what `bertkit pretrain` runs without --config."""
+    return resolve_config(DEFAULT_RECIPE)
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
-    preset: str = "mini"
-    model: dict[str, Any] = field(default_factory=dict)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    """A whole pretraining recipe. A section left out comes from the default recipe (`default_config()`), so
+    `PretrainConfig()` is what `bertkit pretrain` runs without --config."""
+
+    preset: str = field(default_factory=lambda: default_config().preset)
+    model: dict[str, Any] = field(default_factory=lambda: dict(default_config().model))
+    data: DataConfig = field(default_factory=lambda: default_config().data)
+    train: TrainConfig = field(default_factory=lambda: default_config().train)
 
     def __post_init__(self) -> None:
         model_type = model_type_of(self.model, self.data.objective)
@@ -154,9 +170,10 @@ def recipe_names() -> list[str]:
 
 
 def load_recipe(name_or_path: str | Path | None) -> dict[str, Any]:
-    """A recipe as a dict: a file path, or the name of a built-in recipe (see `recipe_names()`)."""
+    """A recipe as a dict: a file path, or the name of a built-in recipe (see `recipe_names()`); None is the
+    default recipe (DEFAULT_RECIPE)."""
     if name_or_path is None:
-        return {}
+        name_or_path = DEFAULT_RECIPE
     path = Path(name_or_path)
     if not path.is_file():
         builtin = resources.files("bertkit.recipes") / f"{name_or_path}.yaml"
@@ -205,24 +222,24 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 
 
 def field_help() -> dict[str, list[tuple[str, Any, str]]]:
-    """Every settable field by section: (name, default, help), for `bertkit pretrain --help`."""
-    from bertkit.config import ElmoConfig, T5Config
+    """Every settable field by section: (name, default, help), for `bertkit pretrain --help`. The data and train
+    defaults are the default recipe's (what runs without --config), the model's are the config class's."""
+    from bertkit.config import ElmoConfig, ModernBertConfig, T5Config
 
     out: dict[str, list[tuple[str, Any, str]]] = {}
-    from bertkit.config import ModernBertConfig
-
+    default = default_config()
     for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig),
                          ("model (modernbert: model_type modernbert)", ModernBertConfig),
                          ("model (t5: objective t5)", T5Config), ("model (elmo: objective elmo)", ElmoConfig)):
-        rows = []
-        for f in dataclasses.fields(cls):
-            rows.append((f.name, f.default, f.metadata.get("help", "")))
-        out[section] = rows
+        values = {"data": default.data, "train": default.train}.get(section)
+        out[section] = [(f.name, getattr(values, f.name) if values is not None else f.default,
+                         f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
     return out
 
 
 def resolve_config(recipe: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
-    """Recipe file (or built-in name) + overrides -> a validated PretrainConfig.
+    """Recipe file (or built-in name; None: the default recipe, DEFAULT_RECIPE) + overrides -> a validated
+    PretrainConfig.
 
     overrides: {"field": value} or {"section.field": value}; a bare field name is looked up in data, train and
     model (BertConfig) in that order; "preset" sets the size preset.
