@@ -808,7 +808,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         say(f"bertkit: --resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh run")
     resuming = resume and checkpoint is not None
 
-    corpus = ShardedCorpus(data_dir, "train", verify=verify_data)
+    corpus = ShardedCorpus(data_dir, "train", verify=verify_data).require_documents()
     # WordPiece or byte-level BPE, as the manifest records; its special ids frame the instances ([CLS] ... [SEP],
     # or RoBERTa's <s> ... </s>) and pad them.
     tokenizer = corpus.manifest.load_tokenizer()
@@ -845,9 +845,9 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
                                   seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size)
         if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-            eval_stream = WordWindowStream(ShardedCorpus(data_dir, "eval", verify=verify_data), tokenizer.cls_id,
-                                           tokenizer.sep_id, d.max_seq_length - 1, min(d.batch_size, 64),
-                                           shuffle=False)
+            held_out = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
+            eval_stream = WordWindowStream(held_out, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1,
+                                           min(d.batch_size, 64), shuffle=False)
             eval_batches = fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
             evaluate = lambda m: evaluate_pretraining(m, objective, eval_batches)  # noqa: E731 - the fixed batches
     else:
@@ -860,7 +860,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                                    random_ids=random_ids)
 
     if d.objective != "elmo" and "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data)
+        eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
         eval_stream = PretrainingStream(eval_corpus, dataclasses.replace(options, dupe_factor=None), special,
                                         tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
         eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
