@@ -32,6 +32,8 @@ import sys
 
 import torch
 
+from bertkit.models.kernels import linear_choice
+
 try:  # `python bench/bench_pretrain_step.py` puts bench/ on sys.path; `bench.` when imported from the repo root
     from bench.common import (PeakMeter, add_mfu, batch_size_for, check_same_function, compile_pair, log,
                               make_batch, model_bench_main, model_flops, model_pair, peak_dtype, precision, rates,
@@ -99,7 +101,8 @@ def run(presets, seq_lens, kinds, batch_size, iters, warmup, peak_seconds, seed=
                 record = {"bench": "pretrain_step", "preset": preset, "seq_len": seq_len, "batch": kind,
                           "batch_size": rows, "dtype": dtype, "compile": compile}
                 record.update(rates(times, batch.real_tokens, "tokens_per_s", "step_s"))
-                record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters)
+                record.update(real_tokens=batch.real_tokens, threads=torch.get_num_threads(), iters=iters,
+                              cpu_linear=linear_choice())  # the float32 CPU matmul kernel bertkit chose here
                 results.append((record, model_flops(config, batch.lengths, training=True)))
                 meter.measure(peak_seconds / 4)
         del ours, peer, optimizers

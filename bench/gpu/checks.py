@@ -777,6 +777,160 @@ def check_family(kind: str):
     return check
 
 
+def check_distilbert(ctx: Context, measured: dict) -> None:
+    """bertkit's BertForMaskedLM on a transformers DistilBertForMaskedLM directory (identical weights), float32, on
+    the device: sequence output and MLM logits at the real positions and the loss, within 1e-5 (DistilBERT reads no
+    token types)."""
+    from bertkit.models import BertForMaskedLM
+
+    transformers = _transformers()
+    config = family_config("distilbert", hidden_act="gelu_new")
+    theirs = randomize(transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(**config.to_dict())), 12)
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = BertForMaskedLM.from_pretrained(tmp).eval()
+    ours, theirs = ours.to(ctx.device), theirs.to(ctx.device)
+    ids, mask, _, labels, _ = padded_batch(config, ctx.device, lengths=(12, 8, 6), T=12, seed=22)
+    real = mask.bool()
+    tally = Tally(ATOL)
+    with torch.no_grad():
+        a = ours(ids, mask, labels=labels, output_hidden_states=True)
+        b = theirs(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+    tally.add("sequence_output", a.hidden_states[-1][real], b.hidden_states[-1][real])
+    tally.add("mlm_logits", a.prediction_logits[real], b.logits[real])
+    tally.add("loss", a.loss, b.loss)
+    tally.done(measured)
+    summary(measured, f"DistilBertForMaskedLM: max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
+def check_t5(ctx: Context, measured: dict) -> None:
+    """bertkit's T5ForConditionalGeneration on a transformers T5 1.1 directory (gated GELU, untied head, a deeper
+    decoder; identical weights), float32, on the device: encoder output at the real positions, decoder logits and
+    the loss on sources padded right and left and labels padded with -100, within 1e-5."""
+    from bertkit.models import T5ForConditionalGeneration
+
+    transformers = _transformers()
+    hf_config = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3,
+                                      num_heads=4, relative_attention_num_buckets=8,
+                                      relative_attention_max_distance=12, decoder_start_token_id=0,
+                                      feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0)
+    theirs = randomize(transformers.T5ForConditionalGeneration(hf_config), 23)
+    with torch.no_grad():  # transformers builds the head tied to the embeddings; its own weights untie it
+        theirs.lm_head.weight = torch.nn.Parameter(torch.randn(100, 32, generator=torch.Generator().manual_seed(24)))
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = T5ForConditionalGeneration.from_pretrained(tmp).eval()
+    ours, theirs = ours.to(ctx.device), theirs.to(ctx.device)
+    g = torch.Generator().manual_seed(25)
+    ids = torch.randint(2, 100, (3, 14), generator=g)
+    mask = torch.ones(3, 14, dtype=torch.long)
+    mask[1, 9:], mask[2, :4] = 0, 0  # row 1 padded on the right, row 2 on the left
+    ids[mask == 0] = 0
+    labels = torch.randint(2, 100, (3, 9), generator=g)
+    labels[0, 6], labels[0, 7:], labels[1, 8], labels[2, 3], labels[2, 4:] = 1, -100, 1, 1, -100
+    ids, mask, labels = ids.to(ctx.device), mask.to(ctx.device), labels.to(ctx.device)
+    tally = Tally(ATOL)
+    with torch.no_grad():
+        a = ours(ids, mask, labels=labels)
+        b = theirs(input_ids=ids, attention_mask=mask, labels=labels)
+    real = mask.bool()
+    tally.add("encoder_output", a.encoder_last_hidden_state[real], b.encoder_last_hidden_state[real])
+    tally.add("logits", a.logits, b.logits)
+    tally.add("loss", a.loss, b.loss)
+    tally.done(measured)
+    summary(measured, f"T5ForConditionalGeneration (1.1): max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
+def check_xlnet(ctx: Context, measured: dict) -> None:
+    """bertkit's XLNetLMHeadModel on a transformers XLNet directory (identical weights), float32, on the device:
+    two segments, the second with the first's memory, a permutation mask and a target mapping (the query
+    stream), left-padded rows and token types; logits and memories within 1e-5."""
+    from bertkit.models import XLNetLMHeadModel
+
+    transformers = _transformers()
+    hf_config = transformers.XLNetConfig(vocab_size=99, d_model=32, n_layer=2, n_head=4, d_inner=37, mem_len=7,
+                                         reuse_len=5, dropout=0.0, summary_last_dropout=0.0)
+    theirs = randomize(transformers.XLNetLMHeadModel(hf_config), 26)
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = XLNetLMHeadModel.from_pretrained(tmp).eval()
+    ours, theirs = ours.to(ctx.device), theirs.to(ctx.device)
+    g = torch.Generator().manual_seed(27)
+    B, T, P = 4, 10, 4
+    segments = [torch.randint(6, 99, (B, T), generator=g) for _ in range(2)]
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, :3], mask[3, :1] = 0, 0  # XLNet pads on the left
+    types = torch.zeros(B, T, dtype=torch.long)
+    types[:, T // 2:], types[:, -1] = 1, 2
+    perm = (torch.rand(B, T, T, generator=g) > 0.5).float()
+    mapping = torch.zeros(B, P, T)
+    for b in range(B):
+        for p, t in enumerate(torch.randperm(T, generator=g)[:P].tolist()):
+            mapping[b, p, t] = 1.0
+    first, second, mask, types, perm, mapping = (t.to(ctx.device) for t in (*segments, mask, types, perm, mapping))
+    for ids in (first, second):
+        ids[mask == 0] = 5
+    tally = Tally(ATOL)
+    with torch.no_grad():
+        a1 = ours(first, mask, types, use_mems=True)
+        b1 = theirs(first, attention_mask=mask, token_type_ids=types, use_mems=True)
+        a2 = ours(second, mask, types, mems=a1.mems, perm_mask=perm, target_mapping=mapping, use_mems=True)
+        b2 = theirs(second, attention_mask=mask, token_type_ids=types, mems=b1.mems, perm_mask=perm,
+                    target_mapping=mapping, use_mems=True)
+    real = mask.bool()
+    tally.add("segment1_logits", a1.logits[real], b1.logits[real])
+    tally.add("segment2_query_logits", a2.logits, b2.logits)
+    for i, (mine, theirs_mem) in enumerate(zip(a2.mems, b2.mems)):  # transformers' memories are (M, B, H)
+        tally.add(f"mems{i}", mine, theirs_mem.transpose(0, 1))
+    tally.done(measured)
+    summary(measured, f"XLNetLMHeadModel, two segments with memory: max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
+def check_modernbert(ctx: Context, measured: dict) -> None:
+    """bertkit's ModernBertForMaskedLM on a transformers ModernBERT directory (identical weights; global and
+    sliding-window layers, rows longer than the window, right and left padding), float32, on the device, on its
+    unpadded path and its padded path: every hidden state and the MLM logits at the real positions and the loss,
+    within 1e-5."""
+    from bertkit.config import ModernBertConfig
+    from bertkit.models import ModernBertForMaskedLM
+
+    transformers = _transformers()
+    config = ModernBertConfig(vocab_size=100, hidden_size=32, intermediate_size=24, num_hidden_layers=3,
+                              num_attention_heads=4, global_attn_every_n_layers=2, local_attention=8,
+                              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                              cls_token_id=1, sep_token_id=2, global_rope_theta=1000.0, local_rope_theta=50.0)
+    theirs = randomize(transformers.ModernBertForMaskedLM(
+        transformers.ModernBertConfig(**config.to_dict(), attn_implementation="sdpa")), 28)
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = ModernBertForMaskedLM.from_pretrained(tmp).eval()
+    ours, theirs = ours.to(ctx.device), theirs.to(ctx.device)
+    g = torch.Generator().manual_seed(29)
+    B, T = 4, 27
+    ids = torch.randint(3, 100, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 21:], mask[2, 12:], mask[3, :5] = 0, 0, 0
+    ids[mask == 0] = 0
+    labels = torch.full((B, T), -100)
+    labels[:, 6] = ids[:, 6]
+    labels[0, 20] = 7
+    ids, mask, labels = ids.to(ctx.device), mask.to(ctx.device), labels.to(ctx.device)
+    real = mask.bool()
+    tally = Tally(ATOL)
+    with torch.no_grad():
+        b = theirs(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+        for unpad in (True, False):
+            ours.encoder.unpad = unpad
+            a = ours(ids, mask, labels=labels, output_hidden_states=True)
+            path = "unpadded" if unpad else "padded"
+            for i, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states)):
+                tally.add(f"{path}/hidden_states{i}", x[real], y[real])
+            tally.add(f"{path}/mlm_logits", a.prediction_logits[real], b.logits[real])
+            tally.add(f"{path}/loss", a.loss, b.loss)
+    tally.done(measured)
+    summary(measured, f"ModernBertForMaskedLM, unpadded and padded: max|diff| {tally.worst:.2e} (tol {ATOL:g})")
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Several GPUs
 # ------------------------------------------------------------------------------------------------------------------
@@ -833,5 +987,9 @@ CHECKS = [
     ("model_directory", check_model_directory),
     ("exact_resume", check_exact_resume),
     *[(f"family_{kind}", check_family(kind)) for kind in ("bert", "roberta", "albert", "electra", "causal")],
+    ("family_distilbert", check_distilbert),
+    ("family_t5", check_t5),
+    ("family_xlnet", check_xlnet),
+    ("family_modernbert", check_modernbert),
     ("ddp_step", check_ddp),
 ]

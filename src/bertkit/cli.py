@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from bertkit.errors import missing_extra
+
 
 # ------------------------------------------------------------------------------------------------------------------
 # tokenizer / tokenize / fill-mask / info
@@ -598,6 +600,12 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, type=base, default=None, metavar=metavar, help=text + shown)
 
 
+def _default_recipe() -> str:
+    from bertkit.pretrain import DEFAULT_RECIPE
+
+    return DEFAULT_RECIPE
+
+
 def _pretrain_epilog() -> str:
     from bertkit.pretrain import field_help, recipe_names
 
@@ -703,7 +711,8 @@ def add_distill_parser(verbs) -> None:
                                        "it is built from the teacher's).")
     student_options(mlm)
     mlm.add_argument("--data", required=True, help="directory written by `bertkit prepare` (teacher's tokenizer)")
-    mlm.add_argument("--config", help="recipe: a YAML file or a built-in name (data and train sections)")
+    mlm.add_argument("--config", help=f"recipe: a YAML file or a built-in name (data and train sections; default: "
+                                      f"{_default_recipe()})")
     mlm.add_argument("--max-steps", type=int, help="optimizer steps")
     mlm.add_argument("--max-time", type=float, help="stop after this many seconds")
     mlm.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
@@ -867,7 +876,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "torchrun for several processes or machines.")
     pre.add_argument("--data", required=True, help="directory written by `bertkit prepare`")
     pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
-    pre.add_argument("--config", help="recipe: a YAML file or a built-in name (default: mini)")
+    pre.add_argument("--config", help=f"recipe: a YAML file or a built-in name (default: {_default_recipe()}, "
+                                      f"whose data and train values the list below shows)")
     pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
     pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra, causal, t5 (span "
                                          "corruption; a T5 encoder-decoder, Unigram shards with sentinels) or "
@@ -1117,9 +1127,20 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("BERTKIT_DEBUG"):
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"bertkit: error: {message}", file=sys.stderr)
+        print(f"bertkit: error: {missing_extra(err, _verb_words(args, argv)) or message}", file=sys.stderr)
         return 2
     return 0
+
+
+def _verb_words(args: argparse.Namespace, argv: list[str] | None) -> str:
+    """What the user ran, for messages: "finetune ner", "export onnx", "serve"."""
+    words = [args.verb]
+    given = list(sys.argv[1:] if argv is None else argv)
+    following = given[given.index(args.verb) + 1:] if args.verb in given else []
+    sub = [getattr(args, k, None) for k in ("tverb", "format", "distill_kind", "analysis", "kind")]
+    if following and following[0] in sub:
+        words.append(following[0])
+    return " ".join(words)
 
 
 if __name__ == "__main__":

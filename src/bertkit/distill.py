@@ -646,7 +646,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
         raise ValueError(f"MLM distillation reads masked-LM batches: use the objective bert, albert, roberta or "
                          f"roberta-doc for the instances (got {d.objective!r})")
     dist_info, device = setup_distributed(config.train.device)
-    corpus = ShardedCorpus(data_dir, "train")
+    corpus = ShardedCorpus(data_dir, "train").require_documents()
     tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with
     if not (teacher_dir / "config.json").is_file():
         raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
@@ -673,8 +673,9 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     eval_batches, teacher_eval = None, {}
     objective = MaskedLMObjective(pair_task=None)
     if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval"), dataclasses.replace(options, dupe_factor=None),
-                                        special, tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+        eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval").require_documents(),
+                                        dataclasses.replace(options, dupe_factor=None), special,
+                                        tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
         eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
         with torch.no_grad():
             teacher_eval = evaluate_pretraining(teacher, objective, eval_batches)

@@ -20,3 +20,25 @@ class DataError(ValueError):
         """Build the error for `line` (1-based) of `path`; `line=None` when no line applies (e.g. JSON key)."""
         where = f"{os.fspath(path)}:{line}" if line is not None else os.fspath(path)
         return cls(f"{where}: {message}")
+
+
+# Optional dependencies, by the extra of pyproject.toml that installs them: the top-level module a verb imports ->
+# the extra's name. A verb that meets one missing says which extra to install, in one line.
+EXTRAS = {"seqeval": "tasks", "scipy": "tasks", "sklearn": "tasks", "matplotlib": "plots", "starlette": "serve",
+          "uvicorn": "serve", "onnx": "serve", "onnxscript": "serve", "onnxruntime": "serve"}
+
+
+def missing_extra(err: BaseException, verb: str) -> str | None:
+    """The one line for `err` when it is an optional dependency that is not installed (a ModuleNotFoundError of a
+    module in EXTRAS, however deep the import), else None.
+
+    verb: what the user ran, e.g. "finetune ner" -> "bertkit finetune ner needs seqeval, which is not installed:
+    pip install 'bertkit[tasks]'".
+    """
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    module = err.name.split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return f"bertkit {verb} needs {module}, which is not installed: pip install 'bertkit[{extra}]'"

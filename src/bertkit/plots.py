@@ -129,9 +129,9 @@ def _matplotlib():
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plotting needs matplotlib, which is not installed: pip install matplotlib "
-                          "(or pip install 'bertkit[plots]')") from None
+    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
+        raise ModuleNotFoundError("plotting needs matplotlib, which is not installed: pip install matplotlib "
+                                  "(or pip install 'bertkit[plots]')", name=err.name) from None
     return Figure, FigureCanvasAgg
 
 

@@ -14,6 +14,7 @@ The resolved recipe is written beside the run as RUN_DIR/config.yaml.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import types
@@ -110,12 +111,27 @@ def model_type_of(model: dict[str, Any], objective: str) -> str | None:
     return model.get("model_type") or OBJECTIVE_MODEL_TYPES.get(objective)
 
 
+# The recipe `bertkit pretrain` runs without --config, and what PretrainConfig() holds: one file is the default, so
+# the command line, the help text and the Python API cannot drift apart (TrainConfig's own defaults, the BERT-base
+# paper's 1e-4 with 10,000 warm-up steps, apply only to fields a recipe leaves out).
+DEFAULT_RECIPE = "mini"
+
+
+@functools.cache
+def default_config() -> PretrainConfig:
+    """The default recipe (DEFAULT_RECIPE) resolved: what `bertkit pretrain` runs without --config."""
+    return resolve_config(DEFAULT_RECIPE)
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
-    preset: str = "mini"
-    model: dict[str, Any] = field(default_factory=dict)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    """A whole pretraining recipe. A section left out comes from the default recipe (`default_config()`), so
+    `PretrainConfig()` is what `bertkit pretrain` runs without --config."""
+
+    preset: str = field(default_factory=lambda: default_config().preset)
+    model: dict[str, Any] = field(default_factory=lambda: dict(default_config().model))
+    data: DataConfig = field(default_factory=lambda: default_config().data)
+    train: TrainConfig = field(default_factory=lambda: default_config().train)
 
     def __post_init__(self) -> None:
         model_type = model_type_of(self.model, self.data.objective)
@@ -159,9 +175,10 @@ def recipe_names() -> list[str]:
 
 
 def load_recipe(name_or_path: str | Path | None) -> dict[str, Any]:
-    """A recipe as a dict: a file path, or the name of a built-in recipe (see `recipe_names()`)."""
+    """A recipe as a dict: a file path, or the name of a built-in recipe (see `recipe_names()`); None is the
+    default recipe (DEFAULT_RECIPE)."""
     if name_or_path is None:
-        return {}
+        name_or_path = DEFAULT_RECIPE
     path = Path(name_or_path)
     if not path.is_file():
         builtin = resources.files("bertkit.recipes") / f"{name_or_path}.yaml"
@@ -210,24 +227,24 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 
 
 def field_help() -> dict[str, list[tuple[str, Any, str]]]:
-    """Every settable field by section: (name, default, help), for `bertkit pretrain --help`."""
-    from bertkit.config import ElmoConfig, T5Config
+    """Every settable field by section: (name, default, help), for `bertkit pretrain --help`. The data and train
+    defaults are the default recipe's (what runs without --config), the model's are the config class's."""
+    from bertkit.config import ElmoConfig, ModernBertConfig, T5Config
 
     out: dict[str, list[tuple[str, Any, str]]] = {}
-    from bertkit.config import ModernBertConfig
-
+    default = default_config()
     for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig),
                          ("model (modernbert: model_type modernbert)", ModernBertConfig),
                          ("model (t5: objective t5)", T5Config), ("model (elmo: objective elmo)", ElmoConfig)):
-        rows = []
-        for f in dataclasses.fields(cls):
-            rows.append((f.name, f.default, f.metadata.get("help", "")))
-        out[section] = rows
+        values = {"data": default.data, "train": default.train}.get(section)
+        out[section] = [(f.name, getattr(values, f.name) if values is not None else f.default,
+                         f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
     return out
 
 
 def resolve_config(recipe: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
-    """Recipe file (or built-in name) + overrides -> a validated PretrainConfig.
+    """Recipe file (or built-in name; None: the default recipe, DEFAULT_RECIPE) + overrides -> a validated
+    PretrainConfig.
 
     overrides: {"field": value} or {"section.field": value}; a bare field name is looked up in data, train and
     model (BertConfig) in that order; "preset" sets the size preset.
@@ -807,7 +824,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         say(f"bertkit: --resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh run")
     resuming = resume and checkpoint is not None
 
-    corpus = ShardedCorpus(data_dir, "train", verify=verify_data)
+    corpus = ShardedCorpus(data_dir, "train", verify=verify_data).require_documents()
     # WordPiece or byte-level BPE, as the manifest records; its special ids frame the instances ([CLS] ... [SEP],
     # or RoBERTa's <s> ... </s>) and pad them.
     tokenizer = corpus.manifest.load_tokenizer()
@@ -844,9 +861,9 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
                                   seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size)
         if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-            eval_stream = WordWindowStream(ShardedCorpus(data_dir, "eval", verify=verify_data), tokenizer.cls_id,
-                                           tokenizer.sep_id, d.max_seq_length - 1, min(d.batch_size, 64),
-                                           shuffle=False)
+            held_out = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
+            eval_stream = WordWindowStream(held_out, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1,
+                                           min(d.batch_size, 64), shuffle=False)
             eval_batches = fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
             evaluate = lambda m: evaluate_pretraining(m, objective, eval_batches)  # noqa: E731 - the fixed batches
     else:
@@ -859,7 +876,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                                    random_ids=random_ids, workers=data_workers(d.workers, device, dist_info))
 
     if d.objective != "elmo" and "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data)
+        eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
         eval_stream = PretrainingStream(eval_corpus, dataclasses.replace(options, dupe_factor=None), special,
                                         tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
         eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))

@@ -331,3 +331,36 @@ def test_progress_bar_and_environment(tok_dir, corpus, tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert "prepare" in err and "24 documents" in err
     assert "TOKENIZERS_PARALLELISM" not in os.environ
+
+
+def test_an_eval_fraction_that_holds_out_nothing_is_refused_with_the_numbers(tok_dir, tmp_path):
+    """122 documents at --eval-fraction 0.02 (about 2.4 expected): each document is held out independently, so
+    some seeds hold out none (0.98^122, about 8.5%). Such a prepare is refused, naming the numbers, and writes no
+    manifest a pretraining run could read; every other seed gives an eval split with documents."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("\n".join(doc) for doc in documents(5, 122)) + "\n")
+    refused = []
+    for seed in range(60):
+        out = tmp_path / f"data-{seed}"
+        try:
+            manifest = prepare([text], tok_dir, out, eval_fraction=0.02, seed=seed, progress=False)
+        except DataError as err:
+            refused.append(seed)
+            assert str(err) == (f"{text}: --eval-fraction 0.02 held out none of the corpus's 122 documents (about "
+                                f"2.4 expected), so there would be no eval split; use a larger fraction "
+                                f"(--eval-fraction 0.041: about 5 documents) or give held-out files (--eval-corpus)")
+            assert not (out / "manifest.json").exists()
+            continue
+        assert manifest.data["splits"]["eval"]["documents"] >= 1
+        assert manifest.data["splits"]["eval"]["documents"] + manifest.data["splits"]["train"]["documents"] == 122
+    assert refused  # the case exists (seeds 0-59 give it; about 5 expected)
+
+
+def test_a_split_without_documents_is_named_with_its_directory(tok_dir, corpus, tmp_path):
+    prepare(corpus, tok_dir, tmp_path / "data", eval_fraction=0.3, progress=False)
+    for split in ("train", "eval"):
+        opened = ShardedCorpus(tmp_path / "data", split)
+        assert opened.require_documents() is opened
+        opened.num_documents = 0  # as an eval split held out by an older prepare could be
+        with pytest.raises(DataError, match=f"^{tmp_path / 'data'}: the {split} split has no documents "):
+            opened.require_documents()

@@ -67,32 +67,38 @@ def test_a_sigkilled_holder_leaves_no_stale_lock(tmp_path):
         assert lock_holder(directory) == os.getpid()
 
 
-@pytest.mark.slow  # the first run ended early in 2 of ~15 runs on a loaded machine, cause not yet found: its
-# stderr is now kept in the failure message; out of the fast suite until that is understood
-def test_two_pretrain_runs_on_one_directory(data_dir, tmp_path):
+def test_two_pretrain_runs_on_one_directory(data_dir, tmp_path, capsys):
     """The second `bertkit pretrain --out SAME` exits 2 with one line naming the directory and the first run's
     pid, and leaves the first run's files alone; the first run, SIGKILLed, leaves no lock."""
+    from bertkit.checkpoint import latest_checkpoint
+    from bertkit.cli import main
+
     run = tmp_path / "run"
     log = (tmp_path / "first.stderr").open("w")
     first = subprocess.Popen(bertkit_command(*pretrain_argv(data_dir, run, max_steps=100000, save_every=2,
                                                             log_every=1)),
                              env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
     try:
-        deadline = time.time() + 120
-        while not (run / "checkpoints" / "step-00000002.pt").exists():
+        # Training (and holding the lock) once any checkpoint exists. Not one named file: with keep_last 2 the run
+        # deletes step 2's file when it writes step 6's, a window of 4 tiny steps (tens of ms on an idle machine)
+        # that a 50 ms poll, or a descheduled test process, misses; the wait then ran into its deadline, reported
+        # as "the first run ended before the test".
+        deadline = time.time() + 300  # a bound for a run that hangs, not a timing: the first step comes in seconds
+        while latest_checkpoint(run) is None:
             why = lambda: (tmp_path / "first.stderr").read_text()[-2000:]  # noqa: E731 - read only on failure
             assert first.poll() is None, f"the first run ended before the test: {why()}"
-            assert time.time() < deadline, f"the first run wrote no checkpoint in 120 s: {why()}"
+            assert time.time() < deadline, f"the first run wrote no checkpoint in 300 s: {why()}"
             time.sleep(0.05)
-        second = run_bertkit(*pretrain_argv(data_dir, run, max_steps=5, save_every=1, log_every=1))
-        assert second.returncode == 2
-        line = one_error_line(second.stderr)
+        # The second run in this process (the refusal comes before any work): one interpreter start fewer.
+        code = main(pretrain_argv(data_dir, run, max_steps=5, save_every=1, log_every=1))
+        assert code == 2
+        line = one_error_line(capsys.readouterr().err)
         assert line.startswith(f"bertkit: error: {run} is in use by another bertkit process (pid {first.pid})")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     steps = sorted(losses(run))
-    assert steps == list(range(1, len(steps) + 1))  # one writer: every step once, in order
+    assert len(steps) >= 2 and steps == list(range(1, len(steps) + 1))  # one writer: every step once, in order
     # The SIGKILLed run's lock went with it (tests/test_pretrain.py resumes such a run through the command line).
     assert (run / LOCK_NAME).exists() and lock_holder(run) is None
 

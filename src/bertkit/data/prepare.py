@@ -226,6 +226,8 @@ class _Build:
                     raise DataError(f"{', '.join(map(str, stream.files))}: no {split} document in the "
                                     f"{'eval corpus' if stream.name == 'eval' else 'corpus'}{note}; nothing to "
                                     f"prepare")
+                if splits[split]["documents"] == 0:  # eval by fraction: a small corpus can give none (by chance)
+                    raise DataError(self._none_held_out(stream, splits["train"]["documents"]))
         self._save_tokenizer()
         data = self._manifest(splits, stream_stats)
         atomic_write(self.out_dir / MANIFEST, (json.dumps(data, indent=2) + "\n").encode())
@@ -240,6 +242,17 @@ class _Build:
         if skipped.skipped_total:
             self.say(skipped.summary())
         return Manifest(self.out_dir, data, reused, written)
+
+    def _none_held_out(self, stream: _Stream, documents: int) -> str:
+        """The refusal when eval_fraction chose no document: the numbers, and a fraction that would hold out about
+        five (each document is held out independently with probability eval_fraction, so a corpus of n documents
+        gives none with probability (1 - fraction)^n)."""
+        expected = documents * self.eval_fraction
+        enough = min(0.5, max(self.eval_fraction * 2, 5 / max(documents, 1)))
+        return (f"{', '.join(map(str, stream.files))}: --eval-fraction {self.eval_fraction:g} held out none of the "
+                f"corpus's {documents} documents (about {expected:.1f} expected), so there would be no eval split; "
+                f"use a larger fraction (--eval-fraction {enough:.2g}: about {documents * enough:.0f} documents) or "
+                f"give held-out files (--eval-corpus)")
 
     def _save_tokenizer(self) -> None:
         directory = self.out_dir / TOKENIZER_SUBDIR

@@ -69,6 +69,15 @@ class ShardedCorpus:
         if verify:
             self.verify()
 
+    def require_documents(self) -> ShardedCorpus:
+        """self, or DataError naming the directory and the split when the split holds no document (a stream
+        over it could make nothing)."""
+        if self.num_documents == 0:
+            why = ("prepare held out none; prepare again with a larger --eval-fraction or with --eval-corpus "
+                   "files" if self.split == "eval" else "prepare it again from a corpus with text")
+            raise DataError(f"{self.data_dir}: the {self.split} split has no documents ({why})")
+        return self
+
     @property
     def vocab_size(self) -> int:
         return self.manifest.vocab_size

@@ -250,7 +250,7 @@ class MaskedLMHead(nn.Module):
     the decoder can be the E-wide embedding matrix itself.
     """
 
-    onednn = True  # the decoder's matmul on oneDNN where it applies (`linear`)
+    onednn: bool | str = "auto"  # the decoder's matmul kernel (`linear`: measured choice; True oneDNN; False plain)
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()
@@ -642,12 +642,13 @@ class GeneratorDiscriminator(nn.Module):
 
 
 def set_fast_paths(model: nn.Module, unpad: bool | None = None, fused_qkv: bool | None = None,
-                   onednn: bool | None = None) -> nn.Module:
+                   onednn: bool | str | None = None) -> nn.Module:
     """Switch the fast paths of every encoder in `model` (None leaves a switch as it is); returns `model`.
 
     unpad: run on the real tokens only when a batch has padding or packed rows (`Unpadded`); fused_qkv: one
     query/key/value matmul; onednn: float32 CPU matmuls of the linear layers and the MLM decoder on oneDNN's
-    kernels (`linear`). Each computes what the plain path computes (within float rounding); the plain path
+    kernels (True), on F.linear (False) or on the kernel measured faster on this machine ("auto", the default;
+    `bertkit.models.kernels.linear_choice`). Each computes what the plain path computes (within float rounding); the plain path
     is there to check that, and for `output_attentions`.
 
     Every architecture is switched alike: a module is switched by the attribute it declares (an encoder's `unpad`,
@@ -657,7 +658,8 @@ def set_fast_paths(model: nn.Module, unpad: bool | None = None, fused_qkv: bool 
     """
     for module in model.modules():
         for name, value in (("unpad", unpad), ("fused_qkv", fused_qkv), ("onednn", onednn)):
-            if value is not None and isinstance(getattr(module, name, None), bool):
+            current = getattr(module, name, None)  # the onednn switch may also be "auto" (the measured choice)
+            if value is not None and (isinstance(current, bool) or (name == "onednn" and current == "auto")):
                 setattr(module, name, value)
     return model
 

@@ -1,11 +1,18 @@
 """Kernel choices for the models' matmuls and activations.
 
-`linear` is the one place a float32 CPU matmul picks its kernel: oneDNN's where it is faster (AVX-512 CPUs not made
-by Intel run MKL's AVX2 code), `F.linear` elsewhere. `Linear` is `nn.Linear` routed through it; every model layer
-uses it, so one switch (`set_fast_paths(model, onednn=...)`) changes them all.
+`linear` is the one place a float32 CPU matmul picks its kernel: oneDNN's where it is measurably faster on this
+machine, `F.linear` (torch's default BLAS) elsewhere. Which one wins depends on the CPU: on AMD's AVX-512 CPUs MKL
+runs its AVX2 code and oneDNN is about twice as fast; on Intel's, MKL's own kernels are as fast or faster. So the
+choice is measured once per process (`linear_choice`: both kernels timed, forward and backward, at BERT-base
+shapes: 6 x 1.1 G multiply-adds, about 1 s on 2 busy shared cores) unless BERTKIT_LINEAR=onednn|plain says.
+`Linear` is `nn.Linear` routed through it; every model layer uses it, so one switch (`set_fast_paths(model,
+onednn=...)`: True forces oneDNN, False the plain path, "auto" the measured choice, the default) changes them all.
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +33,8 @@ def activation(name: str):
 
 
 # oneDNN's float32 matmul kernels: on CPUs where torch's default BLAS (MKL) takes a slower code path (AVX-512 CPUs
-# not made by Intel run MKL's AVX2 kernels) they are about twice as fast, with float32 rounding alike.
+# not made by Intel run MKL's AVX2 kernels) they are about twice as fast, with float32 rounding alike; elsewhere
+# they can be slower (`linear_choice` measures).
 ONEDNN_MIN_MACS = 1 << 22  # below this many multiply-adds a call's fixed cost outweighs the faster kernel
 
 
@@ -48,6 +56,71 @@ def _onednn_works() -> bool:
 
 
 _ONEDNN = _onednn_works()
+
+# oneDNN is chosen only when it is this much faster than F.linear (the rest is timing noise on a busy machine).
+ONEDNN_MARGIN = 0.9
+# The measured shapes: 128 tokens through BERT-base's (768, 768) and (3072, 768) weights, forward and backward.
+PROBE_SHAPES = ((128, 768, 768), (128, 768, 3072))
+_CHOICE: dict | None = None
+
+
+def choose_kernel(onednn_s: float, plain_s: float) -> str:
+    """"onednn" when its time is under ONEDNN_MARGIN x the plain time, else "plain" (never slower than F.linear)."""
+    return "onednn" if onednn_s < ONEDNN_MARGIN * plain_s else "plain"
+
+
+def _probe_times(rounds: int = 2) -> tuple[float, float]:
+    """(oneDNN seconds, F.linear seconds): the best of `rounds` interleaved rounds of the three matmuls of a linear
+    layer's forward and backward (output, input gradient, weight gradient) at PROBE_SHAPES, this process's
+    threads."""
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(m, n, generator=g))
+             for m, k, n in PROBE_SHAPES]
+
+    def onednn() -> None:
+        for x, w, grad in cases:
+            _onednn_mm(x, w), _onednn_mm(grad, w.t()), _onednn_mm(grad.t(), x.t())
+
+    def plain() -> None:
+        for x, w, grad in cases:
+            F.linear(x, w), grad @ w, grad.t() @ x
+
+    best = {onednn: float("inf"), plain: float("inf")}
+    with torch.no_grad():
+        for fn in best:  # warm-up: first calls create oneDNN primitives and touch the memory
+            fn()
+        for _ in range(rounds):
+            for fn in best:
+                start = time.perf_counter()
+                fn()
+                best[fn] = min(best[fn], time.perf_counter() - start)
+    return best[onednn], best[plain]
+
+
+def linear_choice() -> dict:
+    """The float32 CPU kernel `linear` uses when a layer's switch is "auto", chosen once per process:
+    {"kernel": "onednn" | "plain", "reason": ..., and where measured "onednn_ms", "plain_ms"}.
+
+    BERTKIT_LINEAR=onednn or plain decides without measuring (auto, the default, measures); ValueError for
+    another value. Without a working oneDNN kernel in this torch build the answer is plain.
+    """
+    global _CHOICE
+    if _CHOICE is not None:
+        return _CHOICE
+    wanted = os.environ.get("BERTKIT_LINEAR", "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "onednn", "plain"):
+        raise ValueError(f"BERTKIT_LINEAR must be auto, onednn or plain, got {wanted!r}")
+    if not _ONEDNN:
+        choice = {"kernel": "plain", "reason": "this torch build has no working oneDNN linear kernel"}
+    elif wanted != "auto":
+        choice = {"kernel": wanted, "reason": f"BERTKIT_LINEAR={wanted}"}
+    else:
+        onednn_s, plain_s = _probe_times()
+        choice = {"kernel": choose_kernel(onednn_s, plain_s), "reason": "measured",
+                  "onednn_ms": round(onednn_s * 1e3, 2), "plain_ms": round(plain_s * 1e3, 2),
+                  "threads": torch.get_num_threads()}
+    _CHOICE = choice
+    return choice
 
 
 class OneDNNLinear(torch.autograd.Function):
@@ -74,21 +147,24 @@ class OneDNNLinear(torch.autograd.Function):
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           onednn: bool = True) -> torch.Tensor:
+           onednn: bool | str | None = "auto") -> torch.Tensor:
     """F.linear(x, weight, bias), on oneDNN (`OneDNNLinear`) for float32 on the CPU outside autocast and
-    torch.compile (which lowers its own matmuls) when the product is large enough; `onednn=False` is the plain
-    path. Same numbers within float32 rounding (tests/test_fastpaths.py)."""
-    if (onednn and _ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32
+    torch.compile (which lowers its own matmuls) when the product is large enough and `onednn` is True, or "auto"
+    (None alike) and `linear_choice()` measured oneDNN faster on this machine; `onednn=False` is the plain path.
+    Same numbers within float32 rounding (tests/models/test_fastpaths.py)."""
+    if (onednn is not False and _ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and x.numel() * weight.shape[0] >= ONEDNN_MIN_MACS
-            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()):
+            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
+            and (onednn is True or linear_choice()["kernel"] == "onednn")):
         return OneDNNLinear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 class Linear(nn.Linear):
-    """nn.Linear computed by `linear`: the `onednn` switch (`set_fast_paths`) picks oneDNN's kernels."""
+    """nn.Linear computed by `linear`: the `onednn` switch (`set_fast_paths`) picks the kernel ("auto": the
+    measured choice; True: oneDNN; False: F.linear)."""
 
-    onednn = True
+    onednn: bool | str = "auto"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.onednn)

@@ -271,7 +271,7 @@ class PredictionHead(nn.Module):
 class MaskedLMHead(PredictionHead):
     """The prediction head, then scores over the vocabulary with the token embeddings (tied) and the decoder bias."""
 
-    onednn = True  # the decoder's matmul on oneDNN where it applies (`linear`)
+    onednn: bool | str = "auto"  # the decoder's matmul kernel (`linear`: measured choice; True oneDNN; False plain)
 
     def __init__(self, config: ModernBertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__(config)

@@ -257,8 +257,9 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
         from starlette.requests import Request
         from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
         from starlette.routing import Route
-    except ImportError:
-        raise ImportError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"") from None
+    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
+        raise ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
+                                  name=err.name) from None
 
     config = config or ServeConfig()
     metrics = Metrics()
@@ -468,8 +469,9 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
     flight first, for up to `config.shutdown_timeout` seconds)."""
     try:
         import uvicorn
-    except ImportError:
-        raise ImportError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"") from None
+    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
+        raise ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
+                                  name=err.name) from None
 
     config = config or ServeConfig()
     engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,
