@@ -103,23 +103,30 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     model.to(device).eval()
     T = min(max_seq_length, getattr(model.config, "max_length", max_seq_length))  # T5: relative positions, no limit
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     features: list[np.ndarray | None] = [None] * len(encoded)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in chosen)
-        ids = torch.full((len(chosen), width), tokenizer.pad_id, dtype=torch.long)
-        mask, types = torch.zeros_like(ids), torch.zeros_like(ids)
-        for row, i in enumerate(chosen):
-            ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
-            mask[row, :len(encoded[i])] = 1
-            # the tokenizer's own segment ids (all 0 for one text, except XLNet's <cls>, segment 2)
-            types[row, :len(encoded[i])] = torch.tensor(encoded[i].token_type_ids)
+    for chosen, ids, mask, types in length_sorted_batches(encoded, batch_size, tokenizer.pad_id):
         hidden = encoder_hidden_states(model, ids.to(device), mask.to(device), types.to(device), tokenizer)
         combined = combine_layers(hidden, layers, combine).float().cpu().numpy()
         for row, i in enumerate(chosen):
             features[i] = combined[row, :len(encoded[i])]
     return features, [e.tokens for e in encoded]  # type: ignore[return-value]
+
+
+def length_sorted_batches(encoded: Sequence, batch_size: int, pad_id: int):
+    """Batches of encodings sorted by length (similar lengths together: little padding). Yields (chosen, ids, mask,
+    types): the encodings' indices in this batch, and (B, T) long tensors padded to the batch's longest, with the
+    tokenizer's own segment ids (all 0 for one text, except XLNet's <cls>, segment 2)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        width = max(len(encoded[i]) for i in chosen)
+        ids = torch.full((len(chosen), width), pad_id, dtype=torch.long)
+        mask, types = torch.zeros_like(ids), torch.zeros_like(ids)
+        for row, i in enumerate(chosen):
+            ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
+            mask[row, :len(encoded[i])] = 1
+            types[row, :len(encoded[i])] = torch.tensor(encoded[i].token_type_ids)
+        yield chosen, ids, mask, types
 
 
 def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], tokens: Sequence[Sequence[str]],
@@ -175,17 +182,8 @@ def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling
     limit = getattr(model.config, "max_length", 512)
     T = min(max_seq_length or model.sentence.max_seq_length or limit, limit)
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     out = np.zeros((len(encoded), model.dimension), dtype=np.float32)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in chosen)
-        ids = torch.full((len(chosen), width), tokenizer.pad_id, dtype=torch.long)
-        mask, types = torch.zeros_like(ids), torch.zeros_like(ids)
-        for row, i in enumerate(chosen):
-            ids[row, :len(encoded[i])] = torch.tensor(encoded[i].input_ids)
-            mask[row, :len(encoded[i])] = 1
-            types[row, :len(encoded[i])] = torch.tensor(encoded[i].token_type_ids)
+    for chosen, ids, mask, types in length_sorted_batches(encoded, batch_size, tokenizer.pad_id):
         out[chosen] = model.embed(ids.to(device), mask.to(device), types.to(device)).float().cpu().numpy()
     return out
 

@@ -83,16 +83,9 @@ def _json_bytes(value: Any) -> bytes:
 
 def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[list[Any], dict[str, Any]]:
     """The inputs and options of a POST /v1/predict body; RequestError 400 / 413 / 422 for a bad one."""
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise RequestError(400, f"the body is not UTF-8: {err.reason} at byte {err.start}") from None
-    except json.JSONDecodeError as err:
-        raise RequestError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    data = compat.json_body(body, ' {"inputs": [...]}')
     required, optional = INPUT_FIELDS[engine.kind]
     allowed = set(required) | set(optional)
-    if not isinstance(data, dict):
-        raise RequestError(422, f"expected a JSON object {{\"inputs\": [...]}}, got a {type(data).__name__}")
     options: dict[str, Any] = {}
     if "inputs" in data:
         top = {"inputs", "top_k"} | ({"pooling"} if engine.kind == "embeddings" else set()) | (

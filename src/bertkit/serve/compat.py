@@ -39,8 +39,9 @@ class RequestError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-def json_body(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; RequestError 400 (not UTF-8, not JSON) or 422 (not an object)."""
+def json_body(body: bytes, shape: str = "") -> dict[str, Any]:
+    """The body as a JSON object; RequestError 400 (not UTF-8, not JSON) or 422 (not an object; `shape`, e.g.
+    ' {"inputs": [...]}', is named in that message)."""
     try:
         data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -48,7 +49,7 @@ def json_body(body: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         raise RequestError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     if not isinstance(data, dict):
-        raise RequestError(422, f"expected a JSON object, got a {type(data).__name__}")
+        raise RequestError(422, f"expected a JSON object{shape}, got a {type(data).__name__}")
     return data
 
 
