@@ -106,3 +106,25 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTKIT_DEBUG", "1")
     with pytest.raises(FileNotFoundError):
         main(["info", str(tmp_path / "nope")])
+
+
+def test_pretrain_help_lists_every_architectures_fields(capsys):
+    """`bertkit pretrain --help` shows every field of every config class of the architecture table (XLNet's
+    included), each under a section of its class, and each is an option the command takes."""
+    import dataclasses
+
+    from bertkit.models.registry import config_classes
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    text = capsys.readouterr().out
+    sections = text.split("\n  [")[1:]
+    for cls in config_classes():
+        name = cls.__name__
+        shown = [s for s in sections if s.startswith("model") and all(
+            f"--{f.name.replace('_', '-')} " in s for f in dataclasses.fields(cls))]
+        assert shown, f"{name}: a field is missing from pretrain --help"
+    parser = build_parser()
+    args, extra = parser.parse_known_args(["pretrain", "--data", "d", "--out", "o", "--d-model", "64",
+                                           "--mem-len", "8", "--filters", "x"])
+    assert extra == [] and (args.field_d_model, args.field_mem_len, args.field_filters) == ("64", "8", "x")

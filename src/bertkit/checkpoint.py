@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
+from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
 from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
@@ -167,7 +167,6 @@ class Format:
     class_prefix: str  # "Bert" in our architecture names becomes this ("Roberta")
     architectures: dict[str, str] = field(default_factory=dict)  # our architecture -> theirs, where not a rename
     label: str = "BERT"  # how error messages name the family
-    config_class: type = BertConfig  # the config dataclass that reads and writes this family's config.json
     pooler: bool = True  # the bare encoder class takes `add_pooler` (BERT's pooler; ModernBERT has none)
     # head family -> our tensor prefixes that start fresh when the file holds that family's other tensors
     # (a ModernBERT classifier on an MLM directory reuses its prediction head, as transformers does)
@@ -177,7 +176,8 @@ class Format:
     adapt: Callable | None = None
 
 
-FORMATS: dict[str, Format] = {
+# The BERT family: one set of classes, five on-disk spellings.
+_BERT_FAMILY: dict[str, Format] = {
     "bert": Format("bert.", ENCODER_KEYS, HEAD_KEYS, REDUNDANT_KEYS, "Bert"),
     "roberta": Format("roberta.", ENCODER_KEYS, {"pretraining": _ROBERTA_LM, "mlm": _ROBERTA_LM, **_DENSE_TASK_HEADS},
                       (*_BUFFERS, "lm_head.decoder.weight", "lm_head.decoder.bias"), "Roberta",
@@ -218,11 +218,11 @@ MODERNBERT_ENCODER_KEYS: dict[str, str] = {
 # Question answering is transformers' ModernBertForQuestionAnswering: the classifiers' names, two outputs.
 _MODERNBERT_CLASSIFIER = {**_linear("head.dense", "head.dense"), **_linear("head.norm", "head.norm"),
                           **_linear("classifier", "classifier")}
-FORMATS["modernbert"] = Format(
+_MODERNBERT = Format(
     "model.", MODERNBERT_ENCODER_KEYS,
     {"mlm": {**_linear("head.dense", "mlm.dense"), **_linear("head.norm", "mlm.norm"), "decoder.bias": "mlm.bias"},
      "classifier": _MODERNBERT_CLASSIFIER, "qa": _MODERNBERT_CLASSIFIER},
-    ("decoder.weight",), "ModernBert", label="ModernBERT", config_class=ModernBertConfig, pooler=False,
+    ("decoder.weight",), "ModernBert", label="ModernBERT", pooler=False,
     fresh={"classifier": ("classifier.",), "qa": ("classifier.",)})
 
 
@@ -275,12 +275,12 @@ def _t5_adapt(cls, config: T5Config, weights: dict[str, torch.Tensor], directory
 
 
 _T5_ENCODER = {"shared.weight": "shared.weight", **_t5_stack("encoder", decoder=False)}
-FORMATS["t5"] = Format(
+_T5 = Format(
     "", _T5_ENCODER, {"seq2seq": {**_t5_stack("decoder", decoder=True), "lm_head.weight": "lm_head.weight"}},
     # tied copies of the shared embeddings, and a cross-attention position table old checkpoints carry unused
     ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
      "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
-    "T5", label="T5", config_class=T5Config, pooler=False, adapt=_t5_adapt)
+    "T5", label="T5", pooler=False, adapt=_t5_adapt)
 
 
 # ELMo (bertkit.models.elmo): transformers has no ELMo, so the names on disk are bertkit's own (no prefix); the word
@@ -291,8 +291,8 @@ _ELMO_ENCODER = {name: name for name in (
     "char_cnn.projection.bias",
     *(f"bilm.{side}_layers.{{}}.lstm.{tensor}_l0" for side in ("forward", "backward")
       for tensor in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")))}
-FORMATS["elmo"] = Format("", _ELMO_ENCODER, {"lm": {"softmax.weight": "softmax.weight", "softmax.bias": "softmax.bias"}},
-                         (), "Elmo", label="ELMo", config_class=ElmoConfig, pooler=False)
+_ELMO = Format("", _ELMO_ENCODER, {"lm": {"softmax.weight": "softmax.weight", "softmax.bias": "softmax.bias"}},
+               (), "Elmo", label="ELMo", pooler=False)
 
 
 # XLNet (transformers' XLNetModel, XLNetLMHeadModel, XLNetFor*): its own config class, the encoder under
@@ -310,18 +310,20 @@ XLNET_ENCODER_KEYS: dict[str, str] = {
     **_linear(_XLNET_LAYER + "ff.layer_1", "layers.{}.ffn.up"),
     **_linear(_XLNET_LAYER + "ff.layer_2", "layers.{}.ffn.down"),
 }
-FORMATS["xlnet"] = Format(
+_XLNET = Format(
     "transformer.", XLNET_ENCODER_KEYS,
     {"lm": {"lm_loss.bias": "lm_bias"},
      "sequence": {**_linear("sequence_summary.summary", "summary.dense"), **_linear("logits_proj", "classifier")},
      "token": _linear("classifier", "classifier"), "qa": _linear("qa_outputs", "qa")},
-    ("lm_loss.weight",), "XLNet", label="XLNet", config_class=XLNetConfig, pooler=False)
+    ("lm_loss.weight",), "XLNet", label="XLNet", pooler=False)
+
+# model_type -> its mapping table: the one place the on-disk names of every architecture meet.
+FORMATS: dict[str, Format] = {**_BERT_FAMILY, "modernbert": _MODERNBERT, "t5": _T5, "elmo": _ELMO, "xlnet": _XLNET}
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config") -> BertConfig | ModernBertConfig | T5Config:
-    """A config.json dict as the config class of its `model_type`'s format (BertConfig for the BERT family)."""
-    fmt = FORMATS.get(raw.get("model_type") or "bert")
-    return (fmt.config_class if fmt is not None else BertConfig).from_dict(raw, source=source)
+def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
+    """A config.json dict as the config class of its `model_type` (BertConfig for the BERT family)."""
+    return config_class_for(raw.get("model_type") or "bert").from_dict(raw, source=source)
 
 
 WEIGHTS_NAME = "model.safetensors"

@@ -201,12 +201,11 @@ def parse_overrides(extra: list[str]) -> dict[str, str]:
 def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
     from bertkit.pretrain import pretrain, resolve_config
 
-    overrides = parse_overrides(extra)
-    for key in ("preset", "objective", "max_steps", "batch_size", "max_seq_length", "save_every", "seed",
-                "max_time", "learning_rate"):
-        value = getattr(args, key, None)
-        if value is not None:
-            overrides[key] = value
+    overrides = parse_overrides(extra)  # --section.field value
+    overrides.update({key[len(_FIELD):]: value for key, value in vars(args).items()
+                      if key.startswith(_FIELD) and value is not None})
+    if args.preset is not None:
+        overrides["preset"] = args.preset
     config = resolve_config(args.config, overrides)
     result = pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from,
                       verify_data=args.verify)
@@ -606,6 +605,30 @@ def _default_recipe() -> str:
     return DEFAULT_RECIPE
 
 
+_FIELD = "field_"  # the argparse dest prefix of a generated recipe option (`--max-steps` -> field_max_steps)
+
+
+def _add_pretrain_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per recipe field (data, train and every architecture's model fields: `field_help`, the single
+    source of truth), a string that `resolve_config` converts to the field's type; default None = the recipe's.
+    The epilog lists them by section with the values that run."""
+    from bertkit.pretrain import field_help
+
+    names = dict.fromkeys(name for rows in field_help().values() for name, _, _ in rows)
+    for name in names:  # a field several architectures share is one option: the chosen architecture reads it
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=_FIELD + name, metavar="V", help=argparse.SUPPRESS)
+
+
+def _preset_help() -> str:
+    from bertkit.models.registry import ARCHITECTURES
+
+    by_class: dict = {}
+    for row in ARCHITECTURES.values():
+        by_class.setdefault(row.config_class, row)
+    return "model size, a preset of the recipe's architecture: " + "; ".join(
+        f"{row.name}: {', '.join(row.presets)}" for row in by_class.values())
+
+
 def _pretrain_epilog() -> str:
     from bertkit.pretrain import field_help, recipe_names
 
@@ -878,17 +901,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="run directory (metrics, checkpoints, model)")
     pre.add_argument("--config", help=f"recipe: a YAML file or a built-in name (default: {_default_recipe()}, "
                                       f"whose data and train values the list below shows)")
-    pre.add_argument("--preset", choices=list(__import__("bertkit.config").config.PRESETS), help="model size")
-    pre.add_argument("--objective", help="bert, albert, roberta, roberta-doc, electra, causal, t5 (span "
-                                         "corruption; a T5 encoder-decoder, Unigram shards with sentinels) or "
-                                         "xlnet (permutation LM; shards of an XLNet tokenizer)")
-    pre.add_argument("--max-steps", type=int, help="optimizer steps")
-    pre.add_argument("--max-time", type=float, help="stop after this many seconds")
-    pre.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
-    pre.add_argument("--max-seq-length", type=int, help="tokens per instance")
-    pre.add_argument("--learning-rate", type=float, help="peak learning rate")
-    pre.add_argument("--save-every", type=int, help="checkpoint every N steps")
-    pre.add_argument("--seed", type=int, help="seed")
+    pre.add_argument("--preset", help=_preset_help())
+    _add_pretrain_options(pre)
     pre.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     pre.add_argument("--init-from", help="start from this model directory's weights (e.g. phase 2 at length 512)")
     pre.add_argument("--verify", action="store_true",

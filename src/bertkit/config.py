@@ -15,8 +15,9 @@ machinery (`architectures`, `transformers_version`, `use_cache`, ...) are accept
 change the architecture in a way bertkit does not implement (relative position embeddings, cross-attention,
 sinusoidal positions) are refused.
 
-ModernBERT is another architecture, with its own `ModernBertConfig` (transformers' ModernBertConfig keys, its
-size presets in MODERNBERT_PRESETS); `config_class_for(model_type)` picks the class for a model_type.
+ModernBERT, T5, XLNet and ELMo are other architectures, each with a config class of its own (transformers' keys,
+its size presets in `PRESETS`); `config_class_for(model_type)` picks the class for a model_type, by the class's own
+`model_type`. The other facts about each architecture live in its row of `bertkit.models.registry`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 # Activations the feed-forward block and the MLM head understand, by their transformers names.
 IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
@@ -127,7 +128,13 @@ _f = field_with_help
 
 
 class ConfigFile:
-    """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`."""
+    """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`,
+    its `model_type` and its size `PRESETS`."""
+
+    @classmethod
+    def model_types(cls) -> tuple[str, ...]:
+        """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
+        return (cls.model_type,)
 
     def json_dict(self) -> dict[str, Any]:
         """The keys config.json gets (a config whose `to_dict` leaves some out adds them here)."""
@@ -160,9 +167,22 @@ class ConfigFile:
         return cls.from_dict(data, source=str(path))
 
 
+# name -> (layers L, hidden H); heads A = H/64 and intermediate 4H follow the BERT papers.
+PRESETS: dict[str, tuple[int, int]] = {
+    "tiny": (2, 128),
+    "mini": (4, 256),
+    "small": (4, 512),
+    "medium": (8, 512),
+    "base": (12, 768),
+    "large": (24, 1024),
+}
+
+
 @dataclass(frozen=True)
 class BertConfig(ConfigFile):
     """Hyper-parameters of a BERT-family encoder; names and defaults are those of BERT-base in transformers."""
+
+    PRESETS: ClassVar[dict[str, tuple]] = PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(30522, 'rows of the word-embedding matrix (and of the MLM output layer)')
     hidden_size: int = _f(768, 'H: width of every hidden state')
@@ -264,6 +284,10 @@ class BertConfig(ConfigFile):
                              f"padding offset (pad_token_id {self.pad_token_id})")
 
     # ---- derived facts -------------------------------------------------------------------------------------
+    @classmethod
+    def model_types(cls) -> tuple[str, ...]:
+        return tuple(FAMILIES)
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
@@ -381,15 +405,6 @@ class BertConfig(ConfigFile):
         return {**self.to_dict(), "model_type": self.model_type, **self.family.written}
 
 
-# name -> (layers L, hidden H); heads A = H/64 and intermediate 4H follow the BERT papers.
-PRESETS: dict[str, tuple[int, int]] = {
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
 
 
 # ==================================================================================================================
@@ -407,6 +422,17 @@ _MODERNBERT_IGNORED_KEYS = (_IGNORED_KEYS - {"classifier_dropout", "bos_token_id
 _ROPE_KINDS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
 
 
+# name -> (layers L, hidden H, heads A, intermediate I). base and large are the released ModernBERT shapes (deep and
+# narrow: 64-wide heads, a GeGLU of 1.5H for base); the small ones keep base's proportions for CPU runs.
+MODERNBERT_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 192),
+    "mini": (4, 256, 4, 384),
+    "small": (8, 384, 6, 576),
+    "base": (22, 768, 12, 1152),
+    "large": (28, 1024, 16, 2624),
+}
+
+
 @dataclass(frozen=True)
 class ModernBertConfig(ConfigFile):
     """Hyper-parameters of a ModernBERT encoder; names and defaults are those of ModernBERT-base in transformers.
@@ -414,6 +440,9 @@ class ModernBertConfig(ConfigFile):
     Layer i attends globally when i % global_attn_every_n_layers == 0 and otherwise within a sliding window of
     `local_attention` tokens (a token sees the tokens at distance <= local_attention // 2 on either side).
     """
+
+    model_type: ClassVar[str] = "modernbert"  # the on-disk family (transformers' model_type)
+    PRESETS: ClassVar[dict[str, tuple]] = MODERNBERT_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(50368, 'rows of the token-embedding matrix (and of the MLM decoder)')
     hidden_size: int = _f(768, 'H: width of every hidden state')
@@ -485,10 +514,6 @@ class ModernBertConfig(ConfigFile):
                 raise ValueError(f"ModernBertConfig.{name} must be true or false, got {getattr(self, name)!r}")
 
     # ---- derived facts -------------------------------------------------------------------------------------
-    @property
-    def model_type(self) -> str:
-        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
-        return "modernbert"
 
     @property
     def head_dim(self) -> int:
@@ -607,6 +632,17 @@ _T5_IGNORED_KEYS = (_IGNORED_KEYS - {"eos_token_id", "tie_word_embeddings", "dec
                                      "is_encoder_decoder", "is_decoder"}) | {"n_positions", "num_labels"}
 
 
+# name -> (layers per stack, d_model, heads, d_ff), heads of d_kv 64. small, base and large are the T5 paper's sizes
+# (t5-small, t5-base, t5-large); tiny and mini keep their proportions for CPU runs.
+T5_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (6, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
 @dataclass(frozen=True)
 class T5Config(ConfigFile):
     """Hyper-parameters of a T5 encoder-decoder; names and defaults are those of transformers' T5Config (t5-small).
@@ -614,6 +650,9 @@ class T5Config(ConfigFile):
     T5 1.0 is feed_forward_proj "relu" with the output projection tied to the shared embeddings (and the decoder
     output scaled by d_model**-0.5 before it); T5 1.1 is "gated-gelu" with an lm_head of its own, unscaled.
     """
+
+    model_type: ClassVar[str] = "t5"  # the on-disk family (transformers' model_type)
+    PRESETS: ClassVar[dict[str, tuple]] = T5_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(32128, 'rows of the shared embedding matrix (and of the output projection)')
     d_model: int = _f(512, 'width of every hidden state')
@@ -679,10 +718,6 @@ class T5Config(ConfigFile):
                 raise ValueError(f"T5Config.{name} {value!r} is outside the vocabulary (vocab_size {self.vocab_size})")
 
     # ---- derived facts -------------------------------------------------------------------------------------
-    @property
-    def model_type(self) -> str:
-        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
-        return "t5"
 
     @property
     def decoder_layers(self) -> int:
@@ -772,28 +807,8 @@ class T5Config(ConfigFile):
             raise ValueError(f"{source}: {err}") from None
 
 
-# name -> (layers L, hidden H, heads A, intermediate I). base and large are the released ModernBERT shapes (deep and
-# narrow: 64-wide heads, a GeGLU of 1.5H for base); the small ones keep base's proportions for CPU runs.
-MODERNBERT_PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (2, 128, 2, 192),
-    "mini": (4, 256, 4, 384),
-    "small": (8, 384, 6, 576),
-    "base": (22, 768, 12, 1152),
-    "large": (28, 1024, 16, 2624),
-}
 
 
-# Architectures other than the BERT family: model_type -> (config class, its size presets). Every other model_type
-# (None included) is BertConfig's, with PRESETS.
-# name -> (layers per stack, d_model, heads, d_ff), heads of d_kv 64. small, base and large are the T5 paper's sizes
-# (t5-small, t5-base, t5-large); tiny and mini keep their proportions for CPU runs.
-T5_PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (2, 128, 2, 512),
-    "mini": (4, 256, 4, 1024),
-    "small": (6, 512, 8, 2048),
-    "base": (12, 768, 12, 3072),
-    "large": (24, 1024, 16, 4096),
-}
 
 
 # ==================================================================================================================
@@ -809,12 +824,26 @@ _XLNET_IGNORED_KEYS = (_IGNORED_KEYS - {"bos_token_id", "eos_token_id", "tie_wor
     "start_n_top", "end_n_top", "num_labels", "n_token", "use_mems_eval", "use_mems_train", "layer_norm_epsilon"}
 
 
+# name -> (layers L, d_model, heads, d_inner), heads of 64. base and large are the paper's XLNet-Base and -Large;
+# tiny and mini keep their proportions for CPU runs (mini: the `mini` BERT's shape).
+XLNET_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
 @dataclass(frozen=True)
 class XLNetConfig(ConfigFile):
     """Hyper-parameters of an XLNet; names and defaults are those of transformers' XLNetConfig (xlnet-large).
 
     bertkit builds the bidirectional XLNet (attn_type "bi"); the Transformer-XL decoder ("uni") is refused.
     """
+
+    model_type: ClassVar[str] = "xlnet"  # the on-disk family (transformers' model_type)
+    PRESETS: ClassVar[dict[str, tuple]] = XLNET_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(32000, 'rows of the token-embedding matrix (and of the tied LM head)')
     d_model: int = _f(1024, 'H: width of every hidden state')
@@ -887,10 +916,6 @@ class XLNetConfig(ConfigFile):
                              f"(vocab_size {self.vocab_size})")
 
     # ---- derived facts (the names the other verbs read) ------------------------------------------------------
-    @property
-    def model_type(self) -> str:
-        """The on-disk family (transformers' `model_type`); what checkpoint.py dispatches on."""
-        return "xlnet"
 
     @property
     def hidden_size(self) -> int:
@@ -972,31 +997,8 @@ class XLNetConfig(ConfigFile):
         return dataclasses.replace(config, d_head=None)
 
 
-# name -> (layers L, d_model, heads, d_inner), heads of 64. base and large are the paper's XLNet-Base and -Large;
-# tiny and mini keep their proportions for CPU runs (mini: the `mini` BERT's shape).
-XLNET_PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (2, 128, 2, 512),
-    "mini": (4, 256, 4, 1024),
-    "small": (4, 512, 8, 2048),
-    "base": (12, 768, 12, 3072),
-    "large": (24, 1024, 16, 4096),
-}
 
 
-ARCHITECTURES: dict[str, tuple[type, dict[str, tuple]]] = {
-    "modernbert": (ModernBertConfig, MODERNBERT_PRESETS), "t5": (T5Config, T5_PRESETS),
-    "xlnet": (XLNetConfig, XLNET_PRESETS)}
-
-
-def config_class_for(model_type: str | None) -> type:
-    """The config dataclass of a `model_type`: ModernBertConfig for "modernbert", T5Config for "t5", BertConfig for
-    the BERT family."""
-    return ARCHITECTURES[model_type][0] if model_type in ARCHITECTURES else BertConfig
-
-
-def presets_for(model_type: str | None) -> dict[str, tuple]:
-    """The size presets `config_class_for(model_type).preset` knows."""
-    return ARCHITECTURES[model_type][1] if model_type in ARCHITECTURES else PRESETS
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1016,6 +1018,9 @@ ELMO_PRESETS: dict[str, tuple] = {
 @dataclass(frozen=True)
 class ElmoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (bilm-tf's options.json, in bertkit's names)."""
+
+    model_type: ClassVar[str] = "elmo"  # the on-disk family (transformers' model_type)
+    PRESETS: ClassVar[dict[str, tuple]] = ELMO_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(30000, 'words of the softmax (the word tokenizer\'s vocabulary)')
     char_vocab_size: int = _f(262, 'characters of the character embedding (the word tokenizer\'s, specials '
@@ -1071,9 +1076,6 @@ class ElmoConfig(ConfigFile):
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"ElmoConfig.pad_token_id {self.pad_token_id} is outside the vocabulary")
 
-    @property
-    def model_type(self) -> str:
-        return "elmo"
 
     @property
     def hidden_size(self) -> int:
@@ -1116,4 +1118,16 @@ class ElmoConfig(ConfigFile):
             raise ValueError(f"{source}: {err}") from None
 
 
-ARCHITECTURES["elmo"] = (ElmoConfig, ELMO_PRESETS)
+def config_class_for(model_type: str | None) -> type:
+    """The config dataclass of a `model_type`: the config class that names it as its own (`model_type`, or for
+    BertConfig any key of FAMILIES); BertConfig for None and for a model_type no class knows (whose from_dict then
+    refuses it, naming the model_types bertkit reads)."""
+    for cls in ConfigFile.__subclasses__():
+        if model_type in cls.model_types():
+            return cls
+    return BertConfig
+
+
+def presets_for(model_type: str | None) -> dict[str, tuple]:
+    """The size presets `config_class_for(model_type).preset` knows."""
+    return config_class_for(model_type).PRESETS

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.models import IGNORE_INDEX
+from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, architecture
 
 # objective name -> (instance kind of bertkit.data.loader, pair task or None)
 OBJECTIVES = {
@@ -287,6 +288,23 @@ FAMILY_OBJECTIVES = {
 }
 
 
+def check_objective(objective: str, model_type: str | None) -> None:
+    """ValueError in one line where the architecture's row (bertkit.models.registry) does not take the objective,
+    or the objective trains another architecture only (t5, xlnet, elmo)."""
+    row = architecture(model_type)
+    owner = OBJECTIVE_MODEL_TYPES.get(objective)
+    own = row.implied_by is not None and row.objectives == (row.implied_by,)  # an architecture of one objective
+    if (owner is not None and owner != row.name) or (own and objective not in row.objectives):
+        trained = architecture(owner) if owner is not None else row
+        raise ValueError(f"the {trained.implied_by} objective trains {trained.label} models, and {trained.label} "
+                         f"models pretrain with it only: objective {objective!r} with model_type {model_type!r}")
+    if objective not in row.objectives:
+        why = (f"a sentence-pair head (NSP / SOP), which {row.label} does not have"
+               if objective in OBJECTIVES and OBJECTIVES[objective][1] is not None else "another architecture")
+        raise ValueError(f"the {objective} objective trains {why}; a {row.label} model (model_type {row.name}) "
+                         f"pretrains with the objectives {', '.join(row.objectives)}")
+
+
 def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_weight: float = 50.0,
                       generator_fraction: float = 0.25):
     """(model, objective) that pretrain with objective `name` on an encoder of `config` (a BertConfig).
@@ -296,21 +314,18 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
     type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True); t5:
     T5ForConditionalGeneration + SpanCorruptionObjective (config a T5Config).
     """
-    from bertkit.models import ROLE_CLASSES, BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration
+    from bertkit.models import BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration, class_for
 
+    if name not in OBJECTIVES and name not in FAMILY_OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")
     if name == "electra":
         if config.model_type != "electra":
             raise ValueError(f"the electra objective saves an ElectraForPreTraining discriminator: set the model's "
                              f"model_type to electra (got {config.model_type!r})")
         return GeneratorDiscriminator(config, generator_fraction=generator_fraction), ElectraObjective(rtd_weight)
-    if (name == "t5") != (config.model_type == "t5"):
-        raise ValueError(f"the t5 objective (span corruption) trains a T5 encoder-decoder and a T5 model trains with "
-                         f"it only: objective {name!r} with model_type {config.model_type!r}")
+    check_objective(name, config.model_type)  # the architecture's row takes the objective
     if name == "t5":
         return T5ForConditionalGeneration(config), SpanCorruptionObjective()
-    if (name == "xlnet") != (config.model_type == "xlnet"):
-        raise ValueError(f"the xlnet objective (permutation LM) trains an XLNet and an XLNet model trains with it "
-                         f"only: objective {name!r} with model_type {config.model_type!r}")
     if name == "xlnet":
         from bertkit.models import XLNetLMHeadModel
 
@@ -321,10 +336,8 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
                 "set the model's causal to true" if hasattr(config, "causal") else
                 f"a BERT-family one with causal true; model_type {config.model_type!r} has no causal variant"))
         return BertForCausalLM(config), CausalLMObjective()
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")
     pair_task = OBJECTIVES[name][1]
-    model = ROLE_CLASSES[type(config)]["pretraining"](config)  # BertForPreTraining; ModernBERT: its MLM model
+    model = class_for(config, "pretraining")(config)  # BertForPreTraining; ModernBERT: its MLM model
     if pair_task is not None and getattr(model, "nsp", None) is None:
         raise ValueError(f"the {name} objective trains a sentence-pair head, which model_type {config.model_type!r} "
                          f"does not have")

@@ -29,7 +29,9 @@ import torch
 import yaml
 
 from bertkit.config import BertConfig, check_finite, config_class_for, field_with_help, presets_for
-from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES, build_pretraining, evaluate_pretraining
+from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES
+from bertkit.objectives import (FAMILY_OBJECTIVES, OBJECTIVES, build_pretraining, check_objective,
+                                 evaluate_pretraining)
 
 ALL_OBJECTIVES = {**OBJECTIVES, **FAMILY_OBJECTIVES}  # name -> (instance kind, pair task or None)
 from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
@@ -102,12 +104,11 @@ class DataConfig:
             raise ValueError(f"mean_noise_span_length must be positive, got {self.mean_noise_span_length}")
 
 
-# Objectives that imply an architecture: `--objective t5` alone builds a T5 (the recipe's model_type may say so too).
-OBJECTIVE_MODEL_TYPES = {"t5": "t5", "xlnet": "xlnet", "elmo": "elmo"}
 
 
 def model_type_of(model: dict[str, Any], objective: str) -> str | None:
-    """The model_type a recipe builds: its model section's, else the one its objective implies (None: BERT's)."""
+    """The model_type a recipe builds: its model section's, else the one its objective implies (`--objective t5`
+    alone builds a T5: OBJECTIVE_MODEL_TYPES, from the architecture table); None: BERT's."""
     return model.get("model_type") or OBJECTIVE_MODEL_TYPES.get(objective)
 
 
@@ -135,25 +136,9 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         model_type = model_type_of(self.model, self.data.objective)
-        if (model_type == "elmo") != (self.data.objective == "elmo"):
-            raise ValueError(f"the elmo objective (a biLM over words) trains an ELMo model, and an ELMo model "
-                             f"pretrains with it only: objective {self.data.objective!r} with model_type "
-                             f"{model_type!r}")
         if self.data.lstm_state not in ("carry", "reset"):
             raise ValueError(f"lstm_state must be carry or reset, got {self.data.lstm_state!r}")
-        if (model_type == "t5") != (self.data.objective == "t5"):
-            raise ValueError(f"the t5 objective (span corruption) trains a T5 encoder-decoder, and a T5 model "
-                             f"pretrains with it only: objective {self.data.objective!r} with model_type "
-                             f"{model_type!r}")
-        if (model_type == "xlnet") != (self.data.objective == "xlnet"):
-            raise ValueError(f"the xlnet objective (permutation LM) trains an XLNet, and an XLNet model pretrains "
-                             f"with it only: objective {self.data.objective!r} with model_type {model_type!r}")
-        if model_type == "modernbert" and self.data.objective not in ("roberta", "roberta-doc"):
-            why = ("a sentence-pair head (NSP / SOP), which ModernBERT does not have"
-                   if self.data.objective in OBJECTIVES else "a BERT-family model (BertConfig)")
-            raise ValueError(f"the {self.data.objective} objective trains {why}; a ModernBERT model "
-                             f"(model_type modernbert) pretrains with the masked-LM objectives roberta or "
-                             f"roberta-doc")
+        check_objective(self.data.objective, model_type)
         presets = presets_for(model_type)  # ModernBERT has presets and config fields of its own
         if self.preset not in presets:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(presets)}")
@@ -229,13 +214,20 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 def field_help() -> dict[str, list[tuple[str, Any, str]]]:
     """Every settable field by section: (name, default, help), for `bertkit pretrain --help`. The data and train
     defaults are the default recipe's (what runs without --config), the model's are the config class's."""
-    from bertkit.config import ElmoConfig, ModernBertConfig, T5Config
-
     out: dict[str, list[tuple[str, Any, str]]] = {}
     default = default_config()
-    for section, cls in (("data", DataConfig), ("train", TrainConfig), ("model", BertConfig),
-                         ("model (modernbert: model_type modernbert)", ModernBertConfig),
-                         ("model (t5: objective t5)", T5Config), ("model (elmo: objective elmo)", ElmoConfig)):
+    # One model section per config class, named by the architectures that read it and how a recipe picks them.
+    models = {}
+    for row in ARCHITECTURES.values():
+        models.setdefault(row.config_class, []).append(row)
+    sections = [("data", DataConfig), ("train", TrainConfig)]
+    for cls, rows in models.items():
+        if cls is BertConfig:
+            sections.append(("model", cls))
+            continue
+        how = f"objective {rows[0].implied_by}" if rows[0].implied_by else f"model_type {rows[0].name}"
+        sections.append((f"model ({', '.join(r.name for r in rows)}: {how})", cls))
+    for section, cls in sections:
         values = {"data": default.data, "train": default.train}.get(section)
         out[section] = [(f.name, getattr(values, f.name) if values is not None else f.default,
                          f.metadata.get("help", "")) for f in dataclasses.fields(cls)]
@@ -525,11 +517,6 @@ def check_same_vocabulary(model_dir: str | Path, tokenizer) -> None:
                          f"{tokenizer.vocab_size} tokens: its embeddings would be read with other tokens' ids")
 
 
-def build_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None):
-    """The model `pretrain` would train (see `build_pretraining_model`)."""
-    return build_pretraining_model(config, vocab_size, init_from)[0]
-
-
 def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str = "mini", seed: int = 0,
                    model_type: str = "bert", **overrides: Any) -> Path:
     """Write a randomly initialised model with the given tokenizer: the "from scratch" baseline of a fine-tuning
@@ -540,7 +527,7 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     ids the tokenizer's; "t5": a T5ForConditionalGeneration of T5_PRESETS' `preset` (T5's initialisation), its
     padding, EOS and decoder start ids the tokenizer's. overrides: config fields over the preset.
     """
-    from bertkit.models import ROLE_CLASSES
+    from bertkit.models import pretraining_class
     from bertkit.tokenizers import load_tokenizer
 
     if model_type not in ("bert", "modernbert", "t5"):
@@ -558,7 +545,7 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
                       decoder_start_token_id=tokenizer.pad_id)
     fields.update(overrides)
     config = config_class_for(None if model_type == "bert" else model_type).preset(preset, **fields)
-    model = ROLE_CLASSES[type(config)]["seq2seq" if model_type == "t5" else "pretraining"](config)
+    model = pretraining_class(config)(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
 
@@ -572,7 +559,7 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     masked LM, T5: the encoder-decoder), so every verb that takes the source takes the copy.
     """
     from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-    from bertkit.models import BertForCausalLM, class_for
+    from bertkit.models import pretraining_class
     from bertkit.tokenizers import load_tokenizer
 
     source_dir = Path(source_dir)
@@ -581,10 +568,7 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     config = config_from_dict(read_config(source_dir), source=str(source_dir / CONFIG_NAME))
     tokenizer = load_tokenizer(source_dir)
     torch.manual_seed(seed)
-    if getattr(config, "causal", False):
-        model = BertForCausalLM(config)
-    else:
-        model = class_for(config, "seq2seq" if config.model_type == "t5" else "pretraining", str(source_dir))(config)
+    model = pretraining_class(config)(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
 

@@ -627,10 +627,10 @@ def test_distilbert_bare_encoder(tmp_path):
     ("roberta-base", "roberta", "RobertaForMaskedLM", False), ("albert-base", "albert", "AlbertForPreTraining", True)])
 def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, architecture, pair, tmp_path):
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective
-    from bertkit.pretrain import build_model, resolve_config
+    from bertkit.pretrain import build_pretraining_model, resolve_config
 
     config = resolve_config(recipe, {"preset": "tiny"})
-    model = build_model(config, vocab_size=120)
+    model = build_pretraining_model(config, vocab_size=120)[0]
     assert model.config.model_type == model_type and (model.nsp is not None) == pair
     objective = MaskedLMObjective(pair_task=OBJECTIVES[config.data.objective][1])
     b = synthetic_batches(count=1, B=4)[0]
@@ -649,11 +649,11 @@ def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, arc
     ("causal-mini", "mini", "BertForCausalLM", "roberta"), ("roberta-base", "base", "BertForPreTraining", "roberta"),
     ("albert-base", "base", "BertForPreTraining", "albert"), ("bert-base", "base", "BertForPreTraining", "bert")])
 def test_paper_and_cpu_recipes_resolve_to_their_model(recipe, preset, cls, model_type):
-    from bertkit.pretrain import build_model, resolve_config
+    from bertkit.pretrain import build_pretraining_model, resolve_config
 
     config = resolve_config(recipe)
     assert config.preset == preset
-    model = build_model(resolve_config(recipe, {"preset": "tiny"}), vocab_size=120)
+    model = build_pretraining_model(resolve_config(recipe, {"preset": "tiny"}), vocab_size=120)[0]
     assert type(model).__name__ == cls
     inner = model.discriminator if cls == "GeneratorDiscriminator" else model
     assert inner.config.model_type == model_type and inner.config.causal == (recipe == "causal-mini")

@@ -184,9 +184,9 @@ def test_recipes_and_the_objective_choose_t5():
     assert mini.model["model_type"] == "t5" and mini.train.schedule == "inverse_sqrt"
     alone = resolve_config(None, {"objective": "t5", "d_model": "64", "num_heads": "2"})
     assert alone.model == {"d_model": 64, "num_heads": 2}
-    from bertkit.pretrain import build_model
+    from bertkit.pretrain import build_pretraining_model
 
-    model = build_model(alone, 300)
+    model = build_pretraining_model(alone, 300)[0]
     assert type(model).__name__ == "T5ForConditionalGeneration" and model.config.d_model == 64
     with pytest.raises(ValueError, match="objective 'roberta' with model_type 't5'"):
         resolve_config("t5-mini", {"objective": "roberta"})

@@ -1,73 +1,93 @@
 """Every architecture bertkit builds, one file each, sharing the attention layouts (`layouts.py`) and the kernel
-choices (`kernels.py`): `bert.py` (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, causal: one set of classes) and
-`heads.py` (the task models)."""
+choices (`kernels.py`): `bert.py` (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, causal: one set of classes),
+`heads.py` (the task models), `modernbert.py`, `t5.py`, `xlnet.py`, `elmo.py`; `registry.py` is the architecture
+table that says which class serves which use.
 
-from bertkit.config import IGNORE_INDEX, BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
-from bertkit.models.elmo import ElmoLanguageModel, ElmoModel, ElmoOutput
-from bertkit.models.bert import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForReplacedTokenDetection,
-                                 BertModel, BertOutput, ElectraOutput, GeneratorDiscriminator, PreTrainedModel,
-                                 PreTrainingOutput, TaskOutput, check_inputs, compile_layers, generator_config_for,
-                                 set_fast_paths)
-from bertkit.models.heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
-                                  BertForTokenClassification)
-from bertkit.models.kernels import Linear, linear
-from bertkit.models.layouts import Encoded, Padded, Unpadded
-from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForMultipleChoice,
-                                       ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
-                                       ModernBertForTokenClassification, ModernBertModel)
-from bertkit.models.t5 import (DecoderCache, Seq2SeqOutput, T5EncoderModel, T5EncoderOutput,
-                               T5ForConditionalGeneration)
-from bertkit.models.xlnet import (XLNetForMultipleChoice, XLNetForQuestionAnswering, XLNetForSequenceClassification,
-                                  XLNetForTokenClassification, XLNetLMHeadModel, XLNetModel)
+The model files load torch, so they are imported on first use (PEP 562): `bertkit.models.registry` and the task
+families that read it stay free of torch.
+"""
 
-__all__ = ["ElmoLanguageModel", "ElmoModel", "ElmoOutput", "ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
-           "ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertModel",
-           "DecoderCache", "Seq2SeqOutput", "T5EncoderModel", "T5EncoderOutput", "T5ForConditionalGeneration",
-           "IGNORE_INDEX", "BertForCausalLM", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
-           "BertForQuestionAnswering", "BertForReplacedTokenDetection", "BertForSequenceClassification",
-           "BertForTokenClassification", "BertModel", "Encoded", "Padded", "Unpadded", "BertOutput", "ElectraOutput", "GeneratorDiscriminator",
-           "Linear", "PreTrainedModel", "PreTrainingOutput", "TaskOutput", "check_inputs", "compile_layers",
-           "generator_config_for", "linear", "set_fast_paths", "XLNetForMultipleChoice", "XLNetForQuestionAnswering",
-           "XLNetForSequenceClassification", "XLNetForTokenClassification", "XLNetLMHeadModel", "XLNetModel",
-           "ROLE_CLASSES", "ROLE_NAMES", "class_for",
-           "model_class"]
+from __future__ import annotations
 
-# The class each use loads a model directory as, by the config class its config.json reads as (BertConfig for the
-# whole BERT family): "pretraining" (fill-mask, pretraining; BERT's has the NSP head), "mlm" (the masked-LM model
-# alone: MLM distillation), "encoder" (features), and the task models "sequence", "token", "choice" (SWAG) and "qa".
-ROLE_CLASSES: dict[type, dict[str, type]] = {
-    BertConfig: {"pretraining": BertForPreTraining, "mlm": BertForMaskedLM, "encoder": BertModel,
-                 "sequence": BertForSequenceClassification, "token": BertForTokenClassification,
-                 "choice": BertForMultipleChoice, "qa": BertForQuestionAnswering},
-    ModernBertConfig: {"pretraining": ModernBertForMaskedLM, "mlm": ModernBertForMaskedLM, "encoder": ModernBertModel,
-                       "sequence": ModernBertForSequenceClassification, "token": ModernBertForTokenClassification,
-                       "choice": ModernBertForMultipleChoice, "qa": ModernBertForQuestionAnswering},
-    # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
-    T5Config: {"encoder": T5EncoderModel, "seq2seq": T5ForConditionalGeneration},
-    # XLNet pretrains by permutation LM ("pretraining": the LM head model); it has no masked-LM model.
-    XLNetConfig: {"pretraining": XLNetLMHeadModel, "encoder": XLNetModel, "sequence": XLNetForSequenceClassification,
-                  "token": XLNetForTokenClassification, "choice": XLNetForMultipleChoice,
-                  "qa": XLNetForQuestionAnswering},
-}
-# ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder models.
-ROLE_CLASSES[ElmoConfig] = {"pretraining": ElmoLanguageModel, "encoder": ElmoModel}
-# Embedding models (bertkit.tasks.embed): an encoder with sentence-transformers' pooling.
-from bertkit.models.pooling import SentenceEncoder  # noqa: E402
+import importlib
+from typing import TYPE_CHECKING, Any
 
-for _row in (ROLE_CLASSES[BertConfig], ROLE_CLASSES[ModernBertConfig]):
-    _row["embedding"] = SentenceEncoder
-# How errors name a role.
-ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
-              "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",
-              "qa": "question-answering", "embedding": "sentence-embedding", "seq2seq": "text-to-text (encoder-decoder)"}
+from bertkit.config import IGNORE_INDEX
+from bertkit.models.registry import ARCHITECTURES, ROLE_NAMES, architecture_of
+
+if TYPE_CHECKING:
+    from bertkit.models.bert import (BertForCausalLM, BertForMaskedLM, BertForPreTraining,  # noqa: F401
+                                     BertForReplacedTokenDetection, BertModel, BertOutput, ElectraOutput,
+                                     GeneratorDiscriminator, PreTrainedModel, PreTrainingOutput, TaskOutput,
+                                     check_inputs, compile_layers, generator_config_for, set_fast_paths)
+    from bertkit.models.elmo import ElmoLanguageModel, ElmoModel, ElmoOutput  # noqa: F401
+    from bertkit.models.heads import (BertForMultipleChoice, BertForQuestionAnswering,  # noqa: F401
+                                      BertForSequenceClassification, BertForTokenClassification)
+    from bertkit.models.kernels import Linear, linear  # noqa: F401
+    from bertkit.models.layouts import Encoded, Padded, Unpadded  # noqa: F401
+    from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForMultipleChoice,  # noqa: F401
+                                           ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
+                                           ModernBertForTokenClassification, ModernBertModel)
+    from bertkit.models.pooling import SentenceEncoder  # noqa: F401
+    from bertkit.models.t5 import (DecoderCache, Seq2SeqOutput, T5EncoderModel, T5EncoderOutput,  # noqa: F401
+                                   T5ForConditionalGeneration)
+    from bertkit.models.xlnet import (XLNetForMultipleChoice, XLNetForQuestionAnswering,  # noqa: F401
+                                      XLNetForSequenceClassification, XLNetForTokenClassification, XLNetLMHeadModel,
+                                      XLNetModel)
+
+# Public name -> the file that defines it.
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "bert": ("BertForCausalLM", "BertForMaskedLM", "BertForPreTraining", "BertForReplacedTokenDetection", "BertModel",
+             "BertOutput", "ElectraOutput", "GeneratorDiscriminator", "PreTrainedModel", "PreTrainingOutput",
+             "TaskOutput", "check_inputs", "compile_layers", "generator_config_for", "set_fast_paths"),
+    "elmo": ("ElmoLanguageModel", "ElmoModel", "ElmoOutput"),
+    "heads": ("BertForMultipleChoice", "BertForQuestionAnswering", "BertForSequenceClassification",
+              "BertForTokenClassification"),
+    "kernels": ("Linear", "linear"),
+    "layouts": ("Encoded", "Padded", "Unpadded"),
+    "modernbert": ("ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
+                   "ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertModel"),
+    "pooling": ("SentenceEncoder",),
+    "t5": ("DecoderCache", "Seq2SeqOutput", "T5EncoderModel", "T5EncoderOutput", "T5ForConditionalGeneration"),
+    "xlnet": ("XLNetForMultipleChoice", "XLNetForQuestionAnswering", "XLNetForSequenceClassification",
+              "XLNetForTokenClassification", "XLNetLMHeadModel", "XLNetModel"),
+}.items() for name in names}
+
+__all__ = sorted({*_LAZY, "IGNORE_INDEX", "ROLE_CLASSES", "ROLE_NAMES", "class_for", "model_class",
+                  "pretraining_class"} - {"SentenceEncoder"})
+
+
+def _role_classes() -> dict[type, dict[str, type]]:
+    """config class -> {role: model class}, from the architecture table (the BERT family's row for BertConfig)."""
+    rows: dict[type, dict[str, type]] = {}
+    for row in ARCHITECTURES.values():
+        rows.setdefault(row.config_class, {role: __getattr__(name) for role, name in row.roles.items()})
+    return rows
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ROLE_CLASSES":
+        # The class each use loads a model directory as, by the config class its config.json reads as: derived
+        # once from bertkit.models.registry (a dict, so a test may take a role away with monkeypatch.setitem).
+        value = _role_classes()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(f"bertkit.models.{_LAZY[name]}"), name)
+    else:
+        raise AttributeError(f"module 'bertkit.models' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def class_for(config, role: str, what: str = "") -> type:
-    """The model class of `role` (a key of ROLE_CLASSES' rows) for a model of `config` (any config class).
+    """The model class of `role` (a ROLE_NAMES key) for a model of `config` (any config class).
 
     Raises ValueError naming the model type and the role when bertkit has no such model for that architecture
     (`what`: the directory or verb, for the message)."""
-    row = ROLE_CLASSES.get(type(config), {})
+    row = (globals().get("ROLE_CLASSES") or __getattr__("ROLE_CLASSES")).get(type(config), {})
     if role not in row:
         where = f" ({what})" if what else ""
         raise ValueError(f"bertkit has no {ROLE_NAMES.get(role, role)} model for model_type "
@@ -75,9 +95,16 @@ def class_for(config, role: str, what: str = "") -> type:
     return row[role]
 
 
+def pretraining_class(config) -> type:
+    """The class a model of `config` pretrains as: its architecture row's pretraining role (BertForCausalLM for a
+    causal BERT-family config, T5's encoder-decoder, BertForPreTraining, ModernBERT's masked LM, ...)."""
+    row = architecture_of(config)
+    return __getattr__(row.roles[row.pretraining_role])
+
+
 def model_class(directory, role: str) -> type:
-    """The model class that loads `directory` (a model directory) for `role` (a key of ROLE_CLASSES' rows);
-    ValueError naming the model type where that architecture has no such model."""
+    """The model class that loads `directory` (a model directory) for `role` (a ROLE_NAMES key); ValueError naming
+    the model type where that architecture has no such model."""
     from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
 
     config = config_from_dict(read_config(directory), source=f"{directory}/{CONFIG_NAME}")

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.models.registry import ARCHITECTURES, refused_cells
 
 # kind -> the module whose family registers it: the one line a new task adds here.
 TASK_MODULES = {
@@ -64,31 +65,16 @@ _REGISTRY: dict[str, type["TaskFamily"]] = {}
 # ------------------------------------------------------------------------------------------------------------------
 # The model family x task kind matrix (docs/reference/family-matrix.md): every cell works, with transformers'
 # parity where transformers has the model, except the cells of REFUSED, which are refused in one line with the
-# reason given here. This is the one list of them: the code that refuses reads it (`refusal`), and the matrix test
-# (tests/models/test_family_matrix.py) runs every other cell of the cross product.
+# reason its row of the architecture table (bertkit.models.registry) gives. The code that refuses reads REFUSED
+# (`refusal`), and the matrix test (tests/models/test_family_matrix.py) runs every other cell of the cross product.
 # ------------------------------------------------------------------------------------------------------------------
 # Families as users name them ("causal": a BERT-family model with causal attention, is_decoder in config.json) ->
-# how messages name them.
-MATRIX_FAMILIES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
-                   "distilbert": "DistilBERT", "causal": "causal (GPT-style) BERT", "modernbert": "ModernBERT",
-                   "t5": "T5", "xlnet": "XLNet", "elmo": "ELMo"}
+# how messages name them: the rows of the architecture table.
+MATRIX_FAMILIES = {name: row.label for name, row in ARCHITECTURES.items()}
 # The fine-tuning kinds (glue: a sentence-pair task), prediction with a fine-tuned model, and ONNX export.
 MATRIX_KINDS = ("classify", "glue", "ner", "squad", "swag", "predict", "export")
-_T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
-REFUSED: dict[tuple[str, str], str] = {
-    ("t5", "ner"): _T5_TEXT + "tagging every token needs an encoder with a per-token head (BERT, ModernBERT, XLNet)",
-    ("t5", "swag"): _T5_TEXT + "scoring choices needs an encoder with a per-choice head (BERT, ModernBERT, XLNet)",
-    ("t5", "export"): "an encoder-decoder generates token by token, which needs an encoder graph and a decoder-step "
-                      "graph (with its key/value cache) driven by a loop outside ONNX; serve T5 with the torch "
-                      "backend",
-    ("elmo", "swag"): "ELMo's layers feed frozen-feature task models for sequences, tokens and answer spans "
-                      "(--frozen); bertkit has no multiple-choice model on them",
-    ("elmo", "export"): "an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the torch "
-                        "backend; ONNX export covers the BERT family and ModernBERT",
-    ("xlnet", "export"): "bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
-                         "torch.export cannot follow, and no exported graph is checked against it); serve XLNet with "
-                         "the torch backend",
-}
+# (family, kind) -> why it is refused: each architecture's row says which kinds it refuses and why.
+REFUSED: dict[tuple[str, str], str] = refused_cells()
 
 
 def matrix_family(raw_config: dict) -> str:

@@ -1,0 +1,161 @@
+"""The architecture table: one row per architecture bertkit builds, holding every fact the verbs ask about it.
+
+A row says which config class reads its config.json (and so its size presets, `config_class.PRESETS`), which
+model class serves each use ("role"), which pretraining objectives it takes, whether it generates, whether it
+exports to ONNX (and why not), whether its tasks run text to text, which task kinds it refuses (and why), and the
+tokenizer its released checkpoints use. Everything that used to be a table of its own beside the models is
+derived from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `bertkit.pretrain.OBJECTIVE_MODEL_TYPES` and
+its checks, the refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), and the model fields
+`bertkit pretrain --help` lists.
+
+Adding an architecture is one model file in bertkit/models/, one mapping table in checkpoint.py's FORMATS, one
+config class in config.py, one row here, and tests (docs/reference/adding-an-architecture.md walks through it).
+
+The module imports no torch: model classes are named here (attributes of `bertkit.models`) and imported when a
+verb asks for one (`bertkit.models.class_for`), so the task families read the matrix without loading the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertkit.config import BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
+
+# How errors name a role (the keys of a row's `roles`): "pretraining" (fill-mask, pretraining; BERT's has the NSP
+# head), "mlm" (the masked-LM model alone: MLM distillation), "encoder" (features), the task models "sequence",
+# "token", "choice" (SWAG) and "qa", "embedding" (sentence-transformers' pooling) and "seq2seq" (T5's
+# encoder-decoder: every task text to text).
+ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
+              "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",
+              "qa": "question-answering", "embedding": "sentence-embedding", "seq2seq": "text-to-text (encoder-decoder)"}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Everything bertkit knows about one architecture (a transformers model_type, or "causal")."""
+
+    name: str  # the row's key: transformers' model_type, or "causal" (a BERT-family config with causal true)
+    label: str  # how messages and the docs name it
+    config_class: type  # the frozen dataclass that reads and writes its config.json
+    roles: dict[str, str]  # role (a ROLE_NAMES key) -> the name of its model class in bertkit.models
+    # Pretraining objectives (bertkit.objectives) a recipe may pair with it. The BERT family's finer rules (a pair
+    # objective needs the pair head, electra needs model_type electra, causal needs causal true) are checked on the
+    # config itself by objectives.build_pretraining.
+    objectives: tuple[str, ...]
+    implied_by: str | None = None  # the objective that alone builds this architecture (`--objective t5`)
+    pretraining_role: str = "pretraining"  # the role a fresh model to pretrain is built as (T5: "seq2seq")
+    generates: bool = False  # it continues text token by token (serve's "generate" kind)
+    text_to_text: bool = False  # its task models are one encoder-decoder emitting the answer as text
+    onnx_refusal: str | None = None  # why `bertkit export onnx` refuses it; None: it exports
+    refused: dict[str, str] = field(default_factory=dict)  # fine-tuning / predict kind -> why it is refused
+    tokenizer: str = "wordpiece"  # the tokenizer kind its released checkpoints use (a hint; every kind loads)
+
+    @property
+    def presets(self) -> dict[str, tuple]:
+        """The size presets `config_class.preset(name)` knows."""
+        return self.config_class.PRESETS
+
+    @property
+    def model_type(self) -> str:
+        """transformers' model_type of its config.json ("causal" models are BERT-family ones: "bert")."""
+        return "bert" if self.name == "causal" else self.name
+
+    def refusal(self, kind: str) -> str | None:
+        """Why the kind (a MATRIX_KINDS entry: a fine-tuning kind, "predict" or "export") is refused; None where
+        it works."""
+        return self.onnx_refusal if kind == "export" else self.refused.get(kind)
+
+
+# The task models every BERT-family encoder and ModernBERT has, by role; the BERT family shares one set of classes.
+_ENCODER_TASKS = ("sequence", "token", "choice", "qa")
+_BERT_ROLES = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM", "encoder": "BertModel",
+               **{r: f"BertFor{c}" for r, c in zip(_ENCODER_TASKS, ("SequenceClassification", "TokenClassification",
+                                                                     "MultipleChoice", "QuestionAnswering"))},
+               "embedding": "SentenceEncoder"}
+# Objectives of BertForPreTraining (masked LM, with the family's pair head where the objective has one), and the
+# two that train another model of the same config class (ELECTRA's generator and discriminator, the causal LM).
+_BERT_OBJECTIVES = ("bert", "albert", "roberta", "roberta-doc", "electra", "causal")
+_T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
+
+
+def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any) -> Architecture:
+    return Architecture(name, label, BertConfig, _BERT_ROLES, _BERT_OBJECTIVES, tokenizer=tokenizer, **facts)
+
+
+# The one architecture table. Its order is the docs' order (the family matrix's rows).
+ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
+    _bert_row("bert", "BERT"),
+    _bert_row("roberta", "RoBERTa", tokenizer="bpe"),
+    _bert_row("albert", "ALBERT", tokenizer="unigram"),
+    _bert_row("electra", "ELECTRA"),
+    _bert_row("distilbert", "DistilBERT"),
+    # A BERT-family config with causal true (is_decoder in config.json): a GPT-style LM that also fine-tunes.
+    Architecture("causal", "causal (GPT-style) BERT", BertConfig, {**_BERT_ROLES, "pretraining": "BertForCausalLM"},
+                 ("causal",), generates=True, tokenizer="bpe"),
+    Architecture("modernbert", "ModernBERT", ModernBertConfig,
+                 {"pretraining": "ModernBertForMaskedLM", "mlm": "ModernBertForMaskedLM", "encoder": "ModernBertModel",
+                  **{r: f"ModernBertFor{c}" for r, c in zip(_ENCODER_TASKS, (
+                      "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))},
+                  "embedding": "SentenceEncoder"},
+                 ("roberta", "roberta-doc"), tokenizer="bpe"),
+    # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
+    Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
+                 ("t5",), implied_by="t5", pretraining_role="seq2seq", generates=True, text_to_text=True, tokenizer="unigram",
+                 onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
+                              "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
+                              "with the torch backend",
+                 refused={"ner": _T5_TEXT + "tagging every token needs an encoder with a per-token head (BERT, "
+                                            "ModernBERT, XLNet)",
+                          "swag": _T5_TEXT + "scoring choices needs an encoder with a per-choice head (BERT, "
+                                             "ModernBERT, XLNet)"}),
+    # XLNet pretrains by permutation LM ("pretraining": the LM head model); it has no masked-LM model.
+    Architecture("xlnet", "XLNet", XLNetConfig,
+                 {"pretraining": "XLNetLMHeadModel", "encoder": "XLNetModel",
+                  **{r: f"XLNetFor{c}" for r, c in zip(_ENCODER_TASKS, (
+                      "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))}},
+                 ("xlnet",), implied_by="xlnet", tokenizer="unigram",
+                 onnx_refusal="bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
+                              "torch.export cannot follow, and no exported graph is checked against it); serve XLNet "
+                              "with the torch backend"),
+    # ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder
+    # models.
+    Architecture("elmo", "ELMo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
+                 ("elmo",), implied_by="elmo", tokenizer="word",
+                 onnx_refusal="an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the "
+                              "torch backend; ONNX export covers the BERT family and ModernBERT",
+                 refused={"swag": "ELMo's layers feed frozen-feature task models for sequences, tokens and answer "
+                                  "spans (--frozen); bertkit has no multiple-choice model on them"}),
+)}
+
+# Objectives that imply an architecture: `--objective t5` alone builds a T5 (the recipe's model_type may say so too).
+OBJECTIVE_MODEL_TYPES: dict[str, str] = {row.implied_by: row.name for row in ARCHITECTURES.values()
+                                         if row.implied_by is not None}
+
+
+def architecture(name: str | None) -> Architecture:
+    """The row of a model_type (None: BERT's) or "causal"; ValueError naming the known ones otherwise."""
+    row = ARCHITECTURES.get(name or "bert")
+    if row is None:
+        raise ValueError(f"unknown model_type {name!r}; bertkit builds {', '.join(ARCHITECTURES)}")
+    return row
+
+
+def architecture_of(config: Any) -> Architecture:
+    """The row of a config object (any config class): its model_type's, "causal" for a causal BERT-family one."""
+    return ARCHITECTURES["causal" if getattr(config, "causal", False) else config.model_type]
+
+
+def config_classes() -> list[type]:
+    """Every config class, once each, in the table's order (BertConfig first)."""
+    return list(dict.fromkeys(row.config_class for row in ARCHITECTURES.values()))
+
+
+def refused_cells() -> dict[tuple[str, str], str]:
+    """(architecture, kind) -> why that verb is refused, for every refused cell of the family x kind matrix."""
+    cells = {}
+    for row in ARCHITECTURES.values():
+        cells.update({(row.name, kind): reason for kind, reason in row.refused.items()})
+        if row.onnx_refusal is not None:
+            cells[row.name, "export"] = row.onnx_refusal
+    return cells
