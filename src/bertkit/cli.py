@@ -224,7 +224,9 @@ def cmd_init(args: argparse.Namespace) -> None:
     if args.tokenizer is None:
         raise ValueError("bertkit init needs --tokenizer (or --like MODEL_DIR to copy an architecture)")
     path = init_model_dir(args.out, args.tokenizer, preset=args.preset, seed=args.seed, model_type=args.model_type)
-    name = {"bert": "BERT", "modernbert": "ModernBERT", "t5": "T5"}[args.model_type]
+    from bertkit.models.registry import architecture
+
+    name = architecture(args.model_type).label
     print(f"wrote a randomly initialised {args.preset} {name} to {path}")
 
 

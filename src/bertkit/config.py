@@ -119,6 +119,24 @@ def check_finite(config: Any, names: tuple[str, ...]) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {value!r}")
 
 
+def check_fields(config: Any, names: tuple[str, ...], rule: str) -> None:
+    """ValueError naming the first of `config`'s fields `names` that breaks `rule`: "positive integer" (an int, not
+    a bool, above 0), "positive number" (an int or float above 0), "probability" (in [0, 1]) or "boolean"."""
+    for name in names:
+        value = getattr(config, name)
+        if rule == "positive integer":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        elif rule == "positive number":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        elif rule == "probability":
+            ok = 0.0 <= value <= 1.0
+        else:
+            ok = isinstance(value, bool)
+        if not ok:
+            said = {"probability": "be in [0, 1]", "boolean": "be true or false"}.get(rule, f"be a {rule}")
+            raise ValueError(f"{type(config).__name__}.{name} must {said}, got {value!r}")
+
+
 def field_with_help(default: Any, help: str) -> Any:
     """A dataclass field carrying its help text: the CLI builds its options and `--help` from these."""
     return dataclasses.field(default=default, metadata={"help": help})
@@ -131,10 +149,40 @@ class ConfigFile:
     """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`,
     its `model_type` and its size `PRESETS`."""
 
+    LABEL: ClassVar[str] = ""  # how errors name a config of this class ("a T5", "an XLNet")
+    # config.json keys read besides the fields (and checked by from_dict), and keys read and dropped
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset()
+    IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset()
+
     @classmethod
     def model_types(cls) -> tuple[str, ...]:
         """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
         return (cls.model_type,)
+
+    def field_dict(self) -> dict[str, Any]:
+        """Every field under its own name: the config.json keys of an architecture whose fields are its keys."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def read_fields(cls, data: dict[str, Any], source: str) -> dict[str, Any]:
+        """The fields a config.json dict gives, strictly: a model_type other than the class's, and any key that is
+        neither a field nor one of EXTRA_KEYS / IGNORED_KEYS, are refused naming it and `source` (the file)."""
+        if data.get("model_type") != cls.model_type:
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not {cls.LABEL} config")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in data if k not in names and k not in cls.EXTRA_KEYS and k not in cls.IGNORED_KEYS)
+        if unknown:
+            raise ValueError(f"{source}: unknown config keys {unknown}")
+        return {name: data[name] for name in names if name in data}
+
+    @classmethod
+    def build(cls, fields: dict[str, Any], source: str):
+        """cls(**fields), a wrong type or value refused in one line naming `source` (the file)."""
+        try:
+            return cls(**fields)
+        except (TypeError, ValueError) as err:
+            key = next((k for k in sorted(fields, key=len, reverse=True) if f".{k} " in str(err)), None)
+            raise ValueError(f"{source}: {err}" + (f" (config key {key!r})" if key else "")) from None
 
     def json_dict(self) -> dict[str, Any]:
         """The keys config.json gets (a config whose `to_dict` leaves some out adds them here)."""
@@ -234,9 +282,7 @@ class BertConfig(ConfigFile):
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"BertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
                              f"hidden_size ({self.hidden_size})")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        check_fields(self, ("hidden_dropout_prob", "attention_probs_dropout_prob"), "probability")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported; choose one of {ACTIVATIONS}")
         if not 0 <= self.pad_token_id < self.vocab_size:
@@ -395,7 +441,7 @@ class BertConfig(ConfigFile):
         if "num_hidden_groups" in family.keys:
             groups = data.get("num_hidden_groups", 1)  # AlbertConfig's default: one weight set for every layer
             fields["num_hidden_groups"] = None if groups == fields.get("num_hidden_layers", 12) else groups
-        try:
+        try:  # no key hint: the family's config.json keys are not the field names (DistilBERT's `dim`)
             return cls(**fields)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from None
@@ -442,6 +488,10 @@ class ModernBertConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "modernbert"  # the on-disk family (transformers' model_type)
+    LABEL: ClassVar[str] = "a ModernBERT"
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"layer_types", "rope_parameters", "rope_scaling",
+                                                      "tie_word_embeddings"})
+    IGNORED_KEYS: ClassVar[frozenset[str]] = _MODERNBERT_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = MODERNBERT_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(50368, 'rows of the token-embedding matrix (and of the MLM decoder)')
@@ -477,11 +527,9 @@ class ModernBertConfig(ConfigFile):
     classifier_activation: str = _f("gelu", 'activation of the prediction head (MLM and classifiers)')
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "global_attn_every_n_layers", "local_attention"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"ModernBertConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "max_position_embeddings", "global_attn_every_n_layers",
+                            "local_attention"), "positive integer")
         check_finite(self, ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
                             "local_rope_theta", "attention_dropout", "embedding_dropout", "mlp_dropout",
                             "classifier_dropout"))  # NaN and infinities pass the range checks below
@@ -491,9 +539,8 @@ class ModernBertConfig(ConfigFile):
         if self.head_dim % 2:
             raise ValueError(f"ModernBertConfig: the head size hidden_size / num_attention_heads = {self.head_dim} "
                              f"must be even (rotary embeddings turn pairs of dimensions)")
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"ModernBertConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        check_fields(self, ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"),
+                     "probability")
         for name in ("hidden_activation", "classifier_activation"):
             if getattr(self, name) not in ACTIVATIONS:
                 raise ValueError(f"ModernBertConfig.{name} {getattr(self, name)!r} is not supported; choose one of "
@@ -504,14 +551,9 @@ class ModernBertConfig(ConfigFile):
         if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"ModernBertConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
                              f"(vocab_size {self.vocab_size})")
-        for name in ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
-                     "local_rope_theta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"ModernBertConfig.{name} must be a positive number, got {value!r}")
-        for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ModernBertConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        check_fields(self, ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                            "local_rope_theta"), "positive number")
+        check_fields(self, ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"), "boolean")
 
     # ---- derived facts -------------------------------------------------------------------------------------
 
@@ -556,7 +598,7 @@ class ModernBertConfig(ConfigFile):
         """The config as transformers' ModernBertConfig takes it: every field under its own name, the attention
         pattern and rotary bases both as the released configs spell them (global_attn_every_n_layers,
         global_rope_theta, local_rope_theta) and as current transformers does (layer_types, rope_parameters)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data = self.field_dict()
         data.update(model_type=self.model_type, layer_types=self.layer_types, tie_word_embeddings=True,
                     rope_parameters={kind: {"rope_type": "default", "rope_theta": getattr(self, name)}
                                      for kind, name in _ROPE_KINDS.items()})
@@ -567,21 +609,13 @@ class ModernBertConfig(ConfigFile):
         """Build from a transformers ModernBERT config dict (current or released spelling); `source` names the
         file in errors. Unknown keys, and values bertkit does not build (untied decoder, scaled rotary, an
         irregular layer pattern, ...), are refused naming the key."""
-        if data.get("model_type") != "modernbert":
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not a ModernBERT config")
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = (names | {"layer_types", "rope_parameters", "rope_scaling", "tie_word_embeddings"}
-                 | _MODERNBERT_IGNORED_KEYS)
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
+        fields = cls.read_fields(data, source)
         if data.get("tie_word_embeddings", True) is not True:
             raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
                              f"bertkit (the MLM decoder is the token-embedding matrix: only true)")
         if data.get("rope_scaling") is not None:
             raise ValueError(f"{source}: rope_scaling={data['rope_scaling']!r} is not supported by bertkit "
                              f"(plain rotary embeddings only)")
-        fields = {name: data[name] for name in names if name in data}
         for kind, params in (data.get("rope_parameters") or {}).items():
             if kind not in _ROPE_KINDS or not isinstance(params, dict):
                 raise ValueError(f"{source}: rope_parameters has an unknown entry {kind!r}")
@@ -595,10 +629,7 @@ class ModernBertConfig(ConfigFile):
         if data.get("layer_types") is not None:
             fields["global_attn_every_n_layers"] = _every_n(data["layer_types"], fields.get(
                 "global_attn_every_n_layers"), fields.get("num_hidden_layers", 22), source)
-        try:
-            return cls(**fields)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from None
+        return cls.build(fields, source)
 
 
 def _every_n(layer_types: Any, stated: Any, num_layers: Any, source: str) -> Any:
@@ -652,6 +683,9 @@ class T5Config(ConfigFile):
     """
 
     model_type: ClassVar[str] = "t5"  # the on-disk family (transformers' model_type)
+    LABEL: ClassVar[str] = "a T5"
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"dense_act_fn", "is_gated_act", "is_decoder"})
+    IGNORED_KEYS: ClassVar[frozenset[str]] = _T5_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = T5_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(32128, 'rows of the shared embedding matrix (and of the output projection)')
@@ -680,11 +714,8 @@ class T5Config(ConfigFile):
 
     def __post_init__(self) -> None:
         check_finite(self, ("dropout_rate", "layer_norm_epsilon", "initializer_factor"))  # NaN passes range checks
-        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
-                     "relative_attention_num_buckets", "relative_attention_max_distance"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"T5Config.{name} must be a positive integer, got {value!r}")
+        check_fields(self, ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                            "relative_attention_num_buckets", "relative_attention_max_distance"), "positive integer")
         layers = self.num_decoder_layers
         if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0):
             raise ValueError(f"T5Config.num_decoder_layers must be a positive integer or None, got {layers!r}")
@@ -700,15 +731,9 @@ class T5Config(ConfigFile):
             raise ValueError(f"T5Config.relative_attention_max_distance ({self.relative_attention_max_distance}) "
                              f"must exceed relative_attention_num_buckets // 2 "
                              f"({self.relative_attention_num_buckets // 2})")
-        if not 0.0 <= self.dropout_rate <= 1.0:
-            raise ValueError(f"T5Config.dropout_rate must be in [0, 1], got {self.dropout_rate!r}")
-        for name in ("layer_norm_epsilon", "initializer_factor"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"T5Config.{name} must be a positive number, got {value!r}")
-        for name in ("tie_word_embeddings", "is_encoder_decoder"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"T5Config.{name} must be true or false, got {getattr(self, name)!r}")
+        check_fields(self, ("dropout_rate",), "probability")
+        check_fields(self, ("layer_norm_epsilon", "initializer_factor"), "positive number")
+        check_fields(self, ("tie_word_embeddings", "is_encoder_decoder"), "boolean")
         if self.scale_decoder_outputs is not None and not isinstance(self.scale_decoder_outputs, bool):
             raise ValueError(f"T5Config.scale_decoder_outputs must be true, false or None, got "
                              f"{self.scale_decoder_outputs!r}")
@@ -775,17 +800,10 @@ class T5Config(ConfigFile):
         """Build from a transformers T5 config dict; `source` names the file in errors. Unknown keys, and values
         bertkit does not build (a decoder config, another feed-forward kind, several EOS ids), are refused naming
         the key."""
-        if data.get("model_type") != "t5":
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not a T5 config")
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = names | {"dense_act_fn", "is_gated_act", "is_decoder"} | _T5_IGNORED_KEYS
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
+        fields = cls.read_fields(data, source)
         if data.get("is_decoder", False) is not False:
             raise ValueError(f"{source}: is_decoder={data['is_decoder']!r} is not supported by bertkit (a T5 "
                              f"directory holds an encoder or an encoder-decoder: only false)")
-        fields = {name: data[name] for name in names if name in data}
         eos = fields.get("eos_token_id")
         if isinstance(eos, list):  # transformers allows a list of EOS ids; generation here stops on one
             if len(eos) != 1:
@@ -801,10 +819,7 @@ class T5Config(ConfigFile):
             if key in data and proj in T5_FEED_FORWARD and data[key] != want:
                 raise ValueError(f"{source}: {key}={data[key]!r} contradicts feed_forward_proj={proj!r} (which "
                                  f"means {key}={want!r})")
-        try:
-            return cls(**fields)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from None
+        return cls.build(fields, source)
 
 
 
@@ -843,6 +858,9 @@ class XLNetConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "xlnet"  # the on-disk family (transformers' model_type)
+    LABEL: ClassVar[str] = "an XLNet"
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"tie_word_embeddings", "summary_proj_to_labels"})
+    IGNORED_KEYS: ClassVar[frozenset[str]] = _XLNET_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = XLNET_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(32000, 'rows of the token-embedding matrix (and of the tied LM head)')
@@ -871,10 +889,7 @@ class XLNetConfig(ConfigFile):
     d_head: int | None = _f(None, 'head size; None = d_model / n_head (the only value transformers accepts)')
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"XLNetConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"), "positive integer")
         check_finite(self, ("initializer_range", "layer_norm_eps", "dropout", "summary_last_dropout",
                             "summary_first_dropout"))
         if self.d_model % self.n_head:
@@ -902,15 +917,9 @@ class XLNetConfig(ConfigFile):
             raise ValueError(f"XLNetConfig: reuse_len ({self.reuse_len}) does not fit in mem_len ({self.mem_len})")
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
             raise ValueError(f"XLNetConfig.clamp_len must be an integer, got {self.clamp_len!r}")
-        for name in ("dropout", "summary_last_dropout", "summary_first_dropout"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"XLNetConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
-        for name in ("initializer_range", "layer_norm_eps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"XLNetConfig.{name} must be a positive number, got {getattr(self, name)!r}")
-        for name in ("bi_data", "same_length", "summary_use_proj"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"XLNetConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        check_fields(self, ("dropout", "summary_last_dropout", "summary_first_dropout"), "probability")
+        check_fields(self, ("initializer_range", "layer_norm_eps"), "positive number")
+        check_fields(self, ("bi_data", "same_length", "summary_use_proj"), "boolean")
         if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"XLNetConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
                              f"(vocab_size {self.vocab_size})")
@@ -960,7 +969,7 @@ class XLNetConfig(ConfigFile):
     # ---- JSON io -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The config as transformers' XLNetConfig takes it (d_head written out, the LM head tied)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data = self.field_dict()
         data.update(model_type=self.model_type, d_head=self.head_dim, tie_word_embeddings=True)
         return data
 
@@ -969,32 +978,20 @@ class XLNetConfig(ConfigFile):
         """Build from a transformers XLNet config dict; `source` names the file in errors. Unknown keys, and values
         bertkit does not build (attn_type "uni", an untied LM head, a summary projected to the labels, ...), are
         refused naming the key."""
-        if data.get("model_type") != "xlnet":
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not an XLNet config")
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = names | {"tie_word_embeddings", "summary_proj_to_labels"} | _XLNET_IGNORED_KEYS
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
+        fields = cls.read_fields(data, source)
         if data.get("tie_word_embeddings", True) is not True:
             raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
                              f"bertkit (the LM head is the token-embedding matrix: only true)")
         if data.get("summary_proj_to_labels", False):
             raise ValueError(f"{source}: summary_proj_to_labels={data['summary_proj_to_labels']!r} is not supported "
                              f"by bertkit (the summary projects to d_model: only false)")
-        fields = {name: data[name] for name in names if name in data}
         if "vocab_size" not in fields and "n_token" in data:  # the name of old configs
             fields["vocab_size"] = data["n_token"]
         if fields.get("summary_activation") == "":
             fields["summary_activation"] = None
         if isinstance(fields.get("eos_token_id"), list):
             fields["eos_token_id"] = fields["eos_token_id"][0] if fields["eos_token_id"] else None
-        try:
-            config = cls(**fields)
-        except (TypeError, ValueError) as err:
-            key = next((k for k in sorted(fields, key=len, reverse=True) if f".{k} " in str(err)), None)
-            raise ValueError(f"{source}: {err}" + (f" (config key {key!r})" if key else "")) from None
-        return dataclasses.replace(config, d_head=None)
+        return dataclasses.replace(cls.build(fields, source), d_head=None)
 
 
 
@@ -1019,7 +1016,9 @@ ELMO_PRESETS: dict[str, tuple] = {
 class ElmoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (bilm-tf's options.json, in bertkit's names)."""
 
-    model_type: ClassVar[str] = "elmo"  # the on-disk family (transformers' model_type)
+    model_type: ClassVar[str] = "elmo"  # the on-disk family (bertkit's own: transformers has no ELMo)
+    LABEL: ClassVar[str] = "an ELMo"
+    IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset({"model_type", "architectures"})
     PRESETS: ClassVar[dict[str, tuple]] = ELMO_PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(30000, 'words of the softmax (the word tokenizer\'s vocabulary)')
@@ -1050,11 +1049,8 @@ class ElmoConfig(ConfigFile):
         if not filters or any(len(f) != 2 or f[0] < 1 or f[1] < 1 for f in filters):
             raise ValueError(f"ElmoConfig.filters must be (width, count) pairs of positive integers, got "
                              f"{self.filters!r}")
-        for name in ("vocab_size", "char_vocab_size", "max_characters", "char_embedding_dim", "projection_dim",
-                     "lstm_dim", "num_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {value!r}")
+        check_fields(self, ("vocab_size", "char_vocab_size", "max_characters", "char_embedding_dim",
+                            "projection_dim", "lstm_dim", "num_layers"), "positive integer")
         if self.max_characters < max(w for w, _ in filters):
             raise ValueError(f"ElmoConfig.max_characters ({self.max_characters}) is narrower than the widest "
                              f"filter ({max(w for w, _ in filters)})")
@@ -1099,23 +1095,11 @@ class ElmoConfig(ConfigFile):
                       "num_layers": layers, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data["filters"] = [list(f) for f in self.filters]
-        data["model_type"] = "elmo"
-        return data
+        return {**self.field_dict(), "filters": [list(f) for f in self.filters], "model_type": "elmo"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ElmoConfig":
-        if data.get("model_type") != "elmo":
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not an ELMo config")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in data if k not in names | {"model_type", "architectures"})
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
-        try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from None
+        return cls.build(cls.read_fields(data, source), source)
 
 
 def config_class_for(model_type: str | None) -> type:

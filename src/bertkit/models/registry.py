@@ -28,7 +28,8 @@ from bertkit.config import BertConfig, ElmoConfig, ModernBertConfig, T5Config, X
 # encoder-decoder: every task text to text).
 ROLE_NAMES = {"pretraining": "pretraining", "mlm": "masked-LM", "encoder": "bare encoder",
               "sequence": "sequence-classification", "token": "token-classification", "choice": "multiple-choice",
-              "qa": "question-answering", "embedding": "sentence-embedding", "seq2seq": "text-to-text (encoder-decoder)"}
+              "qa": "question-answering", "embedding": "sentence-embedding",
+              "seq2seq": "text-to-text (encoder-decoder)"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                  ("roberta", "roberta-doc"), tokenizer="bpe"),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
-                 ("t5",), implied_by="t5", pretraining_role="seq2seq", generates=True, text_to_text=True, tokenizer="unigram",
+                 ("t5",), implied_by="t5", pretraining_role="seq2seq", generates=True, text_to_text=True,
+                 tokenizer="unigram",
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
                               "with the torch backend",

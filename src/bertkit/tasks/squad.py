@@ -603,11 +603,6 @@ def write_null_odds(path: str | os.PathLike[str], null_odds: Mapping[str, float]
     _write_json(path, {k: float(v) for k, v in null_odds.items()})
 
 
-def write_nbest(path: str | os.PathLike[str], nbest: Mapping[str, list[dict]]) -> None:
-    """Write nbest_predictions.json as Google's run_squad.py does."""
-    _write_json(path, dict(nbest))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Official evaluation (evaluate-v1.1.py and evaluate-v2.0.py)
 

@@ -1,0 +1,105 @@
+"""The architecture table (bertkit.models.registry): every row agrees with the code it describes, and the tables
+derived from it (ROLE_CLASSES, OBJECTIVE_MODEL_TYPES, the refused matrix cells, config_class_for, FORMATS' keys)
+hold exactly the rows' facts."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+import bertkit.models as models
+from bertkit.checkpoint import FORMATS
+from bertkit.config import BertConfig, ConfigFile, config_class_for, presets_for
+from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, ROLE_NAMES, architecture,
+                                     architecture_of, config_classes, refused_cells)
+from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES
+from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_every_role_class_exists_and_reads_the_rows_config_class(name):
+    row = ARCHITECTURES[name]
+    assert set(row.roles) <= set(ROLE_NAMES)
+    for role, class_name in row.roles.items():
+        cls = getattr(models, class_name)
+        # SentenceEncoder wraps any encoder; every other class reads config.json as the row's config class
+        if class_name != "SentenceEncoder":
+            assert getattr(cls, "config_class", BertConfig) is row.config_class, (role, class_name)
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_each_row_is_what_config_json_reads_and_checkpoint_maps(name):
+    row = ARCHITECTURES[name]
+    assert config_class_for(row.model_type) is row.config_class
+    assert presets_for(row.model_type) is row.presets and row.presets
+    assert row.model_type in FORMATS  # one mapping table per model_type
+    assert set(row.objectives) <= set(OBJECTIVES) | set(FAMILY_OBJECTIVES)
+    assert all(kind in MATRIX_KINDS for kind in row.refused)
+    assert row.pretraining_role in row.roles
+
+
+def test_the_table_covers_every_mapping_table_and_config_class():
+    assert {row.model_type for row in ARCHITECTURES.values()} == set(FORMATS)
+    assert set(config_classes()) == set(ConfigFile.__subclasses__())
+    # config_class_for derives from the classes' own model_type: an unknown type stays BERT's (its from_dict
+    # then names what bertkit reads)
+    assert config_class_for(None) is BertConfig and config_class_for("gpt2") is BertConfig
+
+
+def test_derived_tables_hold_the_rows_facts():
+    assert OBJECTIVE_MODEL_TYPES == {"t5": "t5", "xlnet": "xlnet", "elmo": "elmo"}
+    assert MATRIX_FAMILIES == {name: row.label for name, row in ARCHITECTURES.items()}
+    assert REFUSED == refused_cells()
+    assert {cell for cell in REFUSED if cell[1] == "export"} == {
+        (name, "export") for name, row in ARCHITECTURES.items() if row.onnx_refusal}
+    assert {name for name, row in ARCHITECTURES.items() if row.onnx_refusal} == {"t5", "xlnet", "elmo"}
+    roles = models.ROLE_CLASSES
+    for row in ARCHITECTURES.values():
+        if row.name not in ("causal", "roberta", "albert", "electra", "distilbert"):  # BertConfig: bert's row
+            assert {r: c.__name__ for r, c in roles[row.config_class].items()} == row.roles
+
+
+def test_class_for_and_pretraining_class_follow_the_rows():
+    from bertkit.config import T5Config, XLNetConfig
+
+    causal = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, causal=True)
+    assert architecture_of(causal).name == "causal" and architecture_of(BertConfig()).name == "bert"
+    assert models.pretraining_class(causal).__name__ == "BertForCausalLM"
+    assert models.pretraining_class(BertConfig()).__name__ == "BertForPreTraining"
+    assert models.pretraining_class(T5Config.preset("tiny")).__name__ == "T5ForConditionalGeneration"
+    assert models.class_for(XLNetConfig.preset("tiny"), "qa").__name__ == "XLNetForQuestionAnswering"
+    with pytest.raises(ValueError, match="bertkit has no masked-LM model for model_type 't5' \\(here\\)"):
+        models.class_for(T5Config.preset("tiny"), "mlm", "here")
+    with pytest.raises(ValueError, match="unknown model_type 'gpt2'"):
+        architecture("gpt2")
+
+
+def test_rows_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ARCHITECTURES["bert"].label = "x"
+
+
+def test_the_table_and_the_matrix_import_without_torch():
+    code = ("import sys, bertkit.models.registry, bertkit.tasks.base\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("objective, model_type, named", [
+    ("roberta", "t5", "objective 'roberta' with model_type 't5'"), ("t5", "bert", "the t5 objective"),
+    ("xlnet", "modernbert", "the xlnet objective"), ("causal", "elmo", "the elmo objective"),
+    ("bert", "modernbert", "sentence-pair head"), ("electra", "modernbert", "roberta, roberta-doc")])
+def test_check_objective_refuses_what_the_row_does_not_take(objective, model_type, named):
+    from bertkit.objectives import check_objective
+
+    with pytest.raises(ValueError, match=named):
+        check_objective(objective, model_type)
+    for name, row in ARCHITECTURES.items():
+        if name != "causal":
+            for taken in row.objectives:
+                check_objective(taken, row.model_type)  # every objective a row lists passes
