@@ -895,7 +895,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_wordpiece_rule_options(prep)
     prep.set_defaults(func=cmd_prepare)
 
-    pre = verbs.add_parser("pretrain", help="pretrain a BERT on prepared shards",
+    pre = verbs.add_parser("pretrain", help="pretrain a BERT on prepared shards", allow_abbrev=False,
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_pretrain_epilog(),
                            description="Pretrain with MLM+NSP (or the ALBERT / RoBERTa objectives). Launch with "
                                        "torchrun for several processes or machines.")

@@ -787,8 +787,8 @@ class T5Config(ConfigFile):
         scale_decoder_outputs is written only where it departs from T5's rule (scaled exactly when tied), the one
         case older transformers versions cannot express.
         """
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("num_decoder_layers", "scale_decoder_outputs")}
+        data = self.field_dict()
+        del data["scale_decoder_outputs"]
         data.update(num_decoder_layers=self.decoder_layers, model_type=self.model_type, is_decoder=False,
                     dense_act_fn=self.activation, is_gated_act=self.gated)
         if self.scale_output != self.tie_word_embeddings:

@@ -532,7 +532,7 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
 
     if model_type not in ("bert", "modernbert", "t5"):
         raise ValueError(f"--model-type {model_type!r}: init writes bert, modernbert or t5 models")
-    presets = presets_for(None if model_type == "bert" else model_type)
+    presets = presets_for(model_type)
     if preset not in presets:
         raise ValueError(f"unknown {model_type} preset {preset!r}; choose one of {', '.join(presets)}")
     tokenizer = load_tokenizer(tokenizer_path)  # any kind: vocab.txt, vocab.json + merges.txt, tokenizer.json
@@ -544,7 +544,7 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
         fields.update(pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.sep_id,
                       decoder_start_token_id=tokenizer.pad_id)
     fields.update(overrides)
-    config = config_class_for(None if model_type == "bert" else model_type).preset(preset, **fields)
+    config = config_class_for(model_type).preset(preset, **fields)
     model = pretraining_class(config)(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)

@@ -10,30 +10,10 @@ families that read it stay free of torch.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bertkit.config import IGNORE_INDEX
 from bertkit.models.registry import ARCHITECTURES, ROLE_NAMES, architecture_of
-
-if TYPE_CHECKING:
-    from bertkit.models.bert import (BertForCausalLM, BertForMaskedLM, BertForPreTraining,  # noqa: F401
-                                     BertForReplacedTokenDetection, BertModel, BertOutput, ElectraOutput,
-                                     GeneratorDiscriminator, PreTrainedModel, PreTrainingOutput, TaskOutput,
-                                     check_inputs, compile_layers, generator_config_for, set_fast_paths)
-    from bertkit.models.elmo import ElmoLanguageModel, ElmoModel, ElmoOutput  # noqa: F401
-    from bertkit.models.heads import (BertForMultipleChoice, BertForQuestionAnswering,  # noqa: F401
-                                      BertForSequenceClassification, BertForTokenClassification)
-    from bertkit.models.kernels import Linear, linear  # noqa: F401
-    from bertkit.models.layouts import Encoded, Padded, Unpadded  # noqa: F401
-    from bertkit.models.modernbert import (ModernBertForMaskedLM, ModernBertForMultipleChoice,  # noqa: F401
-                                           ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
-                                           ModernBertForTokenClassification, ModernBertModel)
-    from bertkit.models.pooling import SentenceEncoder  # noqa: F401
-    from bertkit.models.t5 import (DecoderCache, Seq2SeqOutput, T5EncoderModel, T5EncoderOutput,  # noqa: F401
-                                   T5ForConditionalGeneration)
-    from bertkit.models.xlnet import (XLNetForMultipleChoice, XLNetForQuestionAnswering,  # noqa: F401
-                                      XLNetForSequenceClassification, XLNetForTokenClassification, XLNetLMHeadModel,
-                                      XLNetModel)
 
 # Public name -> the file that defines it.
 _LAZY: dict[str, str] = {name: module for module, names in {
