@@ -622,13 +622,10 @@ def _add_pretrain_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _preset_help() -> str:
-    from bertkit.models.registry import ARCHITECTURES
+    from bertkit.models.registry import config_classes
 
-    by_class: dict = {}
-    for row in ARCHITECTURES.values():
-        by_class.setdefault(row.config_class, row)
     return "model size, a preset of the recipe's architecture: " + "; ".join(
-        f"{row.name}: {', '.join(row.presets)}" for row in by_class.values())
+        f"{cls.model_types()[0]}: {', '.join(cls.PRESETS)}" for cls in config_classes())
 
 
 def _pretrain_epilog() -> str:

@@ -149,7 +149,7 @@ class ConfigFile:
     """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`,
     its `model_type` and its size `PRESETS`."""
 
-    LABEL: ClassVar[str] = ""  # how errors name a config of this class ("a T5", "an XLNet")
+    LABEL: ClassVar[str] = ""  # how errors name the architecture, with its article ("a T5", "an XLNet")
     # config.json keys read besides the fields (and checked by from_dict), and keys read and dropped
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset()
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset()
@@ -158,6 +158,17 @@ class ConfigFile:
     def model_types(cls) -> tuple[str, ...]:
         """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
         return (cls.model_type,)
+
+    @classmethod
+    def preset_row(cls, name: str, overrides: dict[str, Any]) -> tuple:
+        """PRESETS[name], once `overrides` (a recipe's model section, changed in place) is rid of a model_type that
+        names this architecture; ValueError for another model_type or an unknown preset."""
+        if overrides.pop("model_type", cls.model_type) != cls.model_type:
+            raise ValueError(f"{cls.__name__}.preset builds model_type {cls.model_type!r} only")
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown {cls.LABEL.split(' ', 1)[-1]} size preset {name!r}; choose one of "
+                             f"{', '.join(cls.PRESETS)}")
+        return cls.PRESETS[name]
 
     def field_dict(self) -> dict[str, Any]:
         """Every field under its own name: the config.json keys of an architecture whose fields are its keys."""
@@ -585,11 +596,7 @@ class ModernBertConfig(ConfigFile):
     def preset(cls, name: str, **overrides: Any) -> "ModernBertConfig":
         """A size preset of MODERNBERT_PRESETS (tiny, mini, small, base, large) with fields over it;
         `model_type="modernbert"` may be among them (a recipe's model section names its architecture so)."""
-        if overrides.pop("model_type", "modernbert") != "modernbert":
-            raise ValueError("ModernBertConfig.preset builds model_type 'modernbert' only")
-        if name not in MODERNBERT_PRESETS:
-            raise ValueError(f"unknown ModernBERT size preset {name!r}; choose one of {', '.join(MODERNBERT_PRESETS)}")
-        layers, hidden, heads, intermediate = MODERNBERT_PRESETS[name]
+        layers, hidden, heads, intermediate = cls.preset_row(name, overrides)
         return cls(**{"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
                       "intermediate_size": intermediate, **overrides})
 
@@ -773,11 +780,7 @@ class T5Config(ConfigFile):
     def preset(cls, name: str, **overrides: Any) -> "T5Config":
         """A size preset of T5_PRESETS (tiny, mini, small, base, large) with fields over it; `model_type="t5"` may
         be among them (a recipe's model section names its architecture so)."""
-        if overrides.pop("model_type", "t5") != "t5":
-            raise ValueError("T5Config.preset builds model_type 't5' only")
-        if name not in T5_PRESETS:
-            raise ValueError(f"unknown T5 size preset {name!r}; choose one of {', '.join(T5_PRESETS)}")
-        layers, d_model, heads, d_ff = T5_PRESETS[name]
+        layers, d_model, heads, d_ff = cls.preset_row(name, overrides)
         return cls(**{"num_layers": layers, "d_model": d_model, "num_heads": heads, "d_ff": d_ff, **overrides})
 
     # ---- JSON io -------------------------------------------------------------------------------------------
@@ -954,16 +957,12 @@ class XLNetConfig(ConfigFile):
         """A size preset of XLNET_PRESETS (tiny, mini, small, base, large) with fields over it; the BERT spellings
         a recipe may carry (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
         max_position_embeddings) are mapped or dropped; `model_type="xlnet"` may be among them."""
-        if overrides.pop("model_type", "xlnet") != "xlnet":
-            raise ValueError("XLNetConfig.preset builds model_type 'xlnet' only")
-        if name not in XLNET_PRESETS:
-            raise ValueError(f"unknown XLNet size preset {name!r}; choose one of {', '.join(XLNET_PRESETS)}")
+        layers, d_model, heads, d_inner = cls.preset_row(name, overrides)
         overrides.pop("max_position_embeddings", None)  # relative positions: no table to size
         for bert, ours in (("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
                            ("num_attention_heads", "n_head"), ("intermediate_size", "d_inner")):
             if bert in overrides:
                 overrides[ours] = overrides.pop(bert)
-        layers, d_model, heads, d_inner = XLNET_PRESETS[name]
         return cls(**{"n_layer": layers, "d_model": d_model, "n_head": heads, "d_inner": d_inner, **overrides})
 
     # ---- JSON io -------------------------------------------------------------------------------------------
@@ -1086,11 +1085,7 @@ class ElmoConfig(ConfigFile):
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ElmoConfig":
         """A size preset of ELMO_PRESETS with fields over it (`model_type="elmo"` may be among them)."""
-        if overrides.pop("model_type", "elmo") != "elmo":
-            raise ValueError("ElmoConfig.preset builds model_type 'elmo' only")
-        if name not in ELMO_PRESETS:
-            raise ValueError(f"unknown ELMo size preset {name!r}; choose one of {', '.join(ELMO_PRESETS)}")
-        filters, highway, projection, cells, layers = ELMO_PRESETS[name]
+        filters, highway, projection, cells, layers = cls.preset_row(name, overrides)
         return cls(**{"filters": filters, "num_highway": highway, "projection_dim": projection, "lstm_dim": cells,
                       "num_layers": layers, **overrides})
 
