@@ -69,6 +69,9 @@ def _check_reference(parser: argparse.ArgumentParser, markdown: str, hook) -> No
                 continue
             names = action.option_strings or [action.metavar or action.dest]
             for name in names:
+                if action.help is argparse.SUPPRESS:  # a hidden option: listed in the parser's epilog block
+                    assert f"    {name} " in text, f"`{path}`: {name} missing from the reference's epilog"
+                    continue
                 assert f"`{name}" in text or f", {name}" in text, f"`{path}`: {name} missing from the reference"
             if action.help and action.help is not argparse.SUPPRESS and "%(" not in action.help:
                 assert hook._cell(action.help) in text, f"`{path}` {names[0]}: its help is missing"

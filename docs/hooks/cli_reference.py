@@ -61,7 +61,8 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for group in parser._action_groups:
         actions = [a for a in group._group_actions
-                   if not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction))]
+                   if not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction))
+                   and a.help is not argparse.SUPPRESS]  # hidden options: the parser's epilog lists them
         if not actions:
             continue
         title = group.title or "options"
