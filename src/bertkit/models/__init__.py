@@ -30,7 +30,7 @@ __all__ = ["ElmoLanguageModel", "ElmoModel", "ElmoOutput", "ModernBertForMaskedL
            "generator_config_for", "linear", "set_fast_paths", "XLNetForMultipleChoice", "XLNetForQuestionAnswering",
            "XLNetForSequenceClassification", "XLNetForTokenClassification", "XLNetLMHeadModel", "XLNetModel",
            "ROLE_CLASSES", "ROLE_NAMES", "class_for",
-           "model_class"]
+           "ModelDir", "model_class"]
 
 # The class each use loads a model directory as, by the config class its config.json reads as (BertConfig for the
 # whole BERT family): "pretraining" (fill-mask, pretraining; BERT's has the NSP head), "mlm" (the masked-LM model
@@ -75,10 +75,5 @@ def class_for(config, role: str, what: str = "") -> type:
     return row[role]
 
 
-def model_class(directory, role: str) -> type:
-    """The model class that loads `directory` (a model directory) for `role` (a key of ROLE_CLASSES' rows);
-    ValueError naming the model type where that architecture has no such model."""
-    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-
-    config = config_from_dict(read_config(directory), source=f"{directory}/{CONFIG_NAME}")
-    return class_for(config, role, str(directory))
+# The one model-directory reader (it reads this module's role table lazily; re-exported last for that reason).
+from bertkit.models.modeldir import ModelDir, model_class  # noqa: E402
