@@ -271,7 +271,7 @@ def _finetune_config(args: argparse.Namespace):
     """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
     import dataclasses
 
-    from bertkit.finetune import FinetuneConfig, config_fields
+    from bertkit.taskrun import FinetuneConfig, config_fields
 
     given = {name: getattr(args, name) for name, *_ in config_fields()
              if name != "kind" and getattr(args, name, None) is not None}
@@ -581,7 +581,7 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
     import types
     import typing
 
-    from bertkit.finetune import config_fields
+    from bertkit.taskrun import config_fields
 
     aliases = {"learning_rate": ["--lr"]}
     group = parser.add_argument_group("fine-tuning settings (FinetuneConfig)")

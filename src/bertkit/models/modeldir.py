@@ -75,8 +75,9 @@ class ModelDir:
     task_model: dict[str, Any] | None = None  # task_model.json (None without one)
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "ModelDir":
-        """Read `path`'s config.json (or bilm-tf's options.json), finetune.json and task_model.json.
+    def open(cls, path: "str | os.PathLike | ModelDir") -> "ModelDir":
+        """Read `path`'s config.json (or bilm-tf's options.json), finetune.json and task_model.json (a ModelDir
+        is returned as it is, so that a function may take either).
 
         FileNotFoundError "{path}: no config.json; not a model directory" without a config; ValueError (a
         CheckpointError for config.json) naming the file that is not valid JSON or has a bad field.
@@ -84,6 +85,8 @@ class ModelDir:
         from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
         from bertkit.tokenizers.word import is_bilm_directory
 
+        if isinstance(path, ModelDir):
+            return path
         path = Path(path)
         if not ((path / CONFIG_NAME).is_file() or is_bilm_directory(path)):
             raise FileNotFoundError(f"{path}: no {CONFIG_NAME}; not a model directory")

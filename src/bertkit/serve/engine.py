@@ -38,14 +38,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from bertkit.sentence import pooling_modes
+from bertkit.tasks.base import SERVED_KINDS, default_kind
 
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
 MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
 # A request's pooling: "none" (every token's vector), or one of sentence-transformers' modes in our spelling
 # (`bertkit.sentence.POOLING_NAMES`); the default is the model directory's own (its 1_Pooling, or mean).
@@ -207,7 +206,7 @@ class TorchBackend:
 
         out: list[np.ndarray | None] = [None] * len(rows)
         groups: dict[tuple[int, int], list[int]] = {}
-        causal = self.model.config.model_type != "t5"
+        causal = bool(getattr(self.model.config, "causal", False))  # else an encoder-decoder (T5)
         for i, r in enumerate(rows):  # causal: one group per (prompt length, max_new_tokens); T5: per max_new_tokens
             groups.setdefault((len(r) if causal else 0, r.max_new_tokens), []).append(i)
         for (length, max_new), chosen in groups.items():
@@ -271,49 +270,10 @@ class OnnxBackend:
 # The engine
 # ------------------------------------------------------------------------------------------------------------------
 def detect_kind(model_dir: str | os.PathLike) -> str:
-    """The kind a model directory serves by default: its task head's (classify, ner, squad, swag; a text-to-text
-    T5's task), fill-mask for a pretraining (masked-LM) checkpoint, else embeddings."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-    from bertkit.tasks.base import kind_of_architectures
+    """The kind a model directory serves by default (`bertkit.tasks.base.default_kind`)."""
+    from bertkit.models.modeldir import ModelDir
 
-    model_dir = Path(model_dir)
-    if not (model_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    config = read_config(model_dir)
-    architectures = config.get("architectures") or []
-    from bertkit.taskrun import read_task_info
-
-    if read_task_info(model_dir).get("kind") == "rerank":  # a one-output sequence classifier trained to rank
-        return "rerank"
-    kind = kind_of_architectures(architectures)
-    if kind is not None:
-        return kind
-    from bertkit.taskrun import read_task_info
-
-    info = read_task_info(model_dir)
-    if info.get("text_to_text") and info.get("kind"):  # a T5 fine-tuned as text to text: its task's kind
-        from bertkit.tasks.base import prediction_kind
-
-        return prediction_kind(info["kind"])
-    if config.get("model_type") == "t5" or config.get("is_decoder"):  # a causal model, or a T5 without a task
-        return "generate"
-    if any(a.endswith(("ForPreTraining", "ForMaskedLM")) for a in architectures):
-        return "fill-mask"
-    return "embeddings"
-
-
-def load_generator(model_dir: str | os.PathLike):
-    """The model a "generate" directory holds: T5ForConditionalGeneration, or BertForCausalLM (which refuses a
-    model that is not causal)."""
-    from bertkit.checkpoint import read_config
-
-    if read_config(model_dir).get("model_type") == "t5":
-        from bertkit.models import T5ForConditionalGeneration
-
-        return T5ForConditionalGeneration.from_pretrained(model_dir)
-    from bertkit.models import BertForCausalLM
-
-    return BertForCausalLM.from_pretrained(model_dir)
+    return default_kind(ModelDir.open(model_dir))
 
 
 def _text(item: dict, key: str, index: int) -> str:
@@ -350,10 +310,14 @@ class Engine:
                  threads: int | None = None, dtype: str = "auto", quantize: str | None = None) -> None:
         import torch
 
-        self.model_dir = Path(model_dir)
-        self.kind = kind or detect_kind(self.model_dir)
-        if self.kind not in SERVED_KINDS:
-            raise ValueError(f"unknown task {self.kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        from bertkit.models.modeldir import ModelDir
+        from bertkit.tasks.base import KINDS
+
+        if kind is not None and kind not in SERVED_KINDS:
+            raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        directory = ModelDir.open(model_dir)
+        self.model_dir = directory.path
+        self.kind = kind or default_kind(directory)
         if backend not in ("torch", "onnx"):
             raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
         if pooling is not None and pooling not in POOLINGS:
@@ -369,30 +333,21 @@ class Engine:
         self.top_k = top_k
         self.sentence, self.dense = None, []
         self.predictor = None
-        if self.kind in ("classify", "ner", "squad", "swag", "rerank"):
+        if self.kind in KINDS:  # a task head: the task family's predictor, as `bertkit predict` loads it
             from bertkit.finetune import load_predictor
 
-            self.predictor = load_predictor(self.model_dir, self.kind, max_seq_length=max_seq_length, device=device)
+            self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device)
             model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
             self.max_length = self.predictor.config.seq_length
-        else:
-            from bertkit.tokenizers import load_tokenizer
-
-            self.tokenizer = load_tokenizer(self.model_dir)
-            if self.kind == "fill-mask":
-                from bertkit.models import model_class
-
-                model = model_class(self.model_dir, "pretraining").from_pretrained(self.model_dir)
-                if self.tokenizer.mask_id is None:
-                    raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
-            elif self.kind == "generate":
-                model = load_generator(self.model_dir)
-            else:
-                from bertkit.features import load_encoder
+        else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`, generate)
+            self.tokenizer = directory.tokenizer()
+            model = directory.load(self.kind)
+            if self.kind == "fill-mask" and self.tokenizer.mask_id is None:
+                raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
+            if self.kind == "embeddings":  # the directory's sentence-transformers modules, read as numpy
                 from bertkit.models.pooling import load_dense
                 from bertkit.sentence import SentenceConfig, read_sentence_config
 
-                model = load_encoder(self.model_dir)
                 self.sentence = read_sentence_config(self.model_dir) or SentenceConfig()
                 # the Dense layers as numpy (weight (out, in), bias, activation): applied per answer
                 self.dense = [(layer.linear.weight.detach().float().numpy(),
@@ -633,7 +588,7 @@ class Engine:
         """As `bertkit.inference.generate` (greedy): a causal model's prompt framed as in training without its
         closing separator, a T5's as T5 frames it (`text </s>`), cut to the model's length; the answer is what
         `bertkit generate --json` prints, {"prompt", "continuation", "ids"}."""
-        tok, causal = self.tokenizer, self.model_config.model_type != "t5"
+        tok, causal = self.tokenizer, bool(getattr(self.model_config, "causal", False))
         ids = tok.encode(text, max_length=self.max_length).input_ids
         truncated = len(ids) == self.max_length and len(tok.encode(text)) > self.max_length
         if causal:

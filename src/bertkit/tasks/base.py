@@ -151,6 +151,26 @@ def kind_of_architectures(architectures: Sequence[str]) -> str | None:
     return None
 
 
+# What a model directory is served (and exported) as: the kinds whose family predicts, and three uses of a model
+# without a task head (`bertkit.models.modeldir.USES`).
+SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
+
+
+def default_kind(model) -> str:
+    """The kind a model directory (a `bertkit.models.ModelDir`) serves and exports by default: the kind it was
+    fine-tuned for (finetune.json; a GLUE model's classify, a text-to-text T5's task), else its task head's, else
+    "generate" for a model that generates, "fill-mask" for a pretraining (masked-LM) checkpoint, "embeddings"."""
+    trained = model.trained_kind
+    if trained in KINDS and prediction_kind(trained) in SERVED_KINDS:
+        return prediction_kind(trained)
+    kind = kind_of_architectures(model.architectures)
+    if kind is not None:
+        return kind
+    if model.generates:
+        return "generate"
+    return "fill-mask" if model.head_role in ("pretraining", "mlm") else "embeddings"
+
+
 class TaskFamily:
     """What differs between task families; see the module docstring for the protocol and its order."""
 
