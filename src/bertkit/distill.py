@@ -394,10 +394,7 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
 
 def _check_same_tokenizer(teacher_dir: Path, student_dir: Path) -> None:
     """check_same_vocabulary through the tokenizer interface, for kinds without vocab.txt / vocab.json."""
-    from bertkit.taskrun import load_model_tokenizer
-
-    teacher = load_model_tokenizer(teacher_dir, "teacher")
-    student = load_model_tokenizer(student_dir, "student")
+    teacher, student = ModelDir.open(teacher_dir).tokenizer("teacher"), ModelDir.open(student_dir).tokenizer("student")
     ta, tb = (sorted(t.get_vocab(), key=t.get_vocab().get) for t in (teacher, student))
     if ta != tb:
         i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
@@ -772,7 +769,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
-    cls = data.model_dir.model_class(family.model_role)
+    cls = data.model_dir.model_class(family.model_role, kind)
     teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
     _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
     regression = getattr(family, "regression", False)

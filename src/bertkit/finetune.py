@@ -110,7 +110,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
     feature_facts = None
-    if config.frozen or config.task_model == "bilstm" or not directory.has_role(family.model_role):
+    if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
         # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
         # the only task models of an architecture without task heads of its own (ELMo).
         from bertkit.features import FeatureTaskModel, build_task_model
@@ -126,7 +126,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                                                 train_inputs=[*data.train_features, *data.dev_features])
         cls = FeatureTaskModel  # what reads the best epoch's directory back
     else:
-        cls = directory.model_class(family.model_role)  # the architecture's task model: BertFor..., ModernBertFor...
+        cls = directory.model_class(family.model_role, kind)  # the architecture's: BertFor..., ModernBertFor...
         model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
     if feature_facts is None and tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "

@@ -398,11 +398,6 @@ def model_outputs(family: TaskFamily, model, features: Sequence[dict[str, Any]],
 # ------------------------------------------------------------------------------------------------------------------
 # Model directories: tokenizer, positions, task model, task file
 # ------------------------------------------------------------------------------------------------------------------
-def load_model_tokenizer(model_dir: str | os.PathLike | ModelDir, who: str = "model"):
-    """The tokenizer a model directory holds, of whatever kind (`ModelDir.tokenizer`)."""
-    return ModelDir.open(model_dir).tokenizer(who)
-
-
 def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout: float | None = None, **kwargs):
     """`cls.from_pretrained(model_dir)` with a fresh head, optionally rebuilt with other dropout probabilities.
 

@@ -47,6 +47,8 @@ TASK_MODEL_FILE = "task_model.json"  # a task model on the encoder's layers (ber
 HEAD_SUFFIXES = (("ForSequenceClassification", "sequence"), ("ForTokenClassification", "token"),
                  ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "choice"), ("ForPreTraining", "pretraining"),
                  ("ForMaskedLM", "mlm"), ("ForCausalLM", "causal"), ("ForConditionalGeneration", "seq2seq"))
+# The roles of task models (a sequence, each token, each choice, a span; every task as text to text).
+TASK_ROLES = ("sequence", "token", "choice", "qa", "seq2seq")
 # The uses of a directory without a task head -> the role that serves them ("generate" is `_generate_role`).
 USES = {"fill-mask": "pretraining", "embeddings": "encoder", "features": "encoder"}
 
@@ -132,6 +134,12 @@ class ModelDir:
         return role in ROLE_CLASSES.get(type(self.config), {})
 
     @property
+    def has_task_heads(self) -> bool:
+        """Whether the architecture has task models of its own (ELMo has none: its layers feed the task models of
+        `bertkit.features`)."""
+        return any(self.has_role(role) for role in TASK_ROLES)
+
+    @property
     def text_to_text(self) -> bool:
         """Whether its tasks run text to text (an encoder-decoder: T5)."""
         return self.has_role("seq2seq")
@@ -169,25 +177,24 @@ class ModelDir:
             tokenizer.open_vocabulary = True
         return tokenizer
 
-    def _generate_role(self) -> str:
-        if self.text_to_text:
-            return "seq2seq"
-        if not self.causal:
-            raise ValueError(f"{self.path}: not a causal model (config.json has no is_decoder: true); generation "
-                             f"needs one pretrained with --objective causal, or an encoder-decoder (T5)")
-        return "causal"
-
-    def model_class(self, role: str) -> type:
+    def model_class(self, role: str, kind: str = "") -> type:
         """The class that loads this directory for `role` (a key of ROLE_CLASSES' rows, "causal", or a use of
-        USES / "generate"). ValueError naming the model type and the role where the architecture has none."""
+        USES / "generate"). ValueError naming the model type and the role (and the `kind` asked for, when given)
+        where the architecture has none."""
         from bertkit.models import BertForCausalLM, class_for
 
-        role = self._generate_role() if role == "generate" else USES.get(role, role)
-        if role == "causal":  # BertForCausalLM: the BERT family's with is_decoder (not a row of the role table)
-            if not self.causal:
-                self._generate_role()
-            return BertForCausalLM
-        return class_for(self.config, role, str(self.path))
+        role = USES.get(role, role)
+        if role == "generate":
+            role = "seq2seq" if self.text_to_text else "causal"
+        if role != "causal":
+            try:
+                return class_for(self.config, role, str(self.path))
+            except ValueError as err:
+                raise ValueError(f"{kind}: {err}" if kind else str(err)) from None
+        if not self.causal:  # BertForCausalLM: the BERT family's with is_decoder (not a row of the role table)
+            raise ValueError(f"{self.path}: not a causal model (config.json has no is_decoder: true); generation "
+                             f"needs one pretrained with --objective causal, or an encoder-decoder (T5)")
+        return BertForCausalLM
 
     def load(self, role: str, **kwargs: Any):
         """The model for `role` (see `model_class`), strictly loaded from the directory (`from_pretrained`).
