@@ -458,6 +458,8 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
                          f"{teacher_config.model_type!r} one; a student of another architecture is a model directory "
                          f"of its own: write one (bertkit init --model-type {model_type} --tokenizer TEACHER_DIR) and "
                          f"give it as --student")
+    # Kept as a branch: BERT's presets are (L, H) with heads and width derived, the other architectures' whole
+    # shapes (MODERNBERT_PRESETS'), so the two resize differently.
     if not isinstance(teacher_config, BertConfig):
         presets = presets_for(teacher_config.model_type)
         if not hasattr(teacher_config, "num_hidden_layers"):

@@ -40,6 +40,8 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     device = next(model.parameters()).device
     ids = torch.tensor([enc.input_ids], device=device)
     types = torch.tensor([enc.token_type_ids], device=device)
+    # Kept as a branch: XLNet alone asks its LM through the permutation inputs (no masked-LM head reads a mask
+    # token); a second architecture like it would make this a method of the model class.
     if model.config.model_type == "xlnet":
         # XLNet predicts through its query stream: every mask position hidden from every token (itself included),
         # one target row per mask

@@ -8,19 +8,10 @@ options.json + weights.hdf5, read through `bertkit.checkpoint.read_config`), and
     task_model.json    a task model on the encoder's layers (`bertkit.features.FeatureTaskModel`: frozen features,
                        ELMo, `--task-model bilstm`), with task_model.safetensors beside it
 
-`open` reads those files once (each bad or missing one is a one-line error naming the directory and the file)
-and the directory answers from them:
-
-    model_type, config, architectures      config.json as read (`raw`) and as a config dataclass
-    max_positions                          the longest input the model takes (unbounded for ELMo)
-    info, trained_kind, task_model         finetune.json, its kind, task_model.json
-    head_role                              the role (`bertkit.models.ROLE_CLASSES`) of the head the weights hold
-    form                                   which loader reads it for prediction: "head", "text-to-text" or
-                                           "feature-task" (see below)
-    generates                              whether it writes text token by token (an encoder-decoder, a causal LM)
-    tokenizer()                            its tokenizer, of any kind (ELMo's words read with open vocabulary)
-    model_class(role), load(role_or_use)   the one loading ladder: a role of ROLE_CLASSES, or a use of a
-                                           directory without a task head ("fill-mask", "embeddings", "generate")
+`open` reads those files once (each bad or missing one is a one-line error naming the directory and the file);
+the directory then answers what it holds (architecture, config, positions, the fine-tuning record, the head its
+weights hold, which loader reads it, whether it generates, its tokenizer) and loads it for a role of the
+architecture table or a use ("fill-mask", "embeddings", "generate"): `load`, the one loading ladder.
 
 The task kinds (classify, ner, ...) are the task families' (`bertkit.tasks`, a floor up): a family names the
 role of its task model (`TaskFamily.model_role`), and the directory loads that role. Likewise the frozen-feature
