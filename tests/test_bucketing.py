@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.finetune import EpochBatches, FinetuneConfig, forward_all
+from bertkit.taskrun import EpochBatches, FinetuneConfig, forward_all
 from bertkit.models import BertForSequenceClassification
 from conftest import tiny_config
 

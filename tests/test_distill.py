@@ -16,8 +16,9 @@ import torch
 from bertkit import BertConfig, BertForMaskedLM, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
 from bertkit.distill import (DistillationStudent, DistillationTask, DistillConfig, build_student, distill_task,
-                             layer_map, model_outputs, soft_cross_entropy, soft_kl)
-from bertkit.finetune import FinetuneConfig, collate, finetune, predict
+                             layer_map, logits_and_hidden, soft_cross_entropy, soft_kl)
+from bertkit.finetune import FinetuneConfig, finetune, predict
+from bertkit.taskrun import collate
 from bertkit.models import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
 
 FILLER = "the movie film plot actor was is very quite really a an story scene music fun long short".split()
@@ -199,7 +200,7 @@ def test_hidden_path_gives_the_forward_logits_and_the_uniform_map():
                BertConfig.for_family("electra", **tiny_fields()), BertConfig.for_family("distilbert", **tiny_fields())]
     for model in (*(BertForSequenceClassification(c, 3) for c in configs), BertForTokenClassification(tiny(20), 4)):
         model.eval()
-        logits, hidden = model_outputs(model, ids, mask, types, hidden=True)
+        logits, hidden = logits_and_hidden(model, ids, mask, types, hidden=True)
         assert torch.allclose(logits, model(ids, mask, types).logits, atol=1e-6)
         assert len(hidden) == 3 and hidden[0].shape == (2, 6, 32)
     assert layer_map("uniform", 2, 4) == [(0, 0), (1, 2), (2, 4)]
@@ -230,8 +231,8 @@ def test_hidden_state_loss_through_a_projection(teacher):
     assert task.counts(batch) == {"hidden_loss": float(real.sum()) * 2}
     out = task(student, batch)
     with torch.no_grad():
-        _, hs = model_outputs(narrow, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], hidden=True)
-        _, ht = model_outputs(t_model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+        _, hs = logits_and_hidden(narrow, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], hidden=True)
+        _, ht = logits_and_hidden(t_model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                               hidden=True)
         expected = sum(((proj(hs[i])[real] - ht[j][real]) ** 2).mean(-1).sum()
                        for proj, (i, j) in zip(student.projections, pairs))

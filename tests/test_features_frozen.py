@@ -99,9 +99,9 @@ def test_frozen_ner_keeps_the_encoder_bit_identical_and_trains_the_rest(dirs, tm
     assert saved.keys() <= original.keys() and len(saved) > 10
     assert all(torch.equal(saved[k], original[k]) for k in saved)  # the encoder never moved
     # The task part starts as a fresh build from the run's seed would (checked twice), and every tensor moved.
-    from bertkit.taskrun import load_model_tokenizer
+    from bertkit.models import ModelDir
 
-    tokenizer = load_model_tokenizer(dirs / "bert")
+    tokenizer = ModelDir.open(dirs / "bert").tokenizer()
     labels = ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     starts = []
     for _ in range(2):
@@ -117,9 +117,9 @@ def test_frozen_ner_keeps_the_encoder_bit_identical_and_trains_the_rest(dirs, tm
 
 
 def test_cached_layers_give_the_encoders_results_and_a_cache_file_is_reused(dirs, tmp_path):
-    from bertkit.taskrun import load_model_tokenizer
+    from bertkit.models import ModelDir
 
-    tokenizer = load_model_tokenizer(dirs / "bert")
+    tokenizer = ModelDir.open(dirs / "bert").tokenizer()
     inputs = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids}
               for e in tokenizer.encode_batch(TEXTS)]
     path = tmp_path / "cache.safetensors"

@@ -13,7 +13,9 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.finetune import EpochBatches, FinetuneConfig, evaluate_predictions, finetune, predict, tags_to_spans
+from bertkit.finetune import FinetuneConfig, evaluate_predictions, finetune, predict
+from bertkit.taskrun import EpochBatches
+from bertkit.tasks.ner import tags_to_spans
 from bertkit.models import IGNORE_INDEX, BertForSequenceClassification
 from bertkit.tasks import family_for
 

@@ -272,7 +272,7 @@ def _finetune_config(args: argparse.Namespace):
     """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
     import dataclasses
 
-    from bertkit.finetune import FinetuneConfig, config_fields
+    from bertkit.taskrun import FinetuneConfig, config_fields
 
     given = {name: getattr(args, name) for name, *_ in config_fields()
              if name != "kind" and getattr(args, name, None) is not None}
@@ -362,27 +362,28 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(metrics, indent=None if args.compact else 2))
 
 
+# The flag of `bertkit predict` that gives each input field (`TaskFamily.input_fields`).
+_FIELD_FLAGS = {"text": "text", "pair": "pair", "question": "question", "context": "context", "choices": "choice"}
+
+
 def _predict_inputs(args: argparse.Namespace) -> list:
-    """The inputs of `bertkit predict`: from the flags, or from --input (JSON Lines or tab-separated lines)."""
-    kind = args.kind
+    """The inputs of `bertkit predict`: from the flags, or from --input (JSON Lines or tab-separated lines), read
+    as the kind's family reads a JSON input (`TaskFamily.input_fields`, `input_from_json`)."""
+    from bertkit.tasks.base import family_for
+
+    kind, family = args.kind, family_for(args.kind)
+    required, optional = family.input_fields
+    keys = (*required, *optional)
     if args.input is None:
-        if kind == "squad":
-            if args.question is None or args.context is None:
-                raise ValueError("squad prediction needs --question and --context (or --input)")
-            return [(args.question, args.context)]
-        if kind == "swag":
-            if args.context is None or not args.choice:
-                raise ValueError("swag prediction needs --context and --choice (repeated) (or --input)")
-            return [(args.context, list(args.choice))]
-        if args.text is None or (kind == "rerank" and args.pair is None):
-            what = "--text (the query) and --pair (the document)" if kind == "rerank" else "--text"
+        record = {k: getattr(args, _FIELD_FLAGS[k]) for k in keys if getattr(args, _FIELD_FLAGS[k])}
+        if any(k not in record for k in required):
+            what = " and ".join(f"--{_FIELD_FLAGS[k]}" + (" (repeated)" if k == "choices" else "")
+                                + (f" ({family.input_notes[k]})" if k in family.input_notes else "") for k in required)
             raise ValueError(f"{kind} prediction needs {what} (or --input)")
-        return [args.text if args.pair is None else (args.text, args.pair)]
+        return [family.input_from_json(record)]
     path = Path(args.input)
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if line.strip()]
-    keys = {"classify": ("text", "pair"), "ner": ("text",), "squad": ("question", "context"),
-            "swag": ("context", "choices"), "rerank": ("text", "pair")}[kind]
     inputs = []
     for number, line in lines:
         if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -390,50 +391,30 @@ def _predict_inputs(args: argparse.Namespace) -> list:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number}: invalid JSON: {err.msg}") from None
-            if not isinstance(record, dict) or any(k not in record for k in keys if k != "pair"):
+            if not isinstance(record, dict) or any(k not in record for k in required):
                 raise ValueError(f"{path}:{number}: expected a JSON object with keys {list(keys)}")
-            fields = [record.get(k) for k in keys]
-        else:
+        else:  # the fields in order; a list field (swag's choices) takes the rest of the line
             fields = line.split("\t")
-            if kind == "swag":
-                fields = [fields[0], fields[1:]]
-        if kind == "classify":
-            inputs.append(fields[0] if len(fields) < 2 or fields[1] is None else (fields[0], fields[1]))
-        elif kind == "ner":
-            inputs.append(fields[0])
-        else:
-            if len(fields) < 2 or not fields[1]:
-                raise ValueError(f"{path}:{number}: expected {' and '.join(keys)} separated by a tab")
-            inputs.append((fields[0], fields[1]))
+            record = {k: (fields[i:] if k == "choices" else fields[i]) for i, k in enumerate(keys) if i < len(fields)}
+            if any(not record.get(k) for k in required):
+                raise ValueError(f"{path}:{number}: expected {' and '.join(required)} separated by a tab")
+        try:
+            inputs.append(family.input_from_json(record))
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
     return inputs
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
     from bertkit.finetune import predict
+    from bertkit.tasks.base import family_for, prediction_kind
 
     inputs = _predict_inputs(args)
     results = predict(args.model, args.kind, inputs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                       top_k=args.top_k)
-    for item, result in zip(inputs, results):
-        if args.json:
-            print(json.dumps(result, ensure_ascii=False, default=float))
-        elif args.kind == "classify":
-            shown = result.get("label", result.get("score"))
-            if shown is None:  # a text-to-text model wrote no label (or no number): show what it wrote
-                shown = f"(unrecognised: {result.get('text')!r})"
-            extra = f" ({result['probability']:.3f})" if "probability" in result else ""
-            print(f"{shown}{extra}")
-        elif args.kind == "ner" and "entities" not in result:  # plain tags (scheme none): word/TAG
-            print(" ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"])))
-        elif args.kind == "ner":
-            print("  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)")
-        elif args.kind == "rerank":
-            print(f"{result['score']:.6f}")
-        elif args.kind == "squad":
-            score = f" ({result['score']:.3f})" if result.get("score") is not None else ""  # T5: generated
-            print(f"{result['answer'] or '(no answer)'}{score}")
-        else:
-            print(f"{result['choice']}: {result['text']} ({max(result['probabilities']):.3f})")
+    show = None if args.json else family_for(prediction_kind(args.kind)).show  # the kind's family prints its answer
+    for result in results:
+        print(json.dumps(result, ensure_ascii=False, default=float) if show is None else show(result))
 
 
 def cmd_similarity(args: argparse.Namespace) -> None:
@@ -582,7 +563,7 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
     import types
     import typing
 
-    from bertkit.finetune import config_fields
+    from bertkit.taskrun import config_fields
 
     aliases = {"learning_rate": ["--lr"]}
     group = parser.add_argument_group("fine-tuning settings (FinetuneConfig)")

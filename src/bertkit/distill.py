@@ -58,7 +58,7 @@ from bertkit.config import PRESETS, BertConfig, check_finite, field_with_help, p
 from bertkit.errors import DataError
 from bertkit.io import atomic_write
 from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
-                            model_class)
+                            ModelDir)
 
 TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
@@ -183,9 +183,9 @@ def layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple
 # ------------------------------------------------------------------------------------------------------------------
 # Forward passes: logits and, when asked, hidden states
 # ------------------------------------------------------------------------------------------------------------------
-def model_outputs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  token_type_ids: torch.Tensor, predict_at: torch.Tensor | None = None,
-                  hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+def logits_and_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor, predict_at: torch.Tensor | None = None,
+                      hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
     """(logits, hidden states or None) of a bertkit model, of any architecture with these heads.
 
     MLM models (BertForPreTraining, BertForMaskedLM, ModernBertForMaskedLM): the sparse path, logits (N, V) at the
@@ -234,7 +234,7 @@ class DistillationStudent(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 predict_at: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        logits, hidden = model_outputs(self.student, input_ids, attention_mask, token_type_ids, predict_at,
+        logits, hidden = logits_and_hidden(self.student, input_ids, attention_mask, token_type_ids, predict_at,
                                        hidden=bool(self.pairs))
         mapped = [hidden[s] for s, _ in self.pairs] if self.pairs else []
         if self.projections is not None:
@@ -304,7 +304,7 @@ class DistillationTask:
         if next(self.teacher.parameters()).device != device:
             self.teacher.to(device)
         with torch.no_grad():
-            t_logits, t_hidden = model_outputs(self.teacher, ids, mask, types, sparse, hidden)
+            t_logits, t_hidden = logits_and_hidden(self.teacher, ids, mask, types, sparse, hidden)
         s_logits, s_mapped = model(ids, mask, types, sparse)
         if self.head == "tokens":  # (B, T, C) -> (N, C) at the distilled words
             s_logits, t_logits = s_logits[at], t_logits[at]
@@ -394,10 +394,7 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
 
 def _check_same_tokenizer(teacher_dir: Path, student_dir: Path) -> None:
     """check_same_vocabulary through the tokenizer interface, for kinds without vocab.txt / vocab.json."""
-    from bertkit.taskrun import load_model_tokenizer
-
-    teacher = load_model_tokenizer(teacher_dir, "teacher")
-    student = load_model_tokenizer(student_dir, "student")
+    teacher, student = ModelDir.open(teacher_dir).tokenizer("teacher"), ModelDir.open(student_dir).tokenizer("student")
     ta, tb = (sorted(t.get_vocab(), key=t.get_vocab().get) for t in (teacher, student))
     if ta != tb:
         i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
@@ -461,6 +458,8 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
                          f"{teacher_config.model_type!r} one; a student of another architecture is a model directory "
                          f"of its own: write one (bertkit init --model-type {model_type} --tokenizer TEACHER_DIR) and "
                          f"give it as --student")
+    # Kept as a branch: BERT's presets are (L, H) with heads and width derived, the other architectures' whole
+    # shapes (MODERNBERT_PRESETS'), so the two resize differently.
     if not isinstance(teacher_config, BertConfig):
         presets = presets_for(teacher_config.model_type)
         if not hasattr(teacher_config, "num_hidden_layers"):
@@ -493,19 +492,17 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
 
 
 def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: dict[str, Any]):
-    from bertkit.checkpoint import read_config
     from bertkit.taskrun import load_task_model
 
+    student = ModelDir.open(student_dir)
     # The student directory may hold another architecture than the teacher (a ModernBERT student of a BERT teacher,
     # say): the class for the same use, of the student's architecture.
     # (ModernBertForMaskedLM is ModernBERT's "pretraining" and "mlm" model alike: MLM distillation means "mlm".)
     roles = [r for row in ROLE_CLASSES.values() for r, c in row.items() if c is cls]
     if roles:
-        cls = model_class(student_dir, "mlm" if "mlm" in roles else roles[0])
+        cls = student.model_class("mlm" if "mlm" in roles else roles[0])
     # An MLM student may start from an encoder-only directory: its MLM head then starts fresh.
-    architectures = read_config(student_dir).get("architectures") or []
-    new_heads = cls.requires_pretrained_heads and not any(a.endswith(("ForMaskedLM", "ForPreTraining"))
-                                                          for a in architectures)
+    new_heads = cls.requires_pretrained_heads and student.head_role not in ("mlm", "pretraining")
     return load_task_model(cls, student_dir, new_heads=new_heads, dropout=dropout, **model_kwargs)
 
 
@@ -543,32 +540,19 @@ def build_student(cls, teacher: nn.Module, config: DistillConfig, student_dir: s
     return student
 
 
-def _model_class_of(model_dir: Path):
-    """The bertkit class that matches a model directory's architecture (the bare encoder when none does), of its
-    family: BertForSequenceClassification, ModernBertForSequenceClassification, ..."""
-    from bertkit.checkpoint import read_config
-
-    for arch in read_config(model_dir).get("architectures") or []:
-        for suffix, role in (("ForSequenceClassification", "sequence"), ("ForTokenClassification", "token"),
-                             ("ForMaskedLM", "mlm"), ("ForPreTraining", "pretraining")):
-            if arch.endswith(suffix):
-                return model_class(model_dir, role)
-    return model_class(model_dir, "encoder")
-
-
 def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, layers: str | None = None,
                  preset: str | None = None, seed: int = 0) -> Path:
     """Write a student model directory cut from `source_dir`: its config at `preset` size and/or with the given
     layers (e.g. "0,2,4") copied from it, with its tokenizer and heads. Use it as `--student` of several runs
     (e.g. a baseline fine-tuned without the teacher and a distilled one) so they start from the same weights.
     """
-    from bertkit.taskrun import load_model_tokenizer
-
-    source_dir = Path(source_dir)
-    tokenizer = load_model_tokenizer(source_dir, "source")  # whichever kind it holds; the student keeps it
+    source = ModelDir.open(source_dir)
+    tokenizer = source.tokenizer("source")  # whichever kind it holds; the student keeps it
     config = DistillConfig(student_preset=preset, student_layers_from_teacher=layers)
-    cls = _model_class_of(source_dir)
-    source = cls.from_pretrained(source_dir)
+    # The class of the head it holds, among those a student is cut with (else its bare encoder)
+    role = source.head_role if source.head_role in ("sequence", "token", "mlm", "pretraining") else "encoder"
+    cls = source.model_class(role)
+    source = cls.from_pretrained(source.path)
     kwargs = {k: getattr(source, k) for k in ("num_labels", "labels", "regression") if hasattr(source, k)}
     if cls.__name__ == "BertModel":
         kwargs["add_pooler"] = source.pooler is not None
@@ -579,11 +563,7 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
 
 
 def _load_teacher(cls, teacher_dir: Path, what: str):
-    from bertkit.checkpoint import read_config
-
-    if not (teacher_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
-    architectures = read_config(teacher_dir).get("architectures") or []
+    architectures = ModelDir.open(teacher_dir).architectures
     needs = next((s for s in ("ForSequenceClassification", "ForTokenClassification") if cls.__name__.endswith(s)),
                  None)
     if needs and not any(a.endswith(needs) for a in architectures):
@@ -637,7 +617,6 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     from bertkit.data.shards import ShardedCorpus
     from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
     from bertkit.pretrain import data_workers, random_token_ids, stream_options
-    from bertkit.tokenizers import load_tokenizer
     from bertkit.trainer import seed_everything, setup_distributed, train
 
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
@@ -648,12 +627,11 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     dist_info, device = setup_distributed(config.train.device)
     corpus = ShardedCorpus(data_dir, "train").require_documents()
     tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with
-    if not (teacher_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a model directory")
-    if load_tokenizer(teacher_dir).vocab_hash() != corpus.manifest.vocab_hash:
+    teacher_model_dir = ModelDir.open(teacher_dir)
+    if teacher_model_dir.tokenizer("teacher").vocab_hash() != corpus.manifest.vocab_hash:
         raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
                          f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
-    mlm_class = model_class(teacher_dir, "mlm")  # BertForMaskedLM, ModernBertForMaskedLM, ...
+    mlm_class = teacher_model_dir.model_class("mlm")  # BertForMaskedLM, ModernBertForMaskedLM, ...
     teacher = mlm_class.from_pretrained(teacher_dir).eval().to(device)
     _check_positions(teacher, d.max_seq_length, "teacher", teacher_dir)
     seed_everything(config.train.seed)
@@ -783,7 +761,6 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     """
     from bertkit.io import writer_lock
     from bertkit.taskrun import forward_all, load_task_data, run_task
-    from bertkit.taskrun import model_class as task_model_class
     from bertkit.trainer import seed_everything, setup_distributed
 
     if kind not in TASK_KINDS:
@@ -794,7 +771,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
-    cls = task_model_class(family, teacher_dir)
+    cls = data.model_dir.model_class(family.model_role, kind)
     teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
     _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
     regression = getattr(family, "regression", False)

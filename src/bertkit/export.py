@@ -3,7 +3,7 @@
 The graph is the model's plain padded path (`set_fast_paths(model, unpad=False, onednn=False)`: the unpadded
 layout gathers real tokens by data-dependent indices, which a static graph cannot hold), traced by
 `torch.onnx.export(..., dynamo=True)` (torch.export), with dynamic batch and sequence axes (and choices for
-multiple choice). What the graph computes, per served kind (`bertkit.serve.engine.SERVED_KINDS`):
+multiple choice). What the graph computes, per served kind (`bertkit.tasks.base.SERVED_KINDS`):
 
     kind         inputs (int64)                                         output (float32)
     classify     input_ids, attention_mask, token_type_ids (B, T)       logits (B, num_labels)
@@ -62,34 +62,29 @@ class _Head(torch.nn.Module):
 
 def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tuple[torch.nn.Module, str]:
     """(the model directory's model for `kind`, the kind), loaded as the server loads it (`bertkit.serve`)."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
     from bertkit.config import BertConfig, ModernBertConfig
-    from bertkit.serve.engine import SERVED_KINDS, detect_kind
-    from bertkit.tasks.base import matrix_family, refusal
+    from bertkit.models.modeldir import ModelDir
+    from bertkit.tasks.base import KINDS, SERVED_KINDS, default_kind, matrix_family, refusal
 
-    if (Path(model_dir) / CONFIG_NAME).is_file():  # the families export refuses (bertkit.tasks.base.REFUSED)
-        message = refusal(matrix_family(read_config(model_dir)), "export", "bertkit export onnx")
-        if message is not None:
-            raise ValueError(f"{message} ({model_dir})")
-    kind = kind or detect_kind(model_dir)
+    directory = ModelDir.open(model_dir)
+    message = refusal(matrix_family(directory.raw), "export", "bertkit export onnx")  # bertkit.tasks.base.REFUSED
+    if message is not None:
+        raise ValueError(f"{message} ({model_dir})")
+    kind = kind or default_kind(directory)
     if kind not in SERVED_KINDS:
         raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
-    if kind == "generate":
+    if kind == "generate":  # the one served kind that is no single graph
         raise ValueError(f"{model_dir}: generation is not exported: it runs token by token, which needs a graph per "
                          f"step and the search loop outside ONNX; serve it with the torch backend, or export its "
                          f"encoder with --task embeddings")
-    if kind in ("classify", "ner", "squad", "swag"):
+    if kind in KINDS:  # a task head, as `bertkit predict` loads it
         from bertkit.finetune import load_predictor
 
-        model = load_predictor(model_dir, kind).model
-    elif kind == "fill-mask":
-        from bertkit.models import model_class
-
-        model = model_class(model_dir, "pretraining").from_pretrained(model_dir)
+        model = load_predictor(directory, kind).model
     else:
-        from bertkit.features import load_encoder
-
-        model = load_encoder(model_dir)
+        model = directory.load(kind)
+    # Kept as a net under the refusals above: an architecture added without its export cell in REFUSED is refused
+    # here rather than traced untested (the BERT family and ModernBERT are the two whose graphs are checked).
     if not isinstance(model.config, (BertConfig, ModernBertConfig)):
         raise ValueError(f"{model_dir}: ONNX export covers the BERT family (BERT, RoBERTa, ALBERT, ELECTRA, "
                          f"DistilBERT) and ModernBERT; this is a {model.config.model_type} model")

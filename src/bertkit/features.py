@@ -35,19 +35,12 @@ from bertkit.io import atomic_write
 COMBINE = ("concat", "sum", "none")
 
 
-def load_encoder(model_dir: str | os.PathLike):
-    """The encoder of any model directory (pretraining, task or bare), with its pooler when the weights have one;
-    an ELMo directory gives its `ElmoModel` (the softmax left out)."""
-    from bertkit.checkpoint import WeightsMismatchError
-    from bertkit.models import model_class
+def load_encoder(model_dir):
+    """The encoder of any model directory (pretraining, task or bare; a path or a `ModelDir`), with its pooler when
+    the weights have one; an ELMo directory gives its `ElmoModel` (the softmax left out)."""
+    from bertkit.models.modeldir import ModelDir
 
-    encoder = model_class(model_dir, "encoder")  # BertModel, or the architecture's own (ModernBertModel)
-    try:
-        return encoder.from_pretrained(model_dir)
-    except WeightsMismatchError as err:
-        if not any(name.startswith("pooler.") for name in err.missing):
-            raise
-        return encoder.from_pretrained(model_dir, add_pooler=False)  # token-classification and QA models
+    return ModelDir.open(model_dir).load("encoder")
 
 
 def combine_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int], combine: str) -> torch.Tensor:
@@ -501,21 +494,20 @@ class FeatureTaskModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "FeatureTaskModel":
-        """Read back what `save_pretrained` wrote (the encoder directory with task_model.json and .safetensors)."""
+    def from_pretrained(cls, directory) -> "FeatureTaskModel":
+        """Read back what `save_pretrained` wrote (the encoder directory with task_model.json and .safetensors; a
+        path or a `ModelDir`, which reports the settings: the loader of this model lives here, a floor above)."""
         from safetensors.torch import load_file
 
         from bertkit.checkpoint import load_state_strict
-        from bertkit.tokenizers import load_tokenizer
+        from bertkit.models.modeldir import ModelDir
 
-        directory = Path(directory)
-        if not (directory / "task_model.json").is_file():
+        model_dir = ModelDir.open(directory)  # what it holds is read there; the loading of this model is here
+        directory, settings = model_dir.path, model_dir.task_model
+        if settings is None:
             raise FileNotFoundError(f"{directory}: no task_model.json; not a task model on encoder layers")
-        settings = json.loads((directory / "task_model.json").read_text(encoding="utf-8"))
-        tokenizer = load_tokenizer(directory)
-        if getattr(tokenizer, "kind", None) == "word":
-            tokenizer.open_vocabulary = True
-        encoder = load_encoder(directory).eval()
+        tokenizer = model_dir.tokenizer()
+        encoder = model_dir.load("encoder").eval()
         count, width = encoder_shape(encoder, tokenizer)
         model = cls(encoder, tokenizer, settings["role"], settings["num_labels"], count, width, settings["layers"],
                     settings["combine"], settings["task_model"], settings["lstm_hidden"], 0.0, settings["frozen"],

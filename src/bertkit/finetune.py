@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,16 +54,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.taskrun import (TASK_FILE, EpochBatches, FinetuneConfig, collate, config_fields, forward_all,
-                             load_model_tokenizer, load_task_data, load_task_model, model_class, model_outputs,
-                             read_task_info, run_task)
+from bertkit.models.modeldir import TASK_FILE, ModelDir
+from bertkit.taskrun import FinetuneConfig, load_task_data, load_task_model, model_outputs, run_task
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
-from bertkit.tasks.ner import split_words, tags_to_spans
 
-# Names that lived here before the task run moved to bertkit.taskrun and the families to bertkit.tasks.
-__all__ = ["KINDS", "TASK_FILE", "EpochBatches", "FinetuneConfig", "collate", "config_fields", "evaluate_predictions",
-           "finetune", "finetune_sweep", "forward_all", "load_predictor", "load_task_model", "predict",
-           "read_task_info", "score_best", "split_words", "tags_to_spans"]
+__all__ = ["FinetuneConfig", "Predictor", "evaluate_predictions", "finetune", "finetune_sweep", "load_predictor",
+           "predict", "pretrained_lm_head", "score_best"]
 
 
 def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathLike, dev_path: str | os.PathLike,
@@ -110,17 +105,20 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
             raise FileNotFoundError(f"--eval-file {path}: no such file")
     data = load_task_data(kind, model_dir, train_path, dev_path, config)
     config, family, tokenizer = data.config, data.family, data.tokenizer
+    directory = data.model_dir
 
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
     feature_facts = None
-    if config.frozen or config.task_model == "bilstm" or _is_elmo(model_dir):
-        # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them.
+    if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
+        # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
+        # the only task models of an architecture without task heads of its own (ELMo).
         from bertkit.features import FeatureTaskModel, build_task_model
 
         if not (config.frozen or config.task_model == "bilstm"):
-            raise ValueError(f"{model_dir} holds an ELMo model, whose layers feed a task model: add --frozen "
-                             f"(and --task-model bilstm for the ELMo paper's task models)")
+            raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
+                             f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
+                             f"ELMo paper's task models)")
         kwargs = family.model_kwargs()
         model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
                                                 num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
@@ -128,7 +126,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                                                 train_inputs=[*data.train_features, *data.dev_features])
         cls = FeatureTaskModel  # what reads the best epoch's directory back
     else:
-        cls = model_class(family, model_dir)  # the architecture's task model: BertFor..., ModernBertFor...
+        cls = directory.model_class(family.model_role, kind)  # the architecture's: BertFor..., ModernBertFor...
         model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
     if feature_facts is None and tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
@@ -261,34 +259,11 @@ def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -
                              f"sweep another --out (or remove that run)")
 
 
-def _is_elmo(model_dir: Path) -> bool:
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-
-    return (model_dir / CONFIG_NAME).is_file() and read_config(model_dir).get("model_type") == "elmo"
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # Prediction with a fine-tuned model directory
 # ------------------------------------------------------------------------------------------------------------------
 def _prediction_kinds() -> list[str]:
     return [k for k in KINDS if family_for(k).predicts_as is None]
-
-
-def _kind_of(model_dir: Path, kind: str | None) -> str:
-    if kind is not None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
-        return prediction_kind(kind)
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-
-    if not (model_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    architectures = read_config(model_dir).get("architectures") or []
-    found = kind_of_architectures(architectures)
-    if found is None:
-        raise ValueError(f"{model_dir} is not a fine-tuned task model (architectures {architectures}); say which "
-                         f"kind to predict")
-    return found
 
 
 @torch.no_grad()
@@ -336,97 +311,103 @@ class Predictor:
         return family
 
 
-def load_predictor(model_dir: str | os.PathLike, kind: str | None = None, *, max_seq_length: int | None = None,
-                   batch_size: int = 32, device: str = "cpu") -> Predictor:
-    """Load a fine-tuned model directory for prediction (see `predict` for the kinds; None: from config.json).
+def load_predictor(model_dir: str | os.PathLike | ModelDir, kind: str | None = None, *,
+                   max_seq_length: int | None = None, batch_size: int = 32, device: str = "cpu") -> Predictor:
+    """Load a fine-tuned model directory for prediction (see `predict` for the kinds; None: from the directory).
 
     max_seq_length: tokens per input, default as fine-tuned (finetune.json), never more than the model's positions.
     Raises ValueError when the directory holds no head of the kind (a pretraining checkpoint, another task's).
+    The loader is the one for what the directory holds (`ModelDir.form`): its own task head, a text-to-text
+    encoder-decoder, or a task model on its encoder's layers.
     """
-    from bertkit.checkpoint import read_config
-
-    model_dir = Path(model_dir)
-    if (model_dir / "config.json").is_file() and read_config(model_dir).get("model_type") == "t5":
-        return _text_to_text_predictor(model_dir, kind, max_seq_length, batch_size, device)
-    if (model_dir / "task_model.json").is_file():  # bertkit.features.FeatureTaskModel.save_pretrained
-        return _feature_task_predictor(model_dir, kind, max_seq_length, batch_size, device)
-    kind = _kind_of(model_dir, kind)
-    family_class = family_for(kind)
-    info = read_task_info(model_dir)
-    tokenizer = load_model_tokenizer(model_dir)
-    architectures = read_config(model_dir).get("architectures") or []
-    if not any(family_class.matches_architecture(a) for a in architectures):  # a missing head would start fresh
-        raise ValueError(f"{model_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
-                         f"{family_class.model_class_name}; fine-tune it for {kind} first (bertkit finetune {kind})")
-    model = model_class(family_class, model_dir).from_pretrained(model_dir).to(device).eval()
-    config = _prediction_config(kind, info, model, max_seq_length, batch_size)
-    return Predictor(kind, model, tokenizer, config, info, family_class)
+    model_dir = ModelDir.open(model_dir)
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
+    return _LOADERS[model_dir.form](model_dir, kind, max_seq_length, batch_size, device)
 
 
-def _prediction_config(kind: str, info: dict[str, Any], model, max_seq_length: int | None,
+def _prediction_config(kind: str, info: dict[str, Any], positions: int, max_seq_length: int | None,
                        batch_size: int) -> FinetuneConfig:
     """The settings a loaded task model predicts with: its fine-tuning length (or `max_seq_length`) within the
-    model's positions, and the SQuAD settings of its finetune.json."""
-    length = min(max_seq_length or info.get("max_seq_length") or FinetuneConfig(kind=kind).seq_length,
-                 getattr(model.config, "max_length", sys.maxsize))  # ELMo reads any length
+    model's `positions`, and the SQuAD settings of its finetune.json."""
+    length = min(max_seq_length or info.get("max_seq_length") or FinetuneConfig(kind=kind).seq_length, positions)
     return FinetuneConfig(kind=kind, max_seq_length=length, eval_batch_size=batch_size,
                           **{k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length",
                                                   "n_best_size") if k in info})
 
 
-def _trained_kind(model_dir: Path, kind: str | None, trained: str) -> str:
-    """The prediction kind of a directory fine-tuned for `trained`; ValueError when `kind` asks for another."""
+def _trained_kind(model_dir: ModelDir, kind: str | None) -> str:
+    """The prediction kind of a directory by its finetune.json; ValueError when `kind` asks for another."""
+    trained = model_dir.trained_kind
     if kind is not None and prediction_kind(kind) != prediction_kind(trained):
         raise ValueError(f"{model_dir} was fine-tuned for {trained}: it predicts as {prediction_kind(trained)}, "
                          f"not {kind}")
     return prediction_kind(trained)
 
 
-def _feature_task_predictor(model_dir: Path, kind: str | None, max_seq_length: int | None, batch_size: int,
+def _head_predictor(model_dir: ModelDir, kind: str | None, max_seq_length: int | None, batch_size: int,
+                    device: str) -> Predictor:
+    """`load_predictor` for a task model with its own head (BertFor..., ModernBertFor..., XLNetFor...): the kind
+    is the one asked for, or the head's."""
+    if kind is None:
+        kind = kind_of_architectures(model_dir.architectures)
+        if kind is None:
+            raise ValueError(f"{model_dir} is not a fine-tuned task model (architectures {model_dir.architectures}); "
+                             f"say which kind to predict")
+    kind = prediction_kind(kind)
+    family_class = family_for(kind)
+    if not any(family_class.matches_architecture(a) for a in model_dir.architectures):  # else a fresh head
+        raise ValueError(f"{model_dir} holds a {' / '.join(model_dir.architectures) or 'model without a task head'}, "
+                         f"not a {family_class.model_class_name}; fine-tune it for {kind} first (bertkit finetune "
+                         f"{kind})")
+    model = model_dir.load(family_class.model_role).to(device).eval()
+    config = _prediction_config(kind, model_dir.info, model_dir.max_positions, max_seq_length, batch_size)
+    return Predictor(kind, model, model_dir.tokenizer(), config, model_dir.info, family_class)
+
+
+def _feature_task_predictor(model_dir: ModelDir, kind: str | None, max_seq_length: int | None, batch_size: int,
                             device: str) -> Predictor:
     """`load_predictor` for a task model on encoder layers (what a `--frozen` or `--task-model bilstm` run keeps:
     the encoder directory with task_model.json and task_model.safetensors beside it, `bertkit.features`); the kind
     it was fine-tuned for comes from its finetune.json, the labels from task_model.json."""
     from bertkit.features import FeatureTaskModel
 
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
-    info = read_task_info(model_dir)
-    if "kind" not in info:
+    if model_dir.trained_kind is None:
         raise ValueError(f"{model_dir}: a task model on encoder layers without its {TASK_FILE} (the kind it was "
                          f"fine-tuned for); use the model directory a bertkit finetune run wrote")
-    kind = _trained_kind(model_dir, kind, info["kind"])
+    kind = _trained_kind(model_dir, kind)
     model = FeatureTaskModel.from_pretrained(model_dir).to(device).eval()
-    config = _prediction_config(kind, info, model, max_seq_length, batch_size)
+    config = _prediction_config(kind, model_dir.info, model_dir.max_positions, max_seq_length, batch_size)
     # The model's own tokenizer: an ELMo model's open-vocabulary word ids are spelt out by the tokenizer that gave them
-    return Predictor(kind, model, model.tokenizer, config, info, family_for(kind))
+    return Predictor(kind, model, model.tokenizer, config, model_dir.info, family_for(kind))
 
 
-def _text_to_text_predictor(model_dir: Path, kind: str | None, max_seq_length: int | None, batch_size: int,
+def _text_to_text_predictor(model_dir: ModelDir, kind: str | None, max_seq_length: int | None, batch_size: int,
                             device: str) -> Predictor:
-    """`load_predictor` for a T5 directory fine-tuned as text to text: the kind, the GLUE task, the columns and
-    lengths it was fine-tuned with come from its finetune.json; it predicts as that kind (a GLUE model as
-    classify), greedily."""
+    """`load_predictor` for an encoder-decoder (T5) fine-tuned as text to text: the kind, the GLUE task, the
+    columns and lengths it was fine-tuned with come from its finetune.json; it predicts as that kind (a GLUE model
+    as classify), greedily."""
     from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
 
     if kind is not None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
-        text_to_text_family(kind, "t5", "predict")
-    info = read_task_info(model_dir)
+        text_to_text_family(kind, model_dir.model_type, "predict")  # the kinds text to text refuses
+    info = model_dir.info
     if not info.get("text_to_text"):
-        raise ValueError(f"{model_dir} holds a t5 model that was not fine-tuned for a task (no text-to-text "
-                         f"finetune.json); fine-tune it first (bertkit finetune glue|classify|squad), or write "
-                         f"free text with bertkit generate --model {model_dir}")
-    trained = info["kind"]
-    _trained_kind(model_dir, kind, trained)
-    config = FinetuneConfig(kind=trained, task=info.get("task"), eval_batch_size=batch_size,
+        raise ValueError(f"{model_dir} holds a {model_dir.model_type} model that was not fine-tuned for a task (no "
+                         f"text-to-text finetune.json); fine-tune it first (bertkit finetune glue|classify|squad), or "
+                         f"write free text with bertkit generate --model {model_dir}")
+    kind = _trained_kind(model_dir, kind)
+    config = FinetuneConfig(kind=model_dir.trained_kind, task=info.get("task"), eval_batch_size=batch_size,
                             max_seq_length=max_seq_length or info.get("max_seq_length"),
                             max_target_length=info.get("max_target_length"),
                             regression=bool(info.get("regression", False)),
                             **{k: info[k] for k in ("text_column", "pair_column") if info.get(k) is not None})
-    model = model_class(Text2TextFamily, model_dir).from_pretrained(model_dir).to(device).eval()
-    return Predictor(prediction_kind(trained), model, load_model_tokenizer(model_dir), config, info, Text2TextFamily)
+    model = model_dir.load(Text2TextFamily.model_role).to(device).eval()
+    return Predictor(kind, model, model_dir.tokenizer(), config, info, Text2TextFamily)
+
+
+# The predictor loader for what a model directory holds (`ModelDir.form`).
+_LOADERS = {"head": _head_predictor, "feature-task": _feature_task_predictor, "text-to-text": _text_to_text_predictor}
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -761,11 +761,10 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     """
     import torch
 
-    from bertkit.checkpoint import read_config
     from bertkit.data.corpus import CorpusLines
     from bertkit.data.prepare import prepare
     from bertkit.finetune import FinetuneConfig, finetune
-    from bertkit.models import model_class
+    from bertkit.models import ModelDir
     from bertkit.pretrain import init_model_dir, pretrain, resolve_config
     from bertkit.report import write_report
     from bertkit.tasks.classify import ClassificationFamily
@@ -1018,8 +1017,9 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         for text in probes:
             found = fill_mask(run_dir / "model", text, top_k=5)
             probe_results[text] = [(c["token"], round(c["probability"], 3)) for c in found[0]]
-    model_config = read_config(run_dir / "model")
-    n_params = model_class(run_dir / "model", "pretraining").from_pretrained(run_dir / "model").num_parameters()
+    trained = ModelDir.open(run_dir / "model")
+    model_config = trained.raw
+    n_params = trained.load("pretraining").num_parameters()
     html_path = out / "report.html"
     machine["load_average_at_start"] = load_at_start
     machine["load_average_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

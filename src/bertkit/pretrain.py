@@ -558,17 +558,15 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     Written as the pretraining model (BERT: BertForPreTraining, a causal config: BertForCausalLM, ModernBERT: its
     masked LM, T5: the encoder-decoder), so every verb that takes the source takes the copy.
     """
-    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-    from bertkit.models import pretraining_class
-    from bertkit.tokenizers import load_tokenizer
+    from bertkit.models import ModelDir, pretraining_class
 
-    source_dir = Path(source_dir)
-    if not (source_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"--like {source_dir}: no {CONFIG_NAME}; not a model directory")
-    config = config_from_dict(read_config(source_dir), source=str(source_dir / CONFIG_NAME))
-    tokenizer = load_tokenizer(source_dir)
+    try:
+        source = ModelDir.open(source_dir)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--like {err}") from None
+    tokenizer = source.tokenizer()
     torch.manual_seed(seed)
-    model = pretraining_class(config)(config)
+    model = pretraining_class(source.config)(source.config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
 
@@ -626,18 +624,15 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
 
     from safetensors.torch import save_file
 
-    from bertkit.checkpoint import (CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_config,
-                                    read_weights)
+    from bertkit.checkpoint import CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_weights
     from bertkit.config import ModernBertConfig
-    from bertkit.models import model_class
+    from bertkit.models import ModelDir, model_class
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if not (model_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
+    source = ModelDir.open(model_dir)
+    model_dir, out_dir = source.path, Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise FileExistsError(f"{out_dir}: exists and is not empty; give a new directory")
-    raw = read_config(model_dir)
-    config = config_from_dict(raw, source=str(model_dir / CONFIG_NAME))
+    raw, config = source.raw, source.config
     if not isinstance(max_position_embeddings, int) or max_position_embeddings < 1:
         raise ValueError(f"--max-position-embeddings must be a positive integer, got {max_position_embeddings!r}")
     weights = read_weights(model_dir)

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -34,9 +33,8 @@ import torch
 
 from bertkit.config import IGNORE_INDEX, check_finite, field_with_help
 from bertkit.io import atomic_write, disk_full_as_error, read_json_lines
+from bertkit.models.modeldir import TASK_FILE, ModelDir  # TASK_FILE: what `predict` needs besides the weights
 from bertkit.tasks.base import KINDS, TaskFamily, family_for
-
-TASK_FILE = "finetune.json"  # written into a fine-tuned model directory: what `predict` needs besides the weights
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
@@ -400,44 +398,6 @@ def model_outputs(family: TaskFamily, model, features: Sequence[dict[str, Any]],
 # ------------------------------------------------------------------------------------------------------------------
 # Model directories: tokenizer, positions, task model, task file
 # ------------------------------------------------------------------------------------------------------------------
-def load_model_tokenizer(model_dir: str | os.PathLike, who: str = "model"):
-    """The tokenizer a model directory holds, of whatever kind (`bertkit.tokenizers.load_tokenizer`).
-
-    FileNotFoundError saying the `who` (model, teacher) must be a model directory with its tokenizer files.
-    """
-    from bertkit.tokenizers import load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer(model_dir)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
-    if getattr(tokenizer, "kind", None) == "word" and _model_type(model_dir) == "elmo":
-        tokenizer.open_vocabulary = True  # ELMo reads words by their characters: unknown words keep their spelling
-    return tokenizer
-
-
-def _model_type(model_dir: str | os.PathLike) -> str | None:
-    """config.json's model_type (a released ELMo's options.json reads as "elmo"); None without a config."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-    from bertkit.tokenizers.word import is_bilm_directory
-
-    if not ((Path(model_dir) / CONFIG_NAME).is_file() or is_bilm_directory(model_dir)):
-        return None
-    return read_config(model_dir).get("model_type")
-
-
-def max_positions(model_dir: str | os.PathLike) -> int:
-    """The longest input the model directory's config.json allows (its usable position embeddings; ModernBERT's
-    max_position_embeddings; unbounded for an architecture without a limit)."""
-    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-
-    model_dir = Path(model_dir)
-    if _model_type(model_dir) is None:
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    config = config_from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME))
-    return getattr(config, "max_length", sys.maxsize)
-
-
 def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout: float | None = None, **kwargs):
     """`cls.from_pretrained(model_dir)` with a fresh head, optionally rebuilt with other dropout probabilities.
 
@@ -459,29 +419,6 @@ def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout
     return model
 
 
-def model_class(family: TaskFamily, model_dir: str | os.PathLike | None = None):
-    """The bertkit.models class of a family's task model for the architecture of `model_dir` (its config.json:
-    BertForTokenClassification for the BERT family, ModernBertForTokenClassification for ModernBERT, ...); the
-    BERT family's class without a directory. ValueError naming the kind and the model type where that
-    architecture has no such model."""
-    import bertkit.models as modeling
-
-    if model_dir is None:
-        return getattr(modeling, family.model_class_name)
-    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-
-    model_dir = Path(model_dir)
-    if not (model_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    config = config_from_dict(read_config(model_dir), source=str(model_dir / CONFIG_NAME))
-    row = modeling.ROLE_CLASSES.get(type(config), {})
-    if family.model_role not in row:
-        kind = "/".join(family.kinds) or type(family).__name__
-        raise ValueError(f"{kind}: bertkit has no {modeling.ROLE_NAMES.get(family.model_role, family.model_role)} "
-                         f"model for model_type {config.model_type!r} ({model_dir})")
-    return row[family.model_role]
-
-
 def with_dropout(config, dropout: float):
     """`config` with every dropout probability of its architecture set to `dropout`: BERT's hidden and attention
     dropout, ModernBERT's embedding, attention, feed-forward and classifier dropout, T5's dropout rate (the config
@@ -489,12 +426,6 @@ def with_dropout(config, dropout: float):
     names = [f.name for f in dataclasses.fields(config) if "dropout" in f.name
              and isinstance(getattr(config, f.name), float)]
     return dataclasses.replace(config, **{name: dropout for name in names})
-
-
-def read_task_info(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """A fine-tuned model directory's finetune.json ({} when it has none)."""
-    path = Path(model_dir) / TASK_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def save_best(family: TaskFamily, run_dir: Path, dev_examples, output, model, tokenizer) -> None:
@@ -515,6 +446,7 @@ class TaskData:
     kind: str
     config: FinetuneConfig  # with kind set and max_seq_length cut to the model's positions when it was the default
     family: TaskFamily
+    model_dir: ModelDir  # the model directory the run starts from (the teacher's, for distillation)
     tokenizer: Any  # the model directory's, of any kind
     metric: str  # the dev metric that picks the best epoch
     train_examples: list
@@ -534,10 +466,10 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     reports.
     """
     config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
-    model_dir = Path(model_dir)
+    model_dir = ModelDir.open(model_dir)
     family_class = task_family(kind, model_dir, "finetune" if who == "model" else "distill")
-    tokenizer = load_model_tokenizer(model_dir, who)
-    positions = max_positions(model_dir)
+    tokenizer = model_dir.tokenizer(who)
+    positions = model_dir.max_positions
     if config.max_seq_length is None and config.seq_length > positions:
         config = dataclasses.replace(config, max_seq_length=positions)  # the default, cut to what the model has
     if config.seq_length > positions:
@@ -551,31 +483,28 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
         raise ValueError(f"--metric {metric!r} is not reported for {kind}; choose one of {list(family.metric_names)}")
     train_features = family.features(train_examples, tokenizer, training=True)
     dev_features = family.features(dev_examples, tokenizer, training=False)
-    return TaskData(kind, config, family, tokenizer, metric, train_examples, dev_examples, train_features,
+    return TaskData(kind, config, family, model_dir, tokenizer, metric, train_examples, dev_examples, train_features,
                     dev_features)
 
 
-def task_family(kind: str, model_dir: str | os.PathLike, verb: str = "finetune") -> type[TaskFamily]:
+def task_family(kind: str, model_dir: str | os.PathLike | ModelDir, verb: str = "finetune") -> type[TaskFamily]:
     """The family that fine-tunes `model_dir` for `kind`: the kind's own (`family_for`), or for an encoder-decoder
     (T5) the text-to-text family (`bertkit.tasks.text2text`), which takes glue, classify and squad; ValueError
-    naming the verb, the kind and the model type for another kind."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
+    naming the verb, the kind and the model type for another kind, and for the matrix's refused cells
+    (`bertkit.tasks.base.REFUSED`), before any task file is read."""
     from bertkit.tasks.base import matrix_family, refusal
 
-    model_dir = Path(model_dir)
-    raw = read_config(model_dir) if (model_dir / CONFIG_NAME).is_file() else {}
-    model_type = raw.get("model_type")
-    # the matrix's refused cells (bertkit.tasks.base.REFUSED), before any task file is read
-    message = refusal(matrix_family(raw), kind, f"bertkit {verb} {kind}") if raw else None
+    model_dir = ModelDir.open(model_dir)
+    message = refusal(matrix_family(model_dir.raw), kind, f"bertkit {verb} {kind}")
     if message is not None:
         raise ValueError(message)
-    if model_type == "t5":
+    if model_dir.text_to_text:
         from bertkit.tasks.text2text import text_to_text_family
 
         if verb == "distill":
-            raise ValueError(f"bertkit distill {kind}: {model_dir} holds a t5 model (model_type t5); distillation "
-                             f"takes encoder models (BERT, ModernBERT)")
-        return text_to_text_family(kind, model_type, verb)
+            raise ValueError(f"bertkit distill {kind}: {model_dir} holds a {model_dir.model_type} model (model_type "
+                             f"{model_dir.model_type}); distillation takes encoder models (BERT, ModernBERT)")
+        return text_to_text_family(kind, model_dir.model_type, verb)
     return family_for(kind)
 
 

@@ -185,8 +185,8 @@ def test_distill_tasks_with_a_modernbert_teacher(made, tmp_path):
 
 
 def test_hidden_state_distillation_sees_what_forward_computes(made):
-    """model_outputs' hidden path (encoder, then the head's `scores`) gives the logits of the model's forward."""
-    from bertkit.distill import model_outputs
+    """logits_and_hidden' hidden path (encoder, then the head's `scores`) gives the logits of the model's forward."""
+    from bertkit.distill import logits_and_hidden
     from bertkit.models import ModernBertForSequenceClassification, ModernBertForTokenClassification
 
     tok = load_tokenizer(made["model"])
@@ -197,7 +197,7 @@ def test_hidden_state_distillation_sees_what_forward_computes(made):
     for cls in (ModernBertForSequenceClassification, ModernBertForTokenClassification):
         model = cls.from_pretrained(made["model"], num_labels=3).eval()
         with torch.no_grad():
-            logits, hidden = model_outputs(model, ids, mask, torch.zeros_like(ids), hidden=True)
+            logits, hidden = logits_and_hidden(model, ids, mask, torch.zeros_like(ids), hidden=True)
             torch.testing.assert_close(logits, model(ids, mask).logits, atol=1e-6, rtol=0)
         assert len(hidden) == 4 and hidden[0].shape == (2, T, 32)
 

@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {name: module for module, names in {
               "BertForTokenClassification"),
     "kernels": ("Linear", "linear"),
     "layouts": ("Encoded", "Padded", "Unpadded"),
+    "modeldir": ("ModelDir", "model_class"),
     "modernbert": ("ModernBertForMaskedLM", "ModernBertForMultipleChoice", "ModernBertForQuestionAnswering",
                    "ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertModel"),
     "pooling": ("SentenceEncoder",),
@@ -33,8 +34,7 @@ _LAZY: dict[str, str] = {name: module for module, names in {
               "XLNetForTokenClassification", "XLNetLMHeadModel", "XLNetModel"),
 }.items() for name in names}
 
-__all__ = sorted({*_LAZY, "IGNORE_INDEX", "ROLE_CLASSES", "ROLE_NAMES", "class_for", "model_class",
-                  "pretraining_class"} - {"SentenceEncoder"})
+__all__ = sorted({*_LAZY, "IGNORE_INDEX", "ROLE_CLASSES", "ROLE_NAMES", "class_for", "pretraining_class"} - {"SentenceEncoder"})
 
 
 def _role_classes() -> dict[type, dict[str, type]]:
@@ -81,11 +81,3 @@ def pretraining_class(config) -> type:
     row = architecture_of(config)
     return __getattr__(row.roles[row.pretraining_role])
 
-
-def model_class(directory, role: str) -> type:
-    """The model class that loads `directory` (a model directory) for `role` (a ROLE_NAMES key); ValueError naming
-    the model type where that architecture has no such model."""
-    from bertkit.checkpoint import CONFIG_NAME, config_from_dict, read_config
-
-    config = config_from_dict(read_config(directory), source=f"{directory}/{CONFIG_NAME}")
-    return class_for(config, role, str(directory))

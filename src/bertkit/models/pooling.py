@@ -132,21 +132,14 @@ class SentenceEncoder(nn.Module):
         """A model directory as an embedding model: its sentence-transformers modules (or `sentence`, or mean
         pooling without normalisation for a plain directory), with `overrides` replacing SentenceConfig fields
         (pooling modes, normalize). Dense weights come from each Dense folder's model.safetensors."""
-        from bertkit.checkpoint import WeightsMismatchError
-        from bertkit.models import model_class
+        from bertkit.models.modeldir import ModelDir
 
         directory = Path(directory)
         sentence = sentence or read_sentence_config(directory) or SentenceConfig()
         given = {k: v for k, v in overrides.items() if v is not None}
         if given:
             sentence = dataclasses.replace(sentence, **given)
-        encoder_cls = model_class(directory, "encoder")
-        try:
-            encoder = encoder_cls.from_pretrained(directory)
-        except WeightsMismatchError as err:
-            if not any(name.startswith("pooler.") for name in err.missing):
-                raise
-            encoder = encoder_cls.from_pretrained(directory, add_pooler=False)  # a directory without BERT's pooler
+        encoder = ModelDir.open(directory).load("encoder")  # without BERT's pooler where the weights have none
         model = cls(encoder, sentence)
         for layer, loaded in zip(model.dense, load_dense(directory, sentence)):
             layer.load_state_dict(loaded.state_dict())

@@ -40,7 +40,7 @@ from bertkit.config import field_with_help as _f
 from bertkit.serve import compat
 from bertkit.serve.batching import Batcher, QueueFull
 from bertkit.serve.compat import RequestError
-from bertkit.serve.engine import INPUT_FIELDS, POOLINGS, Engine, InputError, Prepared, finite
+from bertkit.serve.engine import POOLINGS, Engine, InputError, Prepared, finite
 from bertkit.serve.metrics import Metrics
 
 
@@ -84,7 +84,7 @@ def _json_bytes(value: Any) -> bytes:
 def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[list[Any], dict[str, Any]]:
     """The inputs and options of a POST /v1/predict body; RequestError 400 / 413 / 422 for a bad one."""
     data = compat.json_body(body, ' {"inputs": [...]}')
-    required, optional = INPUT_FIELDS[engine.kind]
+    required, optional = engine.input_fields
     allowed = set(required) | set(optional)
     options: dict[str, Any] = {}
     if "inputs" in data:
@@ -155,7 +155,7 @@ async def read_body(request, limit: int) -> bytes:
 
 def openapi_schema(engine: Engine, config: ServeConfig) -> dict[str, Any]:
     """The OpenAPI 3.1 description of the routes, with the served kind's input object."""
-    required, optional = INPUT_FIELDS[engine.kind]
+    required, optional = engine.input_fields
     props: dict[str, Any] = {}
     for name in required + optional:
         props[name] = ({"type": "array", "items": {"type": "string"}, "minItems": 1} if name == "choices"

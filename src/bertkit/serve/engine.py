@@ -38,30 +38,26 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from bertkit.sentence import pooling_modes
+from bertkit.tasks.base import SERVED_KINDS, default_kind, json_text
 
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
 MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
 # A request's pooling: "none" (every token's vector), or one of sentence-transformers' modes in our spelling
 # (`bertkit.sentence.POOLING_NAMES`); the default is the model directory's own (its 1_Pooling, or mean).
 POOLINGS = ("mean", "cls", "max", "last", "weighted-mean", "mean-sqrt-len", "none")
 
-# The fields an input object may have, per kind: required, then optional.
-INPUT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "classify": (("text",), ("pair",)),
-    "ner": (("text",), ()),
-    "squad": (("question", "context"), ()),
-    "swag": (("context", "choices"), ()),
-    "fill-mask": (("text",), ()),
-    "embeddings": (("text",), ()),
-    "generate": (("text",), ()),
-    "rerank": (("text", "pair"), ()),
-}
+# The uses of a directory without a task head: the fields of an input (required, optional), and a made-up one for
+# the warm-up (fill-mask's is made with the tokenizer's mask token). A task kind's come from its family
+# (`TaskFamily.input_fields`, `sample_input`).
+USE_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "fill-mask": (("text",), ()), "embeddings": (("text",), ()), "generate": (("text",), ())}
+# What one row of a forward pass gives, by the role of the task model (`TaskFamily.model_role`): a vector per
+# sequence, a row per token, or one score per choice (each choice its own row).
+ROW_OUTPUTS = {"sequence": "sequence", "token": "token", "qa": "token", "choice": "choice"}
 
 
 def pool_tokens(vectors: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
@@ -148,12 +144,13 @@ def pad_rows(rows: list[Row], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.n
     return ids, types, mask
 
 
-def _split_outputs(kind: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
+def _split_outputs(layout: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
     """One output per row from a padded batch's output, as `bertkit.taskrun.forward_all` cuts them: (C,) per
-    sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions."""
-    if kind in ("classify", "swag", "rerank"):
+    sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions.
+    layout: a value of ROW_OUTPUTS, or a use (fill-mask, embeddings: per token)."""
+    if layout in ("sequence", "choice"):
         return [out[i] for i in range(len(rows))]
-    if kind == "fill-mask":
+    if layout == "fill-mask":
         return [out[i, r.positions] for i, r in enumerate(rows)]
     return [out[i, :len(r)] for i, r in enumerate(rows)]
 
@@ -166,6 +163,7 @@ class TorchBackend:
 
     def __init__(self, kind: str, model, pad_id: int, max_new_tokens: int | None = None,
                  eos_id: int | None = None) -> None:
+        # kind: the row layout (a value of ROW_OUTPUTS) of a task model, or a use (fill-mask, embeddings, generate)
         self.kind, self.model, self.pad_id, self.max_new_tokens = kind, model, pad_id, max_new_tokens
         self.eos_id = eos_id  # generate with a causal model: the token that ends a generation
         self.device = next(model.parameters()).device
@@ -184,7 +182,7 @@ class TorchBackend:
                 return generate_all(self.model, features, self.pad_id, len(rows), self.max_new_tokens)
         ids, types, mask = (torch.from_numpy(a).to(self.device) for a in pad_rows(rows, self.pad_id))
         with torch.no_grad():
-            if self.kind == "swag":  # every choice its own (1-choice) row: choice counts may differ per input
+            if self.kind == "choice":  # every choice its own (1-choice) row: choice counts may differ per input
                 out = self.model(ids[:, None], mask[:, None], types[:, None]).logits  # (B, 1)
             elif self.kind == "fill-mask":
                 at = torch.zeros_like(ids, dtype=torch.bool)  # the vocabulary projection at the masks only
@@ -207,7 +205,7 @@ class TorchBackend:
 
         out: list[np.ndarray | None] = [None] * len(rows)
         groups: dict[tuple[int, int], list[int]] = {}
-        causal = self.model.config.model_type != "t5"
+        causal = bool(getattr(self.model.config, "causal", False))  # else an encoder-decoder (T5)
         for i, r in enumerate(rows):  # causal: one group per (prompt length, max_new_tokens); T5: per max_new_tokens
             groups.setdefault((len(r) if causal else 0, r.max_new_tokens), []).append(i)
         for (length, max_new), chosen in groups.items():
@@ -234,20 +232,21 @@ class OnnxBackend:
     name = "onnx"
     max_padding = 0.25  # a group grows while its padded size stays within (1 + this) x its real tokens
 
-    def __init__(self, kind: str, path: str | os.PathLike, pad_id: int, threads: int | None = None) -> None:
+    def __init__(self, kind: str, path: str | os.PathLike, pad_id: int, threads: int | None = None,
+                 layout: str | None = None) -> None:
         from bertkit.export import open_session
 
-        self.kind, self.pad_id = kind, pad_id
+        self.kind, self.pad_id, self.layout = kind, pad_id, layout or kind  # layout: as TorchBackend's kind
         self.session = open_session(path, kind, threads=threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def _run(self, rows: list[Row]) -> list[np.ndarray]:
         ids, types, mask = pad_rows(rows, self.pad_id)
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        if self.kind == "swag":
+        if self.layout == "choice":
             feed = {k: v[:, None] for k, v in feed.items()}  # (B, 1, T): one choice per row
         out = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
-        return _split_outputs(self.kind, np.asarray(out, dtype=np.float32), rows)
+        return _split_outputs(self.layout, np.asarray(out, dtype=np.float32), rows)
 
     def __call__(self, rows: list[Row]) -> list[np.ndarray]:
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
@@ -271,58 +270,10 @@ class OnnxBackend:
 # The engine
 # ------------------------------------------------------------------------------------------------------------------
 def detect_kind(model_dir: str | os.PathLike) -> str:
-    """The kind a model directory serves by default: its task head's (classify, ner, squad, swag; a text-to-text
-    T5's task), fill-mask for a pretraining (masked-LM) checkpoint, else embeddings."""
-    from bertkit.checkpoint import CONFIG_NAME, read_config
-    from bertkit.tasks.base import kind_of_architectures
+    """The kind a model directory serves by default (`bertkit.tasks.base.default_kind`)."""
+    from bertkit.models.modeldir import ModelDir
 
-    model_dir = Path(model_dir)
-    if not (model_dir / CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"{model_dir}: no {CONFIG_NAME}; not a model directory")
-    config = read_config(model_dir)
-    architectures = config.get("architectures") or []
-    from bertkit.taskrun import read_task_info
-
-    if read_task_info(model_dir).get("kind") == "rerank":  # a one-output sequence classifier trained to rank
-        return "rerank"
-    kind = kind_of_architectures(architectures)
-    if kind is not None:
-        return kind
-    from bertkit.taskrun import read_task_info
-
-    info = read_task_info(model_dir)
-    if info.get("text_to_text") and info.get("kind"):  # a T5 fine-tuned as text to text: its task's kind
-        from bertkit.tasks.base import prediction_kind
-
-        return prediction_kind(info["kind"])
-    if config.get("model_type") == "t5" or config.get("is_decoder"):  # a causal model, or a T5 without a task
-        return "generate"
-    if any(a.endswith(("ForPreTraining", "ForMaskedLM")) for a in architectures):
-        return "fill-mask"
-    return "embeddings"
-
-
-def load_generator(model_dir: str | os.PathLike):
-    """The model a "generate" directory holds: T5ForConditionalGeneration, or BertForCausalLM (which refuses a
-    model that is not causal)."""
-    from bertkit.checkpoint import read_config
-
-    if read_config(model_dir).get("model_type") == "t5":
-        from bertkit.models import T5ForConditionalGeneration
-
-        return T5ForConditionalGeneration.from_pretrained(model_dir)
-    from bertkit.models import BertForCausalLM
-
-    return BertForCausalLM.from_pretrained(model_dir)
-
-
-def _text(item: dict, key: str, index: int) -> str:
-    value = item.get(key)
-    if value is None:
-        raise InputError(f"inputs[{index}]: field {key!r} is missing")
-    if not isinstance(value, str):
-        raise InputError(f"inputs[{index}]: field {key!r} must be a string, got {type(value).__name__}")
-    return value
+    return default_kind(ModelDir.open(model_dir))
 
 
 class Engine:
@@ -350,10 +301,14 @@ class Engine:
                  threads: int | None = None, dtype: str = "auto", quantize: str | None = None) -> None:
         import torch
 
-        self.model_dir = Path(model_dir)
-        self.kind = kind or detect_kind(self.model_dir)
-        if self.kind not in SERVED_KINDS:
-            raise ValueError(f"unknown task {self.kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        from bertkit.models.modeldir import ModelDir
+        from bertkit.tasks.base import KINDS, family_for
+
+        if kind is not None and kind not in SERVED_KINDS:
+            raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        directory = ModelDir.open(model_dir)
+        self.model_dir = directory.path
+        self.kind = kind or default_kind(directory)
         if backend not in ("torch", "onnx"):
             raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
         if pooling is not None and pooling not in POOLINGS:
@@ -369,30 +324,25 @@ class Engine:
         self.top_k = top_k
         self.sentence, self.dense = None, []
         self.predictor = None
-        if self.kind in ("classify", "ner", "squad", "swag", "rerank"):
+        # A task kind's facts (input fields, truncation, row layout) are its family's; a use's are USE_INPUTS'.
+        self.task = family_for(self.kind) if self.kind in KINDS else None
+        self.input_fields = self.task.input_fields if self.task is not None else USE_INPUTS[self.kind]
+        layout = ROW_OUTPUTS[self.task.model_role] if self.task is not None else self.kind
+        if self.task is not None:  # a task head: the task family's predictor, as `bertkit predict` loads it
             from bertkit.finetune import load_predictor
 
-            self.predictor = load_predictor(self.model_dir, self.kind, max_seq_length=max_seq_length, device=device)
+            self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device)
             model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
             self.max_length = self.predictor.config.seq_length
-        else:
-            from bertkit.tokenizers import load_tokenizer
-
-            self.tokenizer = load_tokenizer(self.model_dir)
-            if self.kind == "fill-mask":
-                from bertkit.models import model_class
-
-                model = model_class(self.model_dir, "pretraining").from_pretrained(self.model_dir)
-                if self.tokenizer.mask_id is None:
-                    raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
-            elif self.kind == "generate":
-                model = load_generator(self.model_dir)
-            else:
-                from bertkit.features import load_encoder
+        else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`, generate)
+            self.tokenizer = directory.tokenizer()
+            model = directory.load(self.kind)
+            if self.kind == "fill-mask" and self.tokenizer.mask_id is None:
+                raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
+            if self.kind == "embeddings":  # the directory's sentence-transformers modules, read as numpy
                 from bertkit.models.pooling import load_dense
                 from bertkit.sentence import SentenceConfig, read_sentence_config
 
-                model = load_encoder(self.model_dir)
                 self.sentence = read_sentence_config(self.model_dir) or SentenceConfig()
                 # the Dense layers as numpy (weight (out, in), bias, activation): applied per answer
                 self.dense = [(layer.linear.weight.detach().float().numpy(),
@@ -419,13 +369,13 @@ class Engine:
             if threads:
                 torch.set_num_threads(threads)
             self.backend: Callable[[list[Row]], list[np.ndarray]] = TorchBackend(
-                self.kind, model, pad_id, family.max_new_tokens if self.generates else None, self.tokenizer.sep_id)
+                layout, model, pad_id, family.max_new_tokens if self.generates else None, self.tokenizer.sep_id)
         else:
             if self.generates or self.kind == "generate":
                 raise ValueError(f"{self.model_dir} generates its answers token by token, which the ONNX backend "
                                  f"does not; serve it with the torch backend")
             # The torch model stays loaded: restoring a family for each input reads its labels.
-            self.backend = OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads)
+            self.backend = OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads, layout)
         self.backend_name = backend
 
     # ---- the three steps -------------------------------------------------------------------------------------
@@ -433,61 +383,30 @@ class Engine:
                 max_new_tokens: int | None = None, normalize: bool | None = None) -> Prepared:
         """Rows and a finisher for one input (a JSON value of the kind's fields; a bare string is {"text": ...}
         where the kind takes a text). Raises InputError for an input it cannot answer."""
-        if isinstance(item, str) and "text" in INPUT_FIELDS[self.kind][0]:
+        required = self.input_fields[0]
+        if isinstance(item, str) and "text" in required:
             item = {"text": item}
         if not isinstance(item, dict):
             raise InputError(f"inputs[{index}] is a {type(item).__name__}; expected an object with "
-                             f"{', '.join(INPUT_FIELDS[self.kind][0])}")
+                             f"{', '.join(required)}")
         top_k = top_k if top_k is not None else self.top_k
-        if self.kind == "fill-mask":
-            return self._prepare_fill_mask(_text(item, "text", index), top_k or 5)
+        try:  # the input as `predict` takes it: the family's reading of its fields, or a use's one text
+            x = self.task.input_from_json(item) if self.task is not None else json_text(item, "text")
+        except ValueError as err:
+            raise InputError(f"inputs[{index}]: {err}") from None
+        if self.task is not None:
+            return self._prepare_task(x, top_k)
+        if self.kind == "fill-mask":  # the three uses of a directory without a task head: the engine's own
+            return self._prepare_fill_mask(x, top_k or 5)
         if self.kind == "embeddings":
-            return self._prepare_embeddings(_text(item, "text", index), pooling or self.pooling, normalize)
-        if self.kind == "generate":
-            return self._prepare_generate(_text(item, "text", index), max_new_tokens or MAX_NEW_TOKENS)
-        return self._prepare_task(self._task_input(item, index), top_k)
+            return self._prepare_embeddings(x, pooling or self.pooling, normalize)
+        return self._prepare_generate(x, max_new_tokens or MAX_NEW_TOKENS)
 
     def forward(self, rows: list[Row]) -> list[np.ndarray]:
         """One forward pass over rows of any lengths: one output per row (see `_split_outputs`)."""
         return self.backend(rows)
 
     # ---- task kinds: the family's features and predictions ---------------------------------------------------
-    def _task_input(self, item: dict, index: int):
-        """The input as `predict` takes it: a text or (text, pair), a (question, context), a (context, choices)."""
-        if self.kind == "classify":
-            text = _text(item, "text", index)
-            return text if item.get("pair") is None else (text, _text(item, "pair", index))
-        if self.kind == "rerank":  # (query, document)
-            return _text(item, "text", index), _text(item, "pair", index)
-        if self.kind == "ner":
-            return _text(item, "text", index)
-        if self.kind == "squad":
-            question, context = _text(item, "question", index), _text(item, "context", index)
-            if not question.strip() or not context.strip():
-                raise InputError(f"inputs[{index}]: the question and the context must not be empty")
-            return question, context
-        context, choices = _text(item, "context", index), item.get("choices")
-        if (not isinstance(choices, list) or not choices
-                or not all(isinstance(c, str) for c in choices)):
-            raise InputError(f"inputs[{index}]: field 'choices' must be a non-empty list of strings")
-        return context, list(choices)
-
-    def _truncated(self, x, features: list[dict[str, Any]]) -> bool:
-        """Whether `predict`'s features of input x lost tokens to the sequence length."""
-        tok, length = self.tokenizer, self.max_length
-        if self.kind == "squad":
-            return len(tok.encode_raw([x[0]])[0].ids) > self.predictor.config.max_query_length
-        rows = features[0]["input_ids"] if self.kind == "swag" else [features[0]["input_ids"]]
-        if all(len(row) < length for row in rows):  # shorter than the limit: nothing was cut, no second encoding
-            return False
-        if self.kind in ("classify", "rerank"):
-            text, pair = (x, None) if isinstance(x, str) else x
-            return len(tok.encode_batch([text], None if pair is None else [pair])[0]) > length
-        if self.kind == "ner":  # CLS, the words' pieces, SEP (bertkit.tasks.ner.encode_words)
-            return len(tok.encode_words([features[0]["words"]])[0].ids) + 2 > length
-        context, choices = x
-        return any(len(e) > length for e in tok.encode_batch([context] * len(choices), choices))
-
     def _prepare_task(self, x, top_k: int | None) -> Prepared:
         family = self.predictor.family()  # its own: families keep state between features and predictions
         try:
@@ -495,15 +414,16 @@ class Engine:
         except (ValueError, TypeError, KeyError) as err:
             raise InputError(str(err)) from None
         # A text-to-text model frames its inputs its own way (a task prefix): no truncation flag there.
-        truncated = not self.generates and self._truncated(x, features)
-        if self.kind == "swag" and not self.generates:  # one row per choice
+        truncated = not self.generates and family.truncated(x, features, self.tokenizer)
+        per_choice = self.task.model_role == "choice" and not self.generates
+        if per_choice:  # one row per choice
             rows = [Row(list(ids), list(types)) for ids, types in zip(features[0]["input_ids"],
                                                                       features[0]["token_type_ids"])]
         else:
             rows = [Row(list(f["input_ids"]), list(f["token_type_ids"])) for f in features]
 
         def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
-            logits = [np.concatenate(outputs)] if self.kind == "swag" and not self.generates else outputs
+            logits = [np.concatenate(outputs)] if per_choice else outputs
             answer = family.predictions([x], features, logits, top_k=top_k)[0]
             return {**answer, "truncated": True} if truncated else answer
 
@@ -600,7 +520,7 @@ class Engine:
         out: list[Prepared | str] = []
         for i, document in enumerate(documents):
             try:
-                prepared = self._prepare_task(self._task_input({"text": query, "pair": document}, i), None)
+                prepared = self.prepare({"text": query, "pair": document}, i)
             except InputError as err:
                 out.append(str(err))
                 continue
@@ -633,7 +553,7 @@ class Engine:
         """As `bertkit.inference.generate` (greedy): a causal model's prompt framed as in training without its
         closing separator, a T5's as T5 frames it (`text </s>`), cut to the model's length; the answer is what
         `bertkit generate --json` prints, {"prompt", "continuation", "ids"}."""
-        tok, causal = self.tokenizer, self.model_config.model_type != "t5"
+        tok, causal = self.tokenizer, bool(getattr(self.model_config, "causal", False))
         ids = tok.encode(text, max_length=self.max_length).input_ids
         truncated = len(ids) == self.max_length and len(tok.encode(text)) > self.max_length
         if causal:
@@ -652,19 +572,18 @@ class Engine:
     def warm_up(self) -> None:
         """One forward pass on a made-up input, so that one-time set-up costs (kernel choices, allocations) are
         not paid by the first request."""
-        sample = {"classify": {"text": "warm up"}, "ner": {"text": "warm up"},
-                  "squad": {"question": "warm up?", "context": "warm up"},
-                  "swag": {"context": "warm", "choices": ["up", "down"]},
-                  "embeddings": {"text": "warm up"}, "generate": {"text": "warm up"},
-                  "rerank": {"text": "warm up", "pair": "warm up"}}.get(self.kind)
-        if sample is None:  # fill-mask
+        if self.task is not None:
+            sample = self.task.sample_input
+        elif self.kind == "fill-mask":  # the tokenizer's own mask token
             sample = {"text": f"warm {self.tokenizer.id_to_token(self.tokenizer.mask_id)}"}
+        else:
+            sample = {"text": "warm up"}
         self.forward(self.prepare(sample).rows)
 
     # ---- description -----------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """What GET /v1/model answers: the kind, its input fields, labels, lengths, backend."""
-        required, optional = INPUT_FIELDS[self.kind]
+        required, optional = self.input_fields
         info: dict[str, Any] = {"model": self.model_dir.name, "kind": self.kind, "backend": self.backend_name,
                                 "input_fields": {"required": list(required), "optional": list(optional)},
                                 "max_seq_length": self.max_length, "model_type": self.model_config.model_type,
@@ -676,8 +595,8 @@ class Engine:
             info["labels"] = self.labels
         if self.kind == "fill-mask":
             info["mask_token"] = self.tokenizer.id_to_token(self.tokenizer.mask_id)
-        if self.kind == "squad":
-            info["version_2"] = bool(self.predictor.info.get("version_2", False))
+        if self.task is not None:
+            info.update(self.task.served_facts(self.predictor.info))
         if self.kind == "embeddings":
             info["pooling"] = self.pooling or "+".join(self.sentence.modes)
             info["normalize"] = self.sentence.normalize

@@ -137,6 +137,26 @@ def kind_of_architectures(architectures: Sequence[str]) -> str | None:
     return None
 
 
+# What a model directory is served (and exported) as: the kinds whose family predicts, and three uses of a model
+# without a task head (`bertkit.models.modeldir.USES`).
+SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
+
+
+def default_kind(model) -> str:
+    """The kind a model directory (a `bertkit.models.ModelDir`) serves and exports by default: the kind it was
+    fine-tuned for (finetune.json; a GLUE model's classify, a text-to-text T5's task), else its task head's, else
+    "generate" for a model that generates, "fill-mask" for a pretraining (masked-LM) checkpoint, "embeddings"."""
+    trained = model.trained_kind
+    if trained in KINDS and prediction_kind(trained) in SERVED_KINDS:
+        return prediction_kind(trained)
+    kind = kind_of_architectures(model.architectures)
+    if kind is not None:
+        return kind
+    if model.generates:
+        return "generate"
+    return "fill-mask" if model.head_role in ("pretraining", "mlm") else "embeddings"
+
+
 class TaskFamily:
     """What differs between task families; see the module docstring for the protocol and its order."""
 
@@ -197,10 +217,54 @@ class TaskFamily:
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         raise NotImplementedError
 
+    # ---- one input, as `bertkit serve` takes it and `bertkit predict` shows its answer ------------------------
+    # The JSON fields of one input: (required, optional); all strings unless the family says otherwise.
+    input_fields: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    sample_input: dict[str, Any] = {}  # a made-up input (the server's warm-up)
+    input_notes: dict[str, str] = {}  # what a field holds, where its name does not say (a reranker's query)
+
+    @classmethod
+    def input_from_json(cls, item: dict[str, Any]) -> Any:
+        """One input as `predict` takes it, from a JSON object of `input_fields`: the text of a single field,
+        else the tuple of the fields given. ValueError naming a field that is missing or not a string."""
+        required, optional = cls.input_fields
+        values = [json_text(item, key) for key in required]
+        values += [json_text(item, key) for key in optional if item.get(key) is not None]
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def truncated(self, x, features: list[dict[str, Any]], tokenizer) -> bool:
+        """Whether `prediction_features([x], tokenizer)` (`features`) lost tokens of input x to the length."""
+        return False
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        """One answer of `predictions` as `bertkit predict` prints it without --json."""
+        return str(result)
+
+    @classmethod
+    def served_facts(cls, info: dict[str, Any]) -> dict[str, Any]:
+        """What the server's model description adds for this kind, from the directory's finetune.json."""
+        return {}
+
 
 # ------------------------------------------------------------------------------------------------------------------
 # Small helpers the families share
 # ------------------------------------------------------------------------------------------------------------------
+def json_text(item: dict[str, Any], key: str) -> str:
+    """The string field `key` of a JSON input; ValueError naming it when it is missing or not a string."""
+    value = item.get(key)
+    if value is None:
+        raise ValueError(f"field {key!r} is missing")
+    if not isinstance(value, str):
+        raise ValueError(f"field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def cut_at(rows: Sequence[Sequence[int]], length: int) -> bool:
+    """Whether any of an input's feature rows reached `length` (only then can tokens have been cut)."""
+    return any(len(row) >= length for row in rows)
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, computed stably."""
     x = x - x.max(axis=-1, keepdims=True)

@@ -27,7 +27,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax, utf8_errors
+from bertkit.tasks.base import (TaskFamily, check_count, cut_at, read_prediction_lines, register, softmax,
+                                utf8_errors)
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,22 @@ class ClassificationFamily(TaskFamily):
     # ---- a fine-tuned model ----------------------------------------------------------------------------------
     def restore(self, info: dict[str, Any], model) -> None:
         self.labels, self.regression = list(model.labels), bool(model.regression)
+
+    input_fields = (("text",), ("pair",))
+    sample_input = {"text": "warm up"}
+
+    def truncated(self, x, features, tokenizer) -> bool:
+        if not cut_at([features[0]["input_ids"]], self.config.seq_length):  # nothing cut: no second encoding
+            return False
+        text, pair = (x, None) if isinstance(x, str) else x
+        return len(tokenizer.encode_batch([text], None if pair is None else [pair])[0]) > self.config.seq_length
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        shown = result.get("label", result.get("score"))
+        if shown is None:  # a text-to-text model wrote no label (or no number): show what it wrote
+            shown = f"(unrecognised: {result.get('text')!r})"
+        return f"{shown}" + (f" ({result['probability']:.3f})" if "probability" in result else "")
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: texts, or (text, pair) tuples (all of one kind)."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from bertkit.config import IGNORE_INDEX  # label of positions the loss skips (torch's cross-entropy default)
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, register, softmax, utf8_errors
+from bertkit.tasks.base import TaskFamily, check_count, cut_at, json_text, register, softmax, utf8_errors
 
 # A tag is "O" or a one-letter prefix, a dash, and a non-empty entity type.
 _TAG = re.compile(r"^(?:O|[BIES]-.+)$")
@@ -458,6 +458,28 @@ class TaggingFamily(TaskFamily):
         self.labels = list(model.labels)
         self.scheme = info.get("scheme", self.scheme)
         self._plain(self.scheme == "none")
+
+    input_fields = (("text",), ())
+    sample_input = {"text": "warm up"}
+
+    @classmethod
+    def input_from_json(cls, item: dict[str, Any]):
+        """A text, or a list of words (as `predict` takes them)."""
+        words = item.get("text")
+        if isinstance(words, list) and words and all(isinstance(w, str) for w in words):
+            return list(words)
+        return json_text(item, "text")
+
+    def truncated(self, x, features, tokenizer) -> bool:
+        if not cut_at([features[0]["input_ids"]], self.config.seq_length):  # nothing cut: no second encoding
+            return False  # else: CLS, the words' pieces, SEP (`encode_words`)
+        return len(tokenizer.encode_words([features[0]["words"]])[0].ids) + 2 > self.config.seq_length
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        if "entities" not in result:  # plain tags (scheme none): word/TAG
+            return " ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"]))
+        return "  ".join(f"[{e['type']} {e['text']}] ({e['score']:.2f})" for e in result["entities"]) or "(none)"
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: texts (split into words and punctuation by `split_words`) or lists of words."""

@@ -158,6 +158,14 @@ class RerankFamily(ClassificationFamily):
                              f"({', '.join(model.labels)}): predict it as classify")
         self.labels, self.label_scale = None, float(info.get("label_scale", 1.0))
 
+    input_fields = (("text", "pair"), ())  # (query, document)
+    input_notes = {"text": "the query", "pair": "the document"}
+    sample_input = {"text": "warm up", "pair": "warm up"}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return f"{result['score']:.6f}"
+
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: (query, document) pairs."""
         for x in inputs:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, register, utf8_errors
+from bertkit.tasks.base import TaskFamily, json_text, register, utf8_errors
 
 # ---------------------------------------------------------------------------------------------------------------
 # Reading
@@ -919,6 +919,29 @@ class SquadFamily(TaskFamily):
     def restore(self, info: dict[str, Any], model) -> None:
         self.version_2 = bool(info.get("version_2", False))
         self.null_threshold = float(info.get("null_threshold", 0.0))
+
+    input_fields = (("question", "context"), ())
+    sample_input = {"question": "warm up?", "context": "warm up"}
+
+    @classmethod
+    def input_from_json(cls, item: dict[str, Any]) -> tuple[str, str]:
+        question, context = json_text(item, "question"), json_text(item, "context")
+        if not question.strip() or not context.strip():
+            raise ValueError("the question and the context must not be empty")
+        return question, context
+
+    @classmethod
+    def served_facts(cls, info: dict[str, Any]) -> dict[str, Any]:
+        return {"version_2": bool(info.get("version_2", False))}
+
+    def truncated(self, x, features, tokenizer) -> bool:
+        # The passage is covered by windows (never cut); the question is cut to max_query_length.
+        return len(tokenizer.encode_raw([x[0]])[0].ids) > self.config.max_query_length
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        score = f" ({result['score']:.3f})" if result.get("score") is not None else ""  # T5: generated
+        return f"{result['answer'] or '(no answer)'}{score}"
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: (question, context) tuples; one feature per window."""

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, check_count, read_prediction_lines, register, softmax, utf8_errors
+from bertkit.tasks.base import (TaskFamily, check_count, cut_at, json_text, read_prediction_lines, register, softmax,
+                                utf8_errors)
 from bertkit.tasks.classify import SequenceClassificationTask
 
 NUM_CHOICES = 4
@@ -147,6 +148,26 @@ class SwagFamily(TaskFamily):
                                                           encoding="utf-8")
 
     # ---- a fine-tuned model ----------------------------------------------------------------------------------
+    input_fields = (("context", "choices"), ())  # choices: a list of strings
+    sample_input = {"context": "warm", "choices": ["up", "down"]}
+
+    @classmethod
+    def input_from_json(cls, item: dict[str, Any]) -> tuple[str, list[str]]:
+        context, choices = json_text(item, "context"), item.get("choices")
+        if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+            raise ValueError("field 'choices' must be a non-empty list of strings")
+        return context, list(choices)
+
+    def truncated(self, x, features, tokenizer) -> bool:
+        if not cut_at(features[0]["input_ids"], self.config.seq_length):  # one row per choice
+            return False
+        context, choices = x
+        return any(len(e) > self.config.seq_length for e in tokenizer.encode_batch([context] * len(choices), choices))
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return f"{result['choice']}: {result['text']} ({max(result['probabilities']):.3f})"
+
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: (context, [choices]) tuples; any number of choices each."""
         return [choice_features(tokenizer, context, choices, self.config.seq_length) for context, choices in inputs]
