@@ -449,11 +449,11 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
     the paper's long-context stage, the window, dropout) replace the directory's. A model with a position table
     (the BERT family) shorter than max_seq_length is refused, pointing at `bertkit extend-context`.
     """
-    from bertkit.config import ModernBertConfig
+    from bertkit.models.registry import architecture_of
 
     length = config.data.max_seq_length
     current = model.config
-    if not isinstance(current, ModernBertConfig):
+    if architecture_of(current).positions != "rotary":
         limit = getattr(current, "max_length", None)
         if limit is not None and length > limit:
             raise ValueError(f"{init_from}: max_seq_length {length} is longer than its {limit} positions; grow its "
@@ -538,6 +538,8 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     tokenizer = load_tokenizer(tokenizer_path)  # any kind: vocab.txt, vocab.json + merges.txt, tokenizer.json
     torch.manual_seed(seed)
     fields = {"vocab_size": tokenizer.vocab_size}
+    # Kept as branches: which framing ids a config.json names is its family's format (config.FAMILIES for the BERT
+    # family, where the preset's defaults already fit), not a fact the verbs ask about.
     if model_type == "modernbert":
         fields.update(_special_token_fields(tokenizer, {"model_type": model_type}))
     if model_type == "t5":  # T5 starts the decoder with the padding id
@@ -625,8 +627,8 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
     from safetensors.torch import save_file
 
     from bertkit.checkpoint import CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_weights
-    from bertkit.config import ModernBertConfig
     from bertkit.models import ModelDir, model_class
+    from bertkit.models.registry import architecture_of
 
     source = ModelDir.open(model_dir)
     model_dir, out_dir = source.path, Path(out_dir)
@@ -637,7 +639,8 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
         raise ValueError(f"--max-position-embeddings must be a positive integer, got {max_position_embeddings!r}")
     weights = read_weights(model_dir)
     raw = dict(raw)
-    if isinstance(config, ModernBertConfig):
+    positions = architecture_of(config).positions
+    if positions == "rotary":
         before = config.max_position_embeddings
         if max_position_embeddings < before:
             raise ValueError(f"{model_dir} already takes {before} tokens (max_position_embeddings); give more")
@@ -649,7 +652,7 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
                     **raw["rope_parameters"]["full_attention"], "rope_theta": global_rope_theta}}
         config_from_dict(raw, source=f"{out_dir / CONFIG_NAME}")  # what is written must read back
         after, method = max_position_embeddings, "config"
-    elif isinstance(config, BertConfig):
+    elif positions == "learned":
         if global_rope_theta is not None:
             raise ValueError(f"--global-rope-theta is a ModernBERT setting; {model_dir} holds a {config.model_type} "
                              f"model with learned positions")

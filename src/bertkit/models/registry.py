@@ -51,6 +51,10 @@ class Architecture:
     onnx_refusal: str | None = None  # why `bertkit export onnx` refuses it; None: it exports
     refused: dict[str, str] = field(default_factory=dict)  # fine-tuning / predict kind -> why it is refused
     tokenizer: str = "wordpiece"  # the tokenizer kind its released checkpoints use (a hint; every kind loads)
+    # How it knows where a token stands: "learned" (a position table with max_position_embeddings rows, grown by
+    # `bertkit extend-context`), "rotary" (ModernBERT: the config alone sets the length), "relative" (T5, XLNet:
+    # no absolute positions), "none" (ELMo's LSTMs).
+    positions: str = "learned"
 
     @property
     def presets(self) -> dict[str, tuple]:
@@ -99,11 +103,11 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                   **{r: f"ModernBertFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))},
                   "embedding": "SentenceEncoder"},
-                 ("roberta", "roberta-doc"), tokenizer="bpe"),
+                 ("roberta", "roberta-doc"), tokenizer="bpe", positions="rotary"),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
                  ("t5",), implied_by="t5", pretraining_role="seq2seq", generates=True, text_to_text=True,
-                 tokenizer="unigram",
+                 tokenizer="unigram", positions="relative",
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
                               "with the torch backend",
@@ -116,14 +120,14 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                  {"pretraining": "XLNetLMHeadModel", "encoder": "XLNetModel",
                   **{r: f"XLNetFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))}},
-                 ("xlnet",), implied_by="xlnet", tokenizer="unigram",
+                 ("xlnet",), implied_by="xlnet", tokenizer="unigram", positions="relative",
                  onnx_refusal="bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
                               "torch.export cannot follow, and no exported graph is checked against it); serve XLNet "
                               "with the torch backend"),
     # ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder
     # models.
     Architecture("elmo", "ELMo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
-                 ("elmo",), implied_by="elmo", tokenizer="word",
+                 ("elmo",), implied_by="elmo", tokenizer="word", positions="none",
                  onnx_refusal="an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the "
                               "torch backend; ONNX export covers the BERT family and ModernBERT",
                  refused={"swag": "ELMo's layers feed frozen-feature task models for sequences, tokens and answer "
