@@ -405,7 +405,8 @@ class Engine:
             self.max_length = min(max_seq_length or limit, limit)
         if backend == "torch":
             calibration = None
-            if quantize and self.kind == "embeddings":  # an encoder: forward(input_ids, attention_mask, types)
+            # BERT's and ModernBERT's encoders (an `unpad` switch) take forward(input_ids, attention_mask, types)
+            if quantize and self.kind == "embeddings" and isinstance(getattr(model, "unpad", None), bool):
                 from bertkit.models.pooling import calibration_batches
 
                 calibration = calibration_batches(self.tokenizer, max_length=self.max_length)
