@@ -325,6 +325,9 @@ def main() -> None:
     parser.add_argument("--embeddings", action="store_true",
                         help="the embedding server: /v1/embeddings against SentenceTransformer.encode behind "
                              "Starlette, on the all-MiniLM-L6-v2 sentence-transformers directory")
+    parser.add_argument("--quantize", choices=["int8"],
+                        help="bertkit serve --quantize int8 (CPU; the reference stays fp32: a row of its own, with "
+                             "the two servers' mean cosine beside it)")
     parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -356,7 +359,8 @@ def main() -> None:
         bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
                    "--threads", str(threads), "--device", args.device, "--log-level", "warning", "--max-batch-tokens",
                    str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
-                   "--max-queue", str(max(1024, args.clients))]
+                   "--max-queue", str(max(1024, args.clients)),
+                   *(["--quantize", args.quantize] if args.quantize else [])]
         urls["bertkit"] = servers.enter_context(server(bertkit, port))
         runs: dict[str, list[dict]] = {"reference": [], "bertkit": []}
         for r in range(args.rounds):
@@ -387,7 +391,7 @@ def main() -> None:
                  ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
                  + " + fresh 2-label head", "max_length": 256 if args.embeddings else MAX_LENGTH,
         "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
-        "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms,
+        "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms, "quantize": args.quantize,
         "bertkit": ours, "reference": theirs,
         "throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
         "rounds_throughput_ratio": [round(a / b, 2) for a, b in zip(ours["rounds_rps"], theirs["rounds_rps"])],

@@ -83,15 +83,15 @@ def pool_tokens(vectors: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _with_precision(model, device: str, dtype: str, quantize: str | None):
-    """The served model in the weights' type asked for: int8 dynamic quantisation (CPU), bf16 / fp16 on a GPU
-    ("auto": bf16 where the GPU has it, else fp16; fp32 on a CPU)."""
+def _with_precision(model, device: str, dtype: str, quantize: str | None, calibration=None):
+    """The served model in the weights' type asked for: int8 dynamic quantisation (CPU; smoothed on `calibration`
+    batches where given), bf16 / fp16 on a GPU ("auto": bf16 where the GPU has it, else fp16; fp32 on a CPU)."""
     import torch
 
     if quantize == "int8":
         from bertkit.models.pooling import quantize_int8
 
-        return quantize_int8(model)
+        return quantize_int8(model, calibration=calibration)
     on_gpu = str(device).startswith("cuda")
     if dtype == "auto":
         dtype = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
@@ -354,7 +354,13 @@ class Engine:
             limit = getattr(model.config, "max_length", 512)  # T5's relative positions: 512, its pretraining length
             self.max_length = min(max_seq_length or limit, limit)
         if backend == "torch":
-            model = _with_precision(model, device, dtype, quantize)
+            calibration = None
+            # BERT's and ModernBERT's encoders (an `unpad` switch) take forward(input_ids, attention_mask, types)
+            if quantize and self.kind == "embeddings" and isinstance(getattr(model, "unpad", None), bool):
+                from bertkit.models.pooling import calibration_batches
+
+                calibration = calibration_batches(self.tokenizer, max_length=self.max_length)
+            model = _with_precision(model, device, dtype, quantize, calibration)
         self.dtype = "int8" if quantize else {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
             next(model.parameters()).dtype, "fp32")
         self.pooling = pooling
