@@ -638,8 +638,11 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
     def elapsed() -> float:
         return elapsed_before + time.perf_counter() - start
 
+    evaluated_at = [-1]  # the step of the last evaluation: the one at the end is not repeated
+
     def run_eval() -> dict[str, float]:
         metrics: dict[str, float] = {}
+        evaluated_at[0] = step
         if evaluate is not None and dist_info.is_main:  # the other ranks wait at the barrier
             was_training = model.training
             model.eval()
@@ -796,6 +799,7 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
     if hasattr(stream, "close"):  # stop a prefetching stream's worker now, not at interpreter exit
         stream.close()
     save()
-    eval_metrics = run_eval() or eval_metrics
+    if evaluated_at[0] != step:  # a run stopped by time right after an evaluation has its last one already
+        eval_metrics = run_eval() or eval_metrics
     log.close()
     return TrainResult(step, tokens, elapsed(), last, eval_metrics, stopped_by)
