@@ -325,8 +325,11 @@ def test_quartiles_and_the_verdict():
 
 
 def test_plan_budget_splits_the_time():
-    ladder = [32, 128, 512, 2770]  # default passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
-    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0)
+    ladder = [32, 128, 512, 2770]  # passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
+    # The default passes: at least FINETUNE_MIN_EXAMPLES (1,000) examples a run, 3 passes over a large set.
+    assert plan_budget(1500.0, seeds=[1, 1, 1, 1], step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005,
+                       fixed_s=1.0).passes == (32, 8, 3, 3)
+    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0, passes=[63, 16, 4, 3])
     run_s = [n * p * 0.005 + 1.0 for n, p in zip(ladder, (63, 16, 4, 3))]
     # Roomy: every seed; pretraining gets the rest, 30 evaluations of 500 rows.
     plan = plan_budget(1500.0, seeds=[5, 5, 3, 3], **cost)
