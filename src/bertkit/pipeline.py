@@ -843,7 +843,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     train_seconds: the pretraining budget in seconds instead (tests and quick looks; every seed then runs).
     preset: tiny, mini or small; default tiny on a CPU, small on a CUDA GPU.
     task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
-        classify` reads); both or neither. Without them the built-in task (`build_docstring_task`) is used.
+        classify` reads); both or neither. Without them the built-in task (`build_word_order_task`) is used.
     precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
     finetune_seeds: seeds seed, seed + 1, ... at the label counts up to 128 (up to 3 above), the same for both
         starting points; fewer when the budget is short.
@@ -1180,7 +1180,7 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
     commands = []
     if not corpus_given:
         commands.append(("corpus and built-in task", f"python -c \"from pathlib import Path; from bertkit.pipeline "
-                         f"import build_docstring_task, default_corpus; t = build_docstring_task('{out / 'task'}', "
+                         f"import build_word_order_task, default_corpus; t = build_word_order_task('{out / 'task'}', "
                          f"seed={seed}); default_corpus(Path('{corpus}'), exclude=set(t['dev_sentences']))\""))
     commands += [
         ("vocabulary (" + norm["why"] + ")", f"python -c \"from bertkit.data.corpus import CorpusLines; from "
