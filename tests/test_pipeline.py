@@ -5,6 +5,7 @@ plan, fill-mask on held-out text by frequency band, the report page."""
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import random
 from html.parser import HTMLParser
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.checkpoint import CONFIG_NAME, WEIGHTS_NAME
-from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, choose_normalisation, choose_precision,
+from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_order_task, choose_normalisation,
+                              choose_precision, plain_words, shuffle_words,
                               cpu_bf16_flags, curve_verdict, default_corpus, describe_machine, label_ladder,
                               passes_for, plan_budget, prose_sentences, quartiles, run_pipeline, stratified_order,
                               write_label_set)
@@ -326,8 +328,11 @@ def test_quartiles_and_the_verdict():
 
 
 def test_plan_budget_splits_the_time():
-    ladder = [32, 128, 512, 2770]  # default passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
-    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0)
+    ladder = [32, 128, 512, 2770]  # passes 63, 16, 4, 3: about 2,000 examples a run, 8,310 for all
+    # The default passes: at least FINETUNE_MIN_EXAMPLES (1,000) examples a run, 3 passes over a large set.
+    assert plan_budget(1500.0, seeds=[1, 1, 1, 1], step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005,
+                       fixed_s=1.0).passes == (32, 8, 3, 3)
+    cost = dict(step_s=0.15, eval_row_s=0.0015, ladder=ladder, example_s=0.005, fixed_s=1.0, passes=[63, 16, 4, 3])
     run_s = [n * p * 0.005 + 1.0 for n, p in zip(ladder, (63, 16, 4, 3))]
     # Roomy: every seed; pretraining gets the rest, 30 evaluations of 500 rows.
     plan = plan_budget(1500.0, seeds=[5, 5, 3, 3], **cost)
@@ -408,6 +413,49 @@ def test_builtin_task_from_docstrings(tmp_path):
     # Out of time: it stops once it has two documents (modules), whatever is left.
     quick = default_corpus(tmp_path / "quick.txt", progress=False, roots=[root], max_seconds=0.0)
     assert quick.read_text().count("\n\n") == 2 and len(quick.read_text()) < len(corpus.read_text())
+
+
+def test_word_order_task_from_docstrings(tmp_path):
+    root = _fake_stdlib(tmp_path / "lib")
+    info = build_word_order_task(tmp_path / "task", seed=5, stdlib=root, packages=("alpha", "beta", "gamma"),
+                                 train_max=60, dev_count=30)
+    train = [json.loads(line) for line in Path(info["train"]).read_text().splitlines()]
+    dev = [json.loads(line) for line in Path(info["dev"]).read_text().splitlines()]
+    # 106 distinct sentences of 6 to 40 words (alpha 30 + 30, beta 40, gamma 5, the shared one once; the 30 under
+    # tests/ are not read): dev takes 30 of them, training the next 60.
+    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 30)
+    for rows in (train, dev):
+        assert sorted(collections.Counter(r["label"] for r in rows).values()) == [len(rows) // 2] * 2
+        assert all(r["text"][-1].isalnum() and r["text"][0].isalnum() for r in rows)  # no mark of the end
+    written = {" ".join(plain_words(s)): s for p in root.rglob("*.py") if "tests" not in p.parts
+               for s in prose_sentences(p)}
+    for r in train + dev:
+        if r["label"] == "original":
+            assert r["text"] in written
+        else:  # the same words as a sentence of the packages, in another order
+            assert r["text"] not in written
+            assert any(sorted(r["text"].split()) == sorted(k.split()) for k in written)
+    originals = [written.get(r["text"]) for r in dev]
+    assert set(info["dev_sentences"]) >= {o for o in originals if o}  # kept out of pretraining as written
+    assert not set(info["dev_sentences"]) & {written[r["text"]] for r in train if r["label"] == "original"}
+    again = build_word_order_task(tmp_path / "again", seed=5, stdlib=root, packages=("alpha", "beta", "gamma"),
+                                  train_max=60, dev_count=30)
+    assert Path(again["train"]).read_text() == Path(info["train"]).read_text()  # seeded
+    with pytest.raises(RuntimeError, match="fewer than 100"):
+        build_word_order_task(tmp_path / "few", stdlib=root, packages=("gamma",))
+
+
+def test_plain_words_and_shuffle_words():
+    assert plain_words("(See below). Then: it's done -- e.g. x_y!") == ["See", "below", "Then", "it's", "done",
+                                                                         "e.g", "x_y"]
+    rng = random.Random(0)
+    words = "a b c d".split()
+    for _ in range(50):
+        shuffled = shuffle_words(words, rng)
+        assert shuffled != words and sorted(shuffled) == words
+    assert shuffle_words(["a", "a", "b"], rng) != ["a", "a", "b"]
+    with pytest.raises(ValueError):
+        shuffle_words(["a", "a"], rng)
 
 
 def test_last_line_names_the_page_and_the_serve_command(pipeline_run, capsys):
