@@ -298,9 +298,16 @@ class PretrainingStream:
         out: list[Instance] = []
         documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
                                     or [np.zeros(0, dtype=np.int64)]) for d in members]
-        for ids in split_tokens(documents, o.span_lengths[0]):
-            ones = np.ones(len(ids), dtype=bool)
-            out.append(Instance(ids, np.zeros_like(ids), ones, ~ones, -1))
+        sequences = split_tokens(documents, o.span_lengths[0])
+        # Every rank cuts the whole chunk (it corrupts only its own rows): the per-sequence fields corruption does
+        # not read are views of three shared read-only arrays, not three new arrays per sequence
+        width = max((len(ids) for ids in sequences), default=0)
+        zeros, ones, no = np.zeros(width, dtype=np.int64), np.ones(width, dtype=bool), np.zeros(width, dtype=bool)
+        for shared in (zeros, ones, no):
+            shared.flags.writeable = False
+        for ids in sequences:
+            n = len(ids)
+            out.append(Instance(ids, zeros[:n], ones[:n], no[:n], -1))
         perm = rng.permutation(len(out))
         return [out[i] for i in perm]
 
@@ -402,19 +409,46 @@ class PretrainingStream:
         if self.lanes:
             yield from self._lane_batches(share)
             return
-        group = self.group
         base = self.rank * self.micro_batch_size
-        rows = slice(base + share.start, base + share.stop)
-        pending: list[tuple[Instance, int, int]] = []
         carried = self.carried_mems
-        for inst, epoch, index, after in self.instances():
-            pending.append((inst, epoch, index))
-            if len(pending) == group:
-                batch = self.collate(pending, after, rows)
-                if carried is not None:  # a resumed run: the memory of the checkpoint's last segment
-                    batch["mems"], carried = carried, None
-                yield batch
-                pending = []
+        for items, after in self._groups(base + share.start, base + share.stop):
+            batch = self.collate(items, after)
+            if carried is not None:  # a resumed run: the memory of the checkpoint's last segment
+                batch["mems"], carried = carried, None
+            yield batch
+
+    def _groups(self, lo: int, hi: int) -> Iterator[tuple[list[tuple[Instance, int, int]], dict[str, int]]]:
+        """Spans and xlnet: for each global group of G instances (`instances`' order) the (instance, epoch, index)
+        of its rows lo..hi-1, and the position after the group. A group is cut from the chunks as slices: only
+        the rows of this rank are touched one by one, so its work per batch does not grow with the world size."""
+        pos = dict(self.position)
+        G = self.group
+        cache_key, cache = None, []
+        while True:
+            segments = []  # (chunk instances, offset, count, epoch, index of the first)
+            n = 0
+            while n < G:
+                if self.max_epochs is not None and pos["epoch"] >= self.max_epochs:
+                    return
+                if (pos["epoch"], pos["chunk"]) != cache_key:
+                    cache_key, cache = (pos["epoch"], pos["chunk"]), self.chunk_instances(pos["epoch"], pos["chunk"])
+                if pos["offset"] < len(cache):
+                    take = min(G - n, len(cache) - pos["offset"])
+                    segments.append((cache, pos["offset"], take, pos["epoch"], pos["index"]))
+                    n += take
+                    pos["offset"] += take
+                    pos["index"] += take
+                    continue
+                pos["chunk"] += 1
+                pos["offset"] = 0
+                if pos["chunk"] >= self.num_chunks():
+                    pos = {"epoch": pos["epoch"] + 1, "chunk": 0, "offset": 0, "index": 0}
+            items, row = [], 0
+            for chunk, offset, count, epoch, index in segments:
+                for k in range(max(lo - row, 0), min(hi - row, count)):
+                    items.append((chunk[offset + k], epoch, index + k))
+                row += count
+            yield items, dict(pos)
 
     def _lane_batches(self, share: range) -> Iterator[dict[str, Any]]:
         lanes = [self.rank * self.micro_batch_size + r for r in share]
