@@ -7,7 +7,8 @@ at least `--seconds` and `--min-batches` from its first request on (the first ba
 first chunk, included; its time is also reported apart as `first_batch_s`):
 
   * `tokens_per_s` per objective and worker count: 0 workers is the stream in the consuming process (one core's
-    worth of work, the figure per worker process), W workers are W DataLoader processes;
+    worth of work, the figure per worker process), W workers are W DataLoader processes; `tokens_per_cpu_s`
+    divides by the CPU seconds of the consuming process and its workers (steadier than wall time under load);
   * `world_ratio`: rank 0's rate at world size 8 over world size 1, same B per rank (1.0 when a rank's work is
     proportional to its own batch; 1/8 when every rank builds the whole global batch).
 
@@ -15,7 +16,7 @@ ELECTRA and the causal LM read the MLM streams (bert's and roberta's rows), so t
 Prints one JSON line per figure, with the machine and the load average beside it.
 
     python bench/bench_stream.py [--data DIR] [--objectives nsp full-sentences ...] [--batch-size 256]
-                                 [--seq-len 128] [--workers 2] [--seconds 5] [--worlds 1 2 8] [--quick]
+                                 [--seq-len 128] [--workers 1 2] [--seconds 5] [--worlds 1 2 8] [--quick]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,7 @@ def measure(stream, seconds: float, min_batches: int) -> dict:
     included: rows made ahead are not counted as free), over at least `seconds` and `min_batches` batches; the
     first batch's seconds apart."""
     batches = iter(stream)
+    cpu, children = time.process_time(), _children_cpu()
     start = time.perf_counter()
     tokens = int(next(batches)["attention_mask"].ne(0).sum())
     first = time.perf_counter() - start
@@ -97,8 +100,19 @@ def measure(stream, seconds: float, min_batches: int) -> dict:
         n += 1
     elapsed = time.perf_counter() - start
     if hasattr(batches, "close"):
-        batches.close()
-    return {"first_batch_s": round(first, 3), "tokens_per_s": round(tokens / elapsed), "batches": n}
+        batches.close()  # worker processes end (and are reaped) here, so their CPU time is counted below
+    main, workers = time.process_time() - cpu, _children_cpu() - children
+    # CPU seconds as well as wall seconds: on a shared machine the wall rate moves with the load, the work per
+    # token much less (worker figures include the batches made ahead and the workers' start)
+    return {"first_batch_s": round(first, 3), "tokens_per_s": round(tokens / elapsed), "batches": n,
+            "cpu_s_main": round(main, 3), "cpu_s_workers": round(workers, 3),
+            "tokens_per_cpu_s": round(tokens / max(main + workers, 1e-9))}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended (reaped) children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def load() -> list[float]:
@@ -111,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=2, help="W of the W-worker figure")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to measure beside 0")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 8])
     parser.add_argument("--min-batches", type=int, default=40,
@@ -119,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: B 16, 1 s, nsp and spans only")
     args = parser.parse_args(argv)
     if args.quick:
-        args.batch_size, args.seconds, args.objectives, args.workers = 16, 1.0, ["nsp", "spans"], 1
+        args.batch_size, args.seconds, args.objectives, args.workers = 16, 1.0, ["nsp", "spans"], [1]
         args.min_batches = 4
     data_dir = prepared_corpus(args.data)
     common = {"batch_size": args.batch_size, "seq_len": args.seq_len, "cpu": platform.processor() or
@@ -130,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         from common import _cpu_model
     common["cpu"] = _cpu_model()
     for objective in args.objectives:
-        for workers in sorted({0, args.workers}):
+        for workers in sorted({0, *args.workers}):
             if workers and OBJECTIVES[objective][0] is None:
                 continue  # ELMo's word windows have no worker path
             figure = measure(make_stream(data_dir, objective, args.batch_size, args.seq_len, 0, 1, workers),

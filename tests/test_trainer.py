@@ -231,6 +231,8 @@ def count_reads(run, monkeypatch) -> int:
     def moved(batch, device):
         out = move(batch, device)
         out = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}  # the device's copy
+        if "attention_mask" in batch:  # as the loop's move does: the device mask remembers its host copy
+            trainer.attach_host(out["attention_mask"], batch["attention_mask"])
         for v in out.values():
             if isinstance(v, torch.Tensor):
                 mode.mark(v)
@@ -291,5 +293,39 @@ def test_the_pretraining_objective_reads_nothing_from_the_device(tmp_path, monke
         batches = [batch() for _ in range(steps)]
         return lambda: train(TinyPretraining(), MaskedLMObjective("nsp"), batches,
                              config(max_steps=steps, log_every=1000), tmp_path / name)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_padded_batch_through_bert_reads_nothing_from_the_device(tmp_path, monkeypatch, packed):
+    # The real encoder on rows of different lengths (the unpadded layout) or packed rows (documents 1, 2, ...):
+    # its layout comes from the batch's host copy of the mask, so a longer run reads the device no more often.
+    from bertkit import BertForPreTraining
+    from bertkit.models import layouts
+    from bertkit.objectives import MaskedLMObjective
+    from conftest import tiny_config
+
+    # The model checks input values only where reading them is free (the CPU); here the batch plays the device's
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)
+    g = torch.Generator().manual_seed(0)
+
+    def batch():
+        ids = torch.randint(5, 90, (4, 12), generator=g)
+        lengths = torch.tensor([12, 9, 5, 7])
+        mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
+        if packed:
+            mask = mask * (1 + (torch.arange(12)[None, :] >= 6).long())  # two documents per row
+        labels = torch.where((torch.rand(4, 12, generator=g) < 0.3) & (mask != 0), ids, torch.full_like(ids, -100))
+        labels[:, 1] = ids[:, 1]  # every row predicts at least one token
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+                "labels": labels, "next_sentence_label": torch.randint(0, 2, (4,), generator=g)}
+
+    def run(steps, name):
+        torch.manual_seed(0)
+        batches = [batch() for _ in range(steps)]
+        model = BertForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        return lambda: train(model, MaskedLMObjective("nsp"), batches, config(max_steps=steps, log_every=1000),
+                             tmp_path / name)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)

@@ -341,4 +341,10 @@ def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_
     if pair_task is not None and getattr(model, "nsp", None) is None:
         raise ValueError(f"the {name} objective trains a sentence-pair head, which model_type {config.model_type!r} "
                          f"does not have")
+    if pair_task is None and getattr(model, "nsp", None) is not None:
+        # MLM alone on a model with a pair head (RoBERTa's rows on a BERT config): the head and the pooler get no
+        # gradient, which DistributedDataParallel refuses; frozen, they train (not at all) the same on any world size
+        model.nsp.requires_grad_(False)
+        if model.bert.pooler is not None:
+            model.bert.pooler.requires_grad_(False)
     return model, MaskedLMObjective(pair_task=pair_task, sparse_prediction=sparse_prediction)

@@ -43,6 +43,7 @@ from bertkit.checkpoint import (RESUME_DIR, latest_checkpoint, load_checkpoint, 
 from bertkit.config import field_with_help
 from bertkit.errors import DataError
 from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_temporaries, writer_lock
+from bertkit.models.layouts import attach_host
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -526,7 +527,13 @@ def _device_scalar(x: torch.Tensor | float, device: torch.device) -> torch.Tenso
 
 
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    """The batch on `device`; a moved attention mask keeps its host copy (`attach_host`), from which the model
+    takes its layout without reading the device."""
+    out = {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and out["attention_mask"] is not mask:
+        attach_host(out["attention_mask"], mask)
+    return out
 
 
 def train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], config: TrainConfig, run_dir: str | Path,

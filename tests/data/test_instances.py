@@ -99,6 +99,32 @@ def test_truncate_pair_longest_first_contiguous_and_parallel(la, lb, max_num_tok
         np.testing.assert_array_equal(cut[1], 10 * cut[0])  # the parallel row got the same cut
 
 
+def google_truncate(a: np.ndarray, b: np.ndarray, max_num_tokens: int, rng: np.random.Generator):
+    """google-research/bert `truncate_seq_pair`, one token per step (the longer side, b on a tie), each step
+    taking its front-or-back choice from the next of the draws `rng.random(excess) < 0.5`."""
+    excess = len(a) + len(b) - max_num_tokens
+    if excess <= 0:
+        return a, b
+    a, b = list(a), list(b)
+    for from_front in rng.random(excess) < 0.5:
+        trunc = a if len(a) > len(b) else b
+        if from_front:
+            del trunc[0]
+        else:
+            trunc.pop()
+    return np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(la=st.integers(0, 60), lb=st.integers(0, 60), max_num_tokens=st.integers(0, 130), seed=st.integers(0, 2**32))
+def test_truncate_pair_cuts_exactly_what_googles_loop_cuts(la, lb, max_num_tokens, seed):
+    a, b = np.arange(la), np.arange(100, 100 + lb)
+    ta, tb = truncate_pair(a, b, max_num_tokens, np.random.default_rng(seed))
+    ra, rb = google_truncate(a, b, max_num_tokens, np.random.default_rng(seed))
+    np.testing.assert_array_equal(ta, ra)
+    np.testing.assert_array_equal(tb, rb)
+
+
 def test_truncate_pair_no_cut_consumes_no_randomness():
     rng = np.random.default_rng(5)
     a, b = np.arange(3), np.arange(4)

@@ -18,10 +18,11 @@ from bertkit.errors import DataError
 
 SPECIAL = SpecialIds(cls=1, sep=2, pad=0, mask=3)
 VOCAB = 120
-KINDS = ["nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet"]
+# Every instance kind of the loader, packed rows with and without document isolation
+KINDS = ["nsp", "sop", "sentence-pair", "full-sentences", "full-sentences-isolated", "doc-sentences", "spans", "xlnet"]
 EXTRA = {"spans": dict(first_sentinel_id=119, sentinels=15),
          "xlnet": dict(reuse_len=4),
-         "full-sentences": dict(isolate_documents=True), "nsp": dict(dupe_factor=3)}
+         "full-sentences-isolated": dict(isolate_documents=True), "nsp": dict(dupe_factor=3)}
 
 
 def corpus(n_docs: int = 23, seed: int = 0) -> ListDocuments:
@@ -31,7 +32,7 @@ def corpus(n_docs: int = 23, seed: int = 0) -> ListDocuments:
 
 
 def stream(kind: str, batch: int, rank: int = 0, world: int = 1, docs=None, **kw) -> PretrainingStream:
-    options = StreamOptions(instances=kind, max_seq_length=24, max_predictions_per_seq=4, chunk_docs=5,
+    options = StreamOptions(instances=kind.removesuffix("-isolated"), max_seq_length=24, max_predictions_per_seq=4, chunk_docs=5,
                             lane_tokens=40, **{**EXTRA.get(kind, {}), **kw.pop("options", {})})
     return PretrainingStream(docs or corpus(), options, SPECIAL, VOCAB, batch, seed=11, rank=rank, world_size=world,
                              prefetch=0, **kw)
@@ -123,7 +124,18 @@ def test_each_rank_masks_only_its_rows(monkeypatch, kind):
         assert per_rank == [whole // 4] * 4 == [12] * 4
 
 
-@pytest.mark.parametrize("kind", ["nsp", "full-sentences", "spans"])
+def test_every_pretraining_objective_reads_a_stream_tested_here():
+    # ELECTRA and the causal LM train on packed rows, BERT's NSP formats on pairs, ...: each objective's rows are
+    # those of a kind whose equality across world sizes, workers and resumes the tests of this file check
+    # (ELMo's word windows: tests/data/test_lmstream.py).
+    from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES
+
+    kinds = {instances for instances, _ in {**OBJECTIVES, **FAMILY_OBJECTIVES}.values()}
+    assert kinds - {"words"} <= {k.removesuffix("-isolated") for k in KINDS}
+    assert set(loader.OBJECTIVE_INSTANCES) <= {k.removesuffix("-isolated") for k in KINDS}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_worker_processes_make_the_same_batches_and_resume(kind):
     plain = take(stream(kind, 5), 6)
     workers = take(stream(kind, 5, workers=2), 6)

@@ -26,6 +26,7 @@ the `rng` argument, in an order fixed by the code, so a seeded pipeline is repro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections import OrderedDict
 from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -121,17 +122,22 @@ class CachedDocuments:
 
     def __init__(self, docs: DocumentSource, size: int = 256) -> None:
         self.docs, self.size = docs, size
-        self._cache: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        # An OrderedDict: a plain dict's first key, after many pops from the front, is found by scanning the
+        # deleted slots before it (measured: most of a cache miss)
+        self._cache: OrderedDict[int, tuple[list[np.ndarray], list[np.ndarray]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.docs)
 
     def __getstate__(self) -> dict:  # a worker process starts with an empty cache
-        return {"docs": self.docs, "size": self.size, "_cache": {}}
+        return {"docs": self.docs, "size": self.size, "_cache": OrderedDict()}
 
     def document(self, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         i = int(i)
-        hit = self._cache.pop(i, None)
+        hit = self._cache.get(i)
+        if hit is not None:
+            self._cache.move_to_end(i)
+            return hit
         if hit is None:
             ids, starts = self.docs.document(i)
             if len(ids) != len(starts):
@@ -139,7 +145,7 @@ class CachedDocuments:
             keep = [k for k, x in enumerate(ids) if len(x) > 0]
             hit = ([np.asarray(ids[k], dtype=np.int64) for k in keep], [np.asarray(starts[k], dtype=bool) for k in keep])
             if len(self._cache) >= self.size:
-                self._cache.pop(next(iter(self._cache)))  # the least recently used (dicts keep insertion order)
+                self._cache.popitem(last=False)  # the least recently used
         self._cache[i] = hit
         return hit
 
@@ -206,17 +212,44 @@ def _chunks(ids: list[np.ndarray], target: int):
 def _pair_instance(a: np.ndarray, b: np.ndarray, label: int, special: SpecialIds) -> Instance:
     """Build `[CLS] A [SEP] B [SEP]` from (2, L) stacks of (ids, word starts)."""
     la, lb = a.shape[1], b.shape[1]
-    ids = np.concatenate([[special.cls], a[0], [special.sep], b[0], [special.sep]]).astype(np.int64)
-    types = np.concatenate([np.zeros(la + 2, np.int64), np.ones(lb + 1, np.int64)])
-    starts = np.concatenate([[True], _lead_start(a[1].astype(bool)), [True], _lead_start(b[1].astype(bool)), [True]])
-    special_mask = np.zeros(la + lb + 3, dtype=bool)
-    special_mask[[0, la + 1, la + lb + 2]] = True
+    n = la + lb + 3
+    # Written into place (not concatenated): this runs once per instance, where numpy's per-call cost dominates
+    ids = np.empty(n, dtype=np.int64)
+    ids[0], ids[la + 1], ids[n - 1] = special.cls, special.sep, special.sep
+    ids[1:la + 1], ids[la + 2:n - 1] = a[0], b[0]
+    types = np.zeros(n, dtype=np.int64)
+    types[la + 2:] = 1
+    starts = np.empty(n, dtype=bool)
+    starts[1:la + 1], starts[la + 2:n - 1] = a[1], b[1]
+    special_mask = np.zeros(n, dtype=bool)
+    special_mask[[0, la + 1, n - 1]] = True
+    starts[[0, la + 1, n - 1]] = True
+    if la:  # the first piece of each segment starts a word (`_lead_start`)
+        starts[1] = True
+    if lb:
+        starts[la + 2] = True
     return Instance(ids, types, starts, special_mask, int(label))
 
 
 def _stack(ids: Sequence[np.ndarray], starts: Sequence[np.ndarray]) -> np.ndarray:
     """(2, L) int64: row 0 the ids, row 1 the word-start flags, so one cut along the last axis cuts both."""
-    return np.stack([_concat(ids, np.int64), _concat(starts, np.int64)])
+    out = np.empty((2, sum(len(x) for x in ids)), dtype=np.int64)
+    if out.shape[1]:
+        np.concatenate(ids, out=out[0])
+        np.concatenate(starts, out=out[1], casting="unsafe")
+    return out
+
+
+class _Flat:
+    """A document's sentences as one (2, L) stack (`_stack`) and their offsets: `span(lo, hi)` is the stack of
+    sentences lo..hi-1 as a view, made once per document instead of once per segment."""
+
+    def __init__(self, ids: Sequence[np.ndarray], starts: Sequence[np.ndarray]) -> None:
+        self.stack = _stack(ids, starts)
+        self.offsets = np.concatenate([[0], np.cumsum([len(x) for x in ids])]).tolist()
+
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        return self.stack[:, self.offsets[lo]:self.offsets[hi]]
 
 
 def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
@@ -243,18 +276,19 @@ def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
     if excess <= 0:
         return a, b
     front_side = rng.random(excess) < 0.5  # True: remove from the front
-    a_lo, a_hi, b_lo, b_hi = 0, la, 0, lb
-    for from_front in front_side:
-        if a_hi - a_lo > b_hi - b_lo:
-            if from_front:
-                a_lo += 1
-            else:
-                a_hi -= 1
-        elif from_front:
-            b_lo += 1
-        else:
-            b_hi -= 1
-    return a[..., a_lo:a_hi], b[..., b_lo:b_hi]
+    # Which sequence each step shortens depends on the lengths only: the longer one until both are equal, then
+    # b, a, b, a, ... (a tie shortens b). So the steps are laid out at once, and each side's draws say how many of
+    # its removals come off its front.
+    lead = min(abs(la - lb), excess)
+    from_a = np.zeros(excess, dtype=bool)
+    if la > lb:
+        from_a[:lead] = True
+    from_a[lead + 1::2] = True  # after the lengths meet: b first, then a, alternating
+    a_front = int(np.count_nonzero(front_side & from_a))
+    b_front = int(np.count_nonzero(front_side & ~from_a))
+    a_cut = int(np.count_nonzero(from_a))
+    b_cut = excess - a_cut
+    return a[..., a_front:la - (a_cut - a_front)], b[..., b_front:lb - (b_cut - b_front)]
 
 
 def _random_other_document(docs: DocumentSource, doc_index: int,
@@ -313,6 +347,7 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
         raise ValueError(f"NSP needs a corpus of at least 2 documents to draw random next segments, got {len(docs)}")
     max_num_tokens = _check_lengths(max_seq_length, short_seq_prob)
     ids, starts = _load(docs, doc_index)
+    flat = _Flat(ids, starts)
     target = _target_length(max_num_tokens, short_seq_prob, rng)
     instances: list[Instance] = []
     chunks = _chunks(ids, target)
@@ -325,7 +360,7 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
         put_back = None
         n = hi - lo
         a_end = int(rng.integers(1, n)) if n >= 2 else 1
-        a = _stack(ids[lo:lo + a_end], starts[lo:lo + a_end])
+        a = flat.span(lo, lo + a_end)
         if n == 1 or rng.random() < 0.5:
             label = 1
             target_b = target - a.shape[1]
@@ -342,7 +377,7 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
             put_back = n - a_end
         else:
             label = 0
-            b = _stack(ids[lo + a_end:hi], starts[lo + a_end:hi])
+            b = flat.span(lo + a_end, hi)
         a, b = truncate_pair(a, b, max_num_tokens, rng)
         instances.append(_pair_instance(a, b, label, special))
     return instances
@@ -373,17 +408,18 @@ def create_sop_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
     """
     max_num_tokens = _check_lengths(max_seq_length, short_seq_prob)
     ids, starts = _load(docs, doc_index)
+    flat = _Flat(ids, starts)
     target = _target_length(max_num_tokens, short_seq_prob, rng)
     instances: list[Instance] = []
     for lo, hi in _chunks(ids, target):
         n = hi - lo
         if n >= 2:
             a_end = int(rng.integers(1, n))
-            a = _stack(ids[lo:lo + a_end], starts[lo:lo + a_end])
-            b = _stack(ids[lo + a_end:hi], starts[lo + a_end:hi])
+            a = flat.span(lo, lo + a_end)
+            b = flat.span(lo + a_end, hi)
         elif len(ids[lo]) >= 2:
             k = _split_sentence(ids[lo], starts[lo], rng)
-            whole = _stack(ids[lo:hi], starts[lo:hi])
+            whole = flat.span(lo, hi)
             a, b = whole[:, :k], whole[:, k:]
         else:
             continue

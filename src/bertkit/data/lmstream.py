@@ -4,7 +4,7 @@ As allenai/bilm-tf feeds its biLM: every epoch the documents are put in a seeded
 sentence framed as `<s> words </s>`; that one token stream is cut into G = micro_batch_size x world_size equal
 lanes, and global batch j holds, for every lane, its words [j·T, j·T + T] (T + 1 words: window j + 1 starts at the
 last word of window j, so every word is a forward target once and a backward target once). Rank r keeps lanes
-[r·B, (r+1)·B). Consecutive batches continue each lane, which is what lets the forward LSTM carry its state from
+[r·B, (r+1)·B), and reads only the documents that overlap them. Consecutive batches continue each lane, which is what lets the forward LSTM carry its state from
 one batch to the next. What is left over at the end of a lane (fewer than T + 1 words) is not used that epoch.
 
 The position is (epoch, window): a pure function of the corpus, the seed and the settings, so a restart seeks
@@ -52,17 +52,42 @@ class WordWindowStream:
                 parts.append(np.concatenate([[self.bos_id], np.asarray(sentence, dtype=np.int64), [self.eos_id]]))
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
+    def _document_tokens(self, d: int) -> np.ndarray:
+        """Document d's sentences as `<s> ids </s>` end to end."""
+        parts = [np.concatenate([[self.bos_id], np.asarray(sentence, dtype=np.int64), [self.eos_id]])
+                 for sentence in self.docs.document(int(d))[0]]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+    def _lengths(self) -> np.ndarray:
+        """(documents,) each document's words with sentence marks; read once per stream."""
+        if getattr(self, "_doc_lengths", None) is None:
+            self._doc_lengths = np.array([sum(len(x) + 2 for x in self.docs.document(d)[0])
+                                          for d in range(len(self.docs))], dtype=np.int64)
+        return self._doc_lengths
+
     def lanes(self, epoch: int) -> np.ndarray:
-        """(G, L) the epoch's stream cut into G lanes of L words."""
+        """(B, L) this rank's lanes of the epoch: lanes [r·B, (r+1)·B) of the epoch's stream cut into G lanes of L
+        words. Only the documents that overlap them are read and framed (the lengths of the others place them),
+        so a rank's work per epoch is proportional to its own lanes."""
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
-        tokens = self.epoch_tokens(epoch)
-        G = self.micro_batch_size * self.world_size
-        L = len(tokens) // G
+        order = (np.random.default_rng([self.seed, 7, epoch]).permutation(len(self.docs)) if self.shuffle
+                 else np.arange(len(self.docs)))
+        lengths = self._lengths()[order]
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        B = self.micro_batch_size
+        G = B * self.world_size
+        L = total // G
         if L < self.window + 1:
-            raise ValueError(f"the corpus ({len(tokens)} words with sentence marks) is too small for {G} lanes of "
+            raise ValueError(f"the corpus ({total} words with sentence marks) is too small for {G} lanes of "
                              f"windows of {self.window + 1} words; lower the batch size or the window")
-        lanes = tokens[:G * L].reshape(G, L)
+        lo, hi = self.rank * B * L, (self.rank + 1) * B * L  # this rank's words in the epoch's stream
+        first = int(np.searchsorted(ends, lo, side="right"))  # the document holding word lo
+        last = int(np.searchsorted(ends, hi, side="left")) + 1  # one past the document holding word hi - 1
+        start = int(ends[first] - lengths[first])
+        tokens = np.concatenate([self._document_tokens(d) for d in order[first:last]])
+        lanes = tokens[lo - start:hi - start].reshape(B, L)
         self._cached = (epoch, lanes)
         return lanes
 
@@ -83,7 +108,6 @@ class WordWindowStream:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         epoch, j = self.position["epoch"], self.position["window"]
-        rows = slice(self.rank * self.micro_batch_size, (self.rank + 1) * self.micro_batch_size)
         T = self.window
         while self.max_epochs is None or epoch < self.max_epochs:
             lanes = self.lanes(epoch)
@@ -91,7 +115,7 @@ class WordWindowStream:
             if j >= count:
                 epoch, j = epoch + 1, 0
                 continue
-            ids = torch.from_numpy(np.ascontiguousarray(lanes[rows, j * T:j * T + T + 1]))
+            ids = torch.from_numpy(np.ascontiguousarray(lanes[:, j * T:j * T + T + 1]))
             j += 1
             self.position = {"epoch": epoch, "window": j}
             batch: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),

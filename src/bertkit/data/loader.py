@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import math
 import threading
 from queue import Full, Queue
 from typing import Any
@@ -297,9 +298,16 @@ class PretrainingStream:
         out: list[Instance] = []
         documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
                                     or [np.zeros(0, dtype=np.int64)]) for d in members]
-        for ids in split_tokens(documents, o.span_lengths[0]):
-            ones = np.ones(len(ids), dtype=bool)
-            out.append(Instance(ids, np.zeros_like(ids), ones, ~ones, -1))
+        sequences = split_tokens(documents, o.span_lengths[0])
+        # Every rank cuts the whole chunk (it corrupts only its own rows): the per-sequence fields corruption does
+        # not read are views of three shared read-only arrays, not three new arrays per sequence
+        width = max((len(ids) for ids in sequences), default=0)
+        zeros, ones, no = np.zeros(width, dtype=np.int64), np.ones(width, dtype=bool), np.zeros(width, dtype=bool)
+        for shared in (zeros, ones, no):
+            shared.flags.writeable = False
+        for ids in sequences:
+            n = len(ids)
+            out.append(Instance(ids, zeros[:n], ones[:n], no[:n], -1))
         perm = rng.permutation(len(out))
         return [out[i] for i in perm]
 
@@ -401,19 +409,46 @@ class PretrainingStream:
         if self.lanes:
             yield from self._lane_batches(share)
             return
-        group = self.group
         base = self.rank * self.micro_batch_size
-        rows = slice(base + share.start, base + share.stop)
-        pending: list[tuple[Instance, int, int]] = []
         carried = self.carried_mems
-        for inst, epoch, index, after in self.instances():
-            pending.append((inst, epoch, index))
-            if len(pending) == group:
-                batch = self.collate(pending, after, rows)
-                if carried is not None:  # a resumed run: the memory of the checkpoint's last segment
-                    batch["mems"], carried = carried, None
-                yield batch
-                pending = []
+        for items, after in self._groups(base + share.start, base + share.stop):
+            batch = self.collate(items, after)
+            if carried is not None:  # a resumed run: the memory of the checkpoint's last segment
+                batch["mems"], carried = carried, None
+            yield batch
+
+    def _groups(self, lo: int, hi: int) -> Iterator[tuple[list[tuple[Instance, int, int]], dict[str, int]]]:
+        """Spans and xlnet: for each global group of G instances (`instances`' order) the (instance, epoch, index)
+        of its rows lo..hi-1, and the position after the group. A group is cut from the chunks as slices: only
+        the rows of this rank are touched one by one, so its work per batch does not grow with the world size."""
+        pos = dict(self.position)
+        G = self.group
+        cache_key, cache = None, []
+        while True:
+            segments = []  # (chunk instances, offset, count, epoch, index of the first)
+            n = 0
+            while n < G:
+                if self.max_epochs is not None and pos["epoch"] >= self.max_epochs:
+                    return
+                if (pos["epoch"], pos["chunk"]) != cache_key:
+                    cache_key, cache = (pos["epoch"], pos["chunk"]), self.chunk_instances(pos["epoch"], pos["chunk"])
+                if pos["offset"] < len(cache):
+                    take = min(G - n, len(cache) - pos["offset"])
+                    segments.append((cache, pos["offset"], take, pos["epoch"], pos["index"]))
+                    n += take
+                    pos["offset"] += take
+                    pos["index"] += take
+                    continue
+                pos["chunk"] += 1
+                pos["offset"] = 0
+                if pos["chunk"] >= self.num_chunks():
+                    pos = {"epoch": pos["epoch"] + 1, "chunk": 0, "offset": 0, "index": 0}
+            items, row = [], 0
+            for chunk, offset, count, epoch, index in segments:
+                for k in range(max(lo - row, 0), min(hi - row, count)):
+                    items.append((chunk[offset + k], epoch, index + k))
+                row += count
+            yield items, dict(pos)
 
     def _lane_batches(self, share: range) -> Iterator[dict[str, Any]]:
         lanes = [self.rank * self.micro_batch_size + r for r in share]
@@ -467,7 +502,8 @@ class PretrainingStream:
         n = self.workers
         # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
         # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
-        loader = DataLoader(_WorkerShares(self, n), batch_size=None, num_workers=n,
+        # collate_fn: the items are packed already (`_pack`); the default would walk every position list in them
+        loader = DataLoader(_WorkerShares(self, n), batch_size=None, num_workers=n, collate_fn=_as_is,
                             prefetch_factor=max(self.prefetch, 1), persistent_workers=False,
                             generator=torch.Generator().manual_seed(self.seed))
         pin = torch.cuda.is_available()
@@ -481,7 +517,11 @@ class PretrainingStream:
                         parts.append(next(parts_iter))
                     except StopIteration:
                         return
-                batch = _join(parts, self.lanes, pin)
+                if pin and n == 1:  # one copy of the flat tensor into pinned memory; the fields are views of it
+                    flat, layout, rest = parts[0]
+                    batch = _unpack((torch.from_numpy(flat).pin_memory(), layout, rest))
+                else:
+                    batch = _join([_unpack(p) for p in parts], self.lanes, pin)
                 if carried is not None:
                     batch["mems"], carried = carried, None
                 yield batch
@@ -572,7 +612,44 @@ class _WorkerShares(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         w = 0 if info is None else info.id
         share = np.array_split(np.arange(self.stream.micro_batch_size), self.workers)[w]
-        yield from self.stream._batches(range(int(share[0]), int(share[-1]) + 1))
+        for batch in self.stream._batches(range(int(share[0]), int(share[-1]) + 1)):
+            yield _pack(batch)
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+def _pack(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int]],
+                                         dict[str, Any]]:
+    """A batch as one flat byte array, its layout (name, dtype, shape, offset) and the rest (positions, flags).
+
+    Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
+    descriptor and mapped again per item (about a millisecond each, measured), which cost more than making the
+    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side)."""
+    tensors = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+    layout, offset = [], 0
+    for name, value in tensors:
+        layout.append((name, value.dtype, tuple(value.shape), offset))
+        offset += -(-value.numel() * value.element_size() // 8) * 8  # 8-byte aligned, so every view is aligned
+    flat = np.empty(offset, dtype=np.uint8)
+    view = torch.from_numpy(flat)
+    for (name, value), (_, dtype, shape, start) in zip(tensors, layout):
+        size = value.numel() * value.element_size()
+        view[start:start + size].view(dtype).copy_(value.reshape(-1))
+    return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
+
+
+def _unpack(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
+    """The batch `_pack` made: views into its flat tensor (no copy), in the original key order."""
+    flat, layout, rest = item
+    flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
+    out: dict[str, Any] = {}
+    for name, dtype, shape, start in layout:
+        size = math.prod(shape) * dtype.itemsize
+        out[name] = flat[start:start + size].view(dtype).view(shape)
+    out.update(rest)
+    return out
 
 
 def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]:

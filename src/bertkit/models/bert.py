@@ -43,7 +43,8 @@ from torch import nn
 
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import Encoded, Padded, Unpadded, attention_bias
+from bertkit.models import layouts
+from bertkit.models.layouts import Encoded, Padded, Unpadded, attention_bias, exporting, host_copy
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -379,8 +380,10 @@ class BertModel(PreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         packed = full = False
+        host = host_copy(attention_mask)
         if attention_mask is not None and attention_mask.numel() and not exporting():
-            low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
+            # From the batch's host copy where the loop attached one (no device read); else a device sync
+            low, high = (int(v) for v in (attention_mask if host is None else host).aminmax())
             packed, full = high > 1, low >= 1 and high == 1
         positions = position_ids(input_ids, self.config, attention_mask if packed else None)
         causal = self.config.causal
@@ -389,7 +392,7 @@ class BertModel(PreTrainedModel):
             layout: Padded | Unpadded = Padded(None, causal)  # no padding: nothing to mask but the future
             x = self.embeddings(input_ids, token_type_ids, positions)  # (B, T, E)
         elif self.unpad and not output_attentions:
-            layout = tokens = Unpadded(attention_mask, packed, causal)
+            layout = tokens = Unpadded.build(attention_mask, packed, causal, host)
             x = self.embeddings(tokens.gather(input_ids), tokens.gather(token_type_ids), tokens.gather(positions))
         else:
             layout = Padded(attention_bias(attention_mask, causal, T, self.dtype, input_ids.device, packed))
@@ -683,13 +686,6 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> nn.Module:
     return model
 
 
-def exporting() -> bool:
-    """Whether torch.export is tracing the model (`bertkit.export`): the graph then takes every attention mask as
-    a plain 0/1 padding mask on the padded path and skips the checks that read tensor values, since a traced graph
-    cannot branch on them."""
-    return bool(getattr(torch.compiler, "is_exporting", lambda: False)())
-
-
 def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  token_type_ids: torch.Tensor | None) -> None:
     """Refuse inputs the model cannot embed, with a message that says which tensor and why."""
@@ -708,7 +704,7 @@ def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: to
         if t is not None and t.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but input_ids has {tuple(input_ids.shape)}")
     # A device sync on GPU (out-of-range ids fail loudly there anyway); a traced graph has no value checks.
-    if input_ids.numel() and not input_ids.is_cuda and not exporting():
+    if input_ids.numel() and layouts.checks_values(input_ids):
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= config.vocab_size:
             raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "

@@ -86,6 +86,40 @@ def _heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tenso
     return qkv.view(S, L, 3, num_heads, H3 // (3 * num_heads)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
+def exporting() -> bool:
+    """Whether torch.export is tracing the model (`bertkit.export`): the graph then takes every attention mask as
+    a plain 0/1 padding mask on the padded path and skips the checks that read tensor values, since a traced graph
+    cannot branch on them."""
+    return bool(getattr(torch.compiler, "is_exporting", lambda: False)())
+
+
+def checks_values(x: torch.Tensor) -> bool:
+    """Whether the model checks the values of `x` (ids in range, rows selected, ...): on the CPU, where reading
+    them is free; never on an accelerator (a read waits for the device) nor while exporting (a traced graph has
+    no value checks)."""
+    return not x.is_cuda and not exporting()
+
+
+def attach_host(moved: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+    """Remember `host`, the host tensor `moved` was copied from, on `moved` (returned): a model can then decide
+    its layout from the host copy instead of reading the device (a wait for the device's queue on a GPU)."""
+    moved._bertkit_host = host
+    return moved
+
+
+def host_copy(x: torch.Tensor | None) -> torch.Tensor | None:
+    """The host tensor attached to `x` by `attach_host`, else None."""
+    host = getattr(x, "_bertkit_host", None)
+    return host if host is not None and host.shape == x.shape else None
+
+
+def _to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`; to a GPU through pinned memory, so the copy waits for nothing."""
+    if x.device == device:
+        return x
+    return (x.pin_memory() if device.type == "cuda" else x).to(device, non_blocking=True)
+
+
 class Unpadded:
     """The fast layout: the real tokens of a padded (B, T) batch as one flat (N, H) tensor, grouped by sequence.
 
@@ -143,6 +177,21 @@ class Unpadded:
         self.empty = unused.nonzero().squeeze(1)  # rows of the buffer that hold no token (zeroed, never attended)
         self._row_of: torch.Tensor | None = None
         self._biases: list[torch.Tensor] | None = None
+
+    @classmethod
+    def build(cls, attention_mask: torch.Tensor, packed: bool, causal: bool,
+              host: torch.Tensor | None = None) -> "Unpadded":
+        """The layout of `attention_mask`; with `host` (its host copy, see `attach_host`), built on the host from it
+        and then moved to the mask's device: the sizes it needs (sequence lengths, group widths) are then host
+        reads, not device reads."""
+        if host is None or host.device == attention_mask.device:
+            return cls(attention_mask if host is None else host, packed, causal)
+        layout = cls(host, packed, causal)
+        device = attention_mask.device
+        for name in ("index", "cu_seqlens", "slot", "empty"):
+            setattr(layout, name, _to_device(getattr(layout, name), device))
+        layout.layout = [(S_g, L_g, _to_device(mask, device)) for S_g, L_g, mask in layout.layout]
+        return layout
 
     def key_biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """The groups' masks as additive masks: 0 where attended, the dtype's minimum elsewhere (built once)."""
@@ -296,7 +345,7 @@ class Encoded:
         if self.tokens is None:
             return self.hidden[where]
         rows = self.tokens.rows(where.reshape(-1).nonzero().squeeze(1))
-        if rows.numel() and not rows.is_cuda and int(rows.min()) < 0:
+        if rows.numel() and checks_values(rows) and int(rows.min()) < 0:
             raise ValueError("predict_at selects padding positions (attention_mask 0); predict at real tokens only")
         return self.hidden[rows]
 
