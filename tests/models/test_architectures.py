@@ -15,7 +15,7 @@ from bertkit.checkpoint import FORMATS
 from bertkit.config import BertConfig, ConfigFile, config_class_for, presets_for
 from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, ROLE_NAMES, architecture,
                                      architecture_of, config_classes, refused_cells)
-from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES
+from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES, check_objective
 from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED
 
 
@@ -103,3 +103,12 @@ def test_check_objective_refuses_what_the_row_does_not_take(objective, model_typ
         if name != "causal":
             for taken in row.objectives:
                 check_objective(taken, row.model_type)  # every objective a row lists passes
+
+
+def test_every_objective_is_taken_by_some_row():
+    """An objective no row takes could never run (`check_objective` refuses it everywhere): each of the objectives
+    module's names is some architecture's."""
+    taken = {objective for row in ARCHITECTURES.values() for objective in row.objectives}
+    assert set(OBJECTIVES) | set(FAMILY_OBJECTIVES) <= taken
+    for objective in OBJECTIVES:  # the BERT-family objectives run on a BERT model
+        check_objective(objective, "bert")

@@ -80,7 +80,8 @@ _BERT_ROLES = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM", "e
                "embedding": "SentenceEncoder"}
 # Objectives of BertForPreTraining (masked LM, with the family's pair head where the objective has one), and the
 # two that train another model of the same config class (ELECTRA's generator and discriminator, the causal LM).
-_BERT_OBJECTIVES = ("bert", "albert", "roberta", "roberta-doc", "electra", "causal")
+_BERT_OBJECTIVES = ("bert", "albert", "roberta", "roberta-doc", "roberta-segment-pair", "roberta-sentence-pair",
+                    "electra", "causal")
 _T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
 
 
