@@ -4,10 +4,8 @@ Floors, bottom up: config, io, errors -> tokenizers/, checkpoint -> models/, dat
 tasks/ -> taskrun, features, card -> pretrain, finetune, distill, inference, serve/, export -> pipeline, plots -> cli.
 An import only points down or sideways (same floor). Module-level imports are what runs when a module is
 imported; function-level ones run later, but they still say which module leans on which, so both rules (floors
-and cycles) count imports at every level. One kind of edge is not a cycle's: a submodule reading a name from its
-own package's facade inside a function (`bertkit.models.modeldir` reads the role table of `bertkit.models`, whose
-`__init__` re-exports the submodule): Python always runs a package's `__init__` before any of its submodules, so
-such an import only reads a table already built, and the facade is the submodule's own package, not a room above.
+and cycles) count imports at every level. (`bertkit.models`' facade names its submodules' classes and imports them
+on first use, through importlib: it leans on none of them, so a submodule may read the facade's tables.)
 """
 
 from __future__ import annotations
@@ -165,29 +163,19 @@ def test_the_parser_sees_imports_at_both_levels():
     assert any(e.module_level for e in EDGES if e.source == "bertkit.trainer" and e.target == "bertkit.config")
 
 
-def _reads_own_facade(edge: Import) -> bool:
-    """A function-level import of the importing module's own package facade (see the module docstring)."""
-    return (not edge.module_level and _is_package(edge.target) and edge.source.startswith(edge.target + ".")
-            and not _is_package(edge.source))
-
-
 def _cycle_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for edge in EDGES:
-        if not _reads_own_facade(edge):
-            graph[edge.source].add(edge.target)
+        graph[edge.source].add(edge.target)
     return graph
 
 
 def test_the_cycle_rule_counts_function_level_imports():
-    # A check on the checker: the ONNX backend reaches bertkit.export only inside a function, and that edge counts;
-    # bertkit.models.modeldir reading its own facade's role table does not.
+    # A check on the checker: the ONNX backend reaches bertkit.export only inside a function, and that edge counts.
     lazy = [e for e in EDGES if e.source == "bertkit.serve.engine" and e.target == "bertkit.export"]
     assert lazy and not any(e.module_level for e in lazy)
     graph = _cycle_graph()
     assert "bertkit.export" in graph["bertkit.serve.engine"]
-    assert any(e.source == "bertkit.models.modeldir" and e.target == "bertkit.models" for e in EDGES)
-    assert "bertkit.models" not in graph["bertkit.models.modeldir"]
 
 
 def test_no_import_cycle():
