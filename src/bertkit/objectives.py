@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
 from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, architecture
 
@@ -119,6 +120,11 @@ class ElectraObjective:
     included, as in the paper's code) to say whether it was replaced. A sample equal to the original counts as
     original. Loss = mlm_loss + rtd_weight x rtd_bce (50 in the paper); `rtd_loss` is the weighted term, so the
     trainer's sum of `_loss` terms is the paper's loss, and `rtd_bce` reports the unweighted one.
+
+    The samples are drawn by inversion from uniforms that depend on the batch's "_draw" key (seed, step,
+    micro-batch, first global row; the trainer sets it) and the row and position only (`row_uniforms`): a run on
+    N processes replaces the same tokens as one process with the same global batch, and a resumed run the same
+    as the uninterrupted one. A batch without the key draws from torch's global generator.
     """
 
     rtd_weight: float = 50.0
@@ -128,7 +134,13 @@ class ElectraObjective:
                 "rtd_loss": float(batch["attention_mask"].ne(0).sum())}
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        uniforms = None
+        if "_draw" in batch:  # (seed, step, micro-batch, first global row): the trainer's key for this batch's draws
+            ids = batch["input_ids"]
+            host = torch.from_numpy(row_uniforms(*batch["_draw"], rows=ids.shape[0], width=ids.shape[1]))
+            uniforms = host.to(ids.device, non_blocking=True)
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"],
+                    uniforms=uniforms)
         targets = out.mlm_labels  # (N,)
         n = _count(targets.numel(), targets)
         real = batch["attention_mask"] != 0  # (B, T); packed rows number their documents 1, 2, ...

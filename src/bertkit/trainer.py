@@ -727,7 +727,9 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
             group["lr"] = lr
         sums: dict[str, torch.Tensor] = {}
         for i, b in enumerate(micro):
-            b = _move(b, device)
+            # The key of this micro-batch's random draws made on the device (ELECTRA's samples): (seed, step,
+            # micro-batch, first global row), the same for a row whatever the number of ranks
+            b = _move({**b, "_draw": (config.seed, step, i, dist_info.rank * len(b["attention_mask"]))}, device)
             sync = i == len(micro) - 1 or dist_info.world_size == 1
             context = wrapped.no_sync() if not sync else contextlib.nullcontext()
             with context:

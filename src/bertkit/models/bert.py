@@ -583,6 +583,18 @@ def generator_config_for(config: BertConfig, fraction: float = 0.25) -> BertConf
                                embedding_size=config.embedding_width)  # E = H: no projection, set to None
 
 
+def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """(N,) one draw per row of (N, V) `logits` from their softmax, by inversion: row i takes the first token
+    whose cumulative probability exceeds uniforms[i] (in [0, 1)). A correct draw for uniform inputs, and a
+    function of the inputs alone, so whoever holds the same logits and numbers draws the same tokens (unlike
+    torch.multinomial, whose draw depends on its generator's state). The softmax and its running sum are taken in
+    float64, so the interval of a token is its probability to about 1e-15 even over a large vocabulary."""
+    cdf = logits.double().softmax(-1).cumsum(-1)  # (N, V)
+    targets = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(1)  # scaled by the sum: rounding leaves it a hair off 1
+    token = torch.searchsorted(cdf, targets, right=True).squeeze(1)
+    return token.clamp_(max=logits.shape[-1] - 1)
+
+
 class GeneratorDiscriminator(nn.Module):
     """ELECTRA pretraining: a small MLM generator fills the masked positions with samples from its softmax, and the
     discriminator learns to tell, for every token, whether it is the original.
@@ -610,16 +622,22 @@ class GeneratorDiscriminator(nn.Module):
         self.generator.mlm.word_embeddings = shared.word  # the generator's decoder stays tied to the shared table
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ElectraOutput:
-        """input_ids: (B, T) masked ids; labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere."""
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                uniforms: torch.Tensor | None = None) -> ElectraOutput:
+        """input_ids: (B, T) masked ids; labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere.
+        uniforms: (B, T) numbers in [0, 1) from which the masked positions' samples are drawn
+        (`sample_from_logits`); the trainer passes ones that depend on (seed, step, global row) only
+        (`bertkit.data.masking.row_uniforms`), so N ranks replace exactly what 1 rank does. Without them they are
+        drawn from torch's global generator."""
         masked = labels != IGNORE_INDEX if labels is not None else torch.zeros_like(input_ids, dtype=torch.bool)
         gen = self.generator(input_ids, attention_mask, token_type_ids, predict_at=masked)  # (N, V)
         original = torch.where(masked, labels, input_ids) if labels is not None else input_ids
         corrupted = original.clone()
         if gen.prediction_logits.shape[0]:
             with torch.no_grad():  # sampling is not differentiable: the generator learns from its MLM loss alone
-                probs = gen.prediction_logits.detach().float().softmax(-1)
-                corrupted[masked] = torch.multinomial(probs, 1).squeeze(1)
+                u = uniforms[masked] if uniforms is not None else torch.rand(
+                    gen.prediction_logits.shape[0], dtype=torch.float64, device=input_ids.device)
+                corrupted[masked] = sample_from_logits(gen.prediction_logits.detach(), u)
         # A sample that happens to equal the original is no replacement: the discriminator must call it original.
         replaced = (corrupted != original).float()
         disc = self.discriminator(corrupted, attention_mask, token_type_ids)
