@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
+from bertkit.models.layouts import mark_host, positions
 from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, architecture
 
 # objective name -> (instance kind of bertkit.data.loader, pair task or None)
@@ -38,6 +39,14 @@ def _count(n: int, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), float(n), dtype=torch.float32, device=like.device)
 
 
+def _labelled(labels: torch.Tensor) -> torch.Tensor:
+    return labels != IGNORE_INDEX
+
+
+def _real(attention_mask: torch.Tensor) -> torch.Tensor:
+    return attention_mask != 0
+
+
 @dataclass
 class MaskedLMObjective:
     """MLM (+ NSP or SOP) on a `BertForPreTraining`-like model.
@@ -56,11 +65,15 @@ class MaskedLMObjective:
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         labels = batch["labels"]
-        at = labels != IGNORE_INDEX
+        # The masks come from the batch: with the host copies the trainer's move attaches, their positions are
+        # known on the host and the indexing below reads nothing from the device (`positions`)
+        at = mark_host(labels != IGNORE_INDEX, labels, _labelled)
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                     predict_at=at if self.sparse_prediction else None)
-        logits = out.prediction_logits if self.sparse_prediction else out.prediction_logits[at]  # (N, V)
-        targets = labels[at]
+        index = positions(at)  # (N,)
+        logits = (out.prediction_logits if self.sparse_prediction
+                  else out.prediction_logits.flatten(0, 1).index_select(0, index))  # (N, V)
+        targets = labels.reshape(-1).index_select(0, index)
         n = _count(targets.numel(), targets)
         result = {
             "mlm_loss": (F.cross_entropy(logits.float(), targets, reduction="sum"), n),
@@ -68,11 +81,13 @@ class MaskedLMObjective:
         }
         if self.pair_task is not None:
             pair = batch["next_sentence_label"]
-            keep = pair != IGNORE_INDEX
-            scores = out.seq_relationship_logits[keep]
+            keep = mark_host(pair != IGNORE_INDEX, pair, _labelled)
+            kept = positions(keep)
+            scores = out.seq_relationship_logits.index_select(0, kept)
+            pair = pair.index_select(0, kept)
             m = keep.sum().float()
-            result[f"{self.pair_task}_loss"] = (F.cross_entropy(scores.float(), pair[keep], reduction="sum"), m)
-            result[f"{self.pair_task}_accuracy"] = ((scores.argmax(-1) == pair[keep]).sum().float(), m)
+            result[f"{self.pair_task}_loss"] = (F.cross_entropy(scores.float(), pair, reduction="sum"), m)
+            result[f"{self.pair_task}_accuracy"] = ((scores.argmax(-1) == pair).sum().float(), m)
         return result
 
 
@@ -143,9 +158,12 @@ class ElectraObjective:
                     uniforms=uniforms)
         targets = out.mlm_labels  # (N,)
         n = _count(targets.numel(), targets)
-        real = batch["attention_mask"] != 0  # (B, T); packed rows number their documents 1, 2, ...
+        mask = batch["attention_mask"]
+        real = mark_host(_real(mask), mask, _real)  # (B, T); packed rows number their documents 1, 2, ...
         m = real.sum().float()
-        scores, replaced = out.rtd_logits[real].float(), out.rtd_labels[real]  # (M,) each
+        index = positions(real)  # (M,) from the mask's host copy where it has one: no device read
+        scores = out.rtd_logits.flatten(0, 1).index_select(0, index).float()
+        replaced = out.rtd_labels.flatten(0, 1).index_select(0, index)
         bce = F.binary_cross_entropy_with_logits(scores, replaced, reduction="sum")
         return {
             "mlm_loss": (F.cross_entropy(out.mlm_logits.float(), targets, reduction="sum"), n),

@@ -527,12 +527,13 @@ def _device_scalar(x: torch.Tensor | float, device: torch.device) -> torch.Tenso
 
 
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The batch on `device`; a moved attention mask keeps its host copy (`attach_host`), from which the model
-    takes its layout without reading the device."""
+    """The batch on `device`; every moved tensor keeps its host copy (`attach_host`), from which the model takes
+    its layout (the attention mask) and the objectives the positions they index (labels, attention mask) without
+    reading the device."""
     out = {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and out["attention_mask"] is not mask:
-        attach_host(out["attention_mask"], mask)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and out[key] is not value:
+            attach_host(out[key], value)
     return out
 
 

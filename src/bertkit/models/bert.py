@@ -44,7 +44,8 @@ from torch import nn
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models import layouts
-from bertkit.models.layouts import Encoded, Padded, Unpadded, attention_bias, exporting, host_copy
+from bertkit.models.layouts import (Encoded, Padded, Unpadded, attach_host, attention_bias, exporting, host_copy,
+                                    mark_host, positions)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -455,7 +456,7 @@ class BertForPreTraining(PreTrainedModel):
         if predict_at is not None:
             hidden = out.select(predict_at)  # (N, H)
             if labels is not None:
-                labels = labels[predict_at]
+                labels = labels.reshape(-1).index_select(0, positions(predict_at))
         else:
             hidden = out.padded()
         logits = self.mlm(hidden)  # (B, T, V), or (N, V)
@@ -629,19 +630,25 @@ class GeneratorDiscriminator(nn.Module):
         (`sample_from_logits`); the trainer passes ones that depend on (seed, step, global row) only
         (`bertkit.data.masking.row_uniforms`), so N ranks replace exactly what 1 rank does. Without them they are
         drawn from torch's global generator."""
-        masked = labels != IGNORE_INDEX if labels is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+        if labels is not None:  # the masked positions, known on the host when the labels came from there
+            masked = mark_host(labels != IGNORE_INDEX, labels, lambda x: x != IGNORE_INDEX)
+        else:
+            masked = attach_host(torch.zeros_like(input_ids, dtype=torch.bool),
+                                 torch.zeros(input_ids.shape, dtype=torch.bool))
+        at = positions(masked)  # (N,) flat indices: indexing with them reads nothing from the device
         gen = self.generator(input_ids, attention_mask, token_type_ids, predict_at=masked)  # (N, V)
         original = torch.where(masked, labels, input_ids) if labels is not None else input_ids
         corrupted = original.clone()
         if gen.prediction_logits.shape[0]:
             with torch.no_grad():  # sampling is not differentiable: the generator learns from its MLM loss alone
-                u = uniforms[masked] if uniforms is not None else torch.rand(
+                u = uniforms.reshape(-1).index_select(0, at) if uniforms is not None else torch.rand(
                     gen.prediction_logits.shape[0], dtype=torch.float64, device=input_ids.device)
-                corrupted[masked] = sample_from_logits(gen.prediction_logits.detach(), u)
+                corrupted.view(-1).index_copy_(0, at, sample_from_logits(gen.prediction_logits.detach(), u))
         # A sample that happens to equal the original is no replacement: the discriminator must call it original.
         replaced = (corrupted != original).float()
         disc = self.discriminator(corrupted, attention_mask, token_type_ids)
-        return ElectraOutput(gen.prediction_logits, original[masked], disc.logits, replaced, corrupted)
+        return ElectraOutput(gen.prediction_logits, original.reshape(-1).index_select(0, at), disc.logits, replaced,
+                             corrupted)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
