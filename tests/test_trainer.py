@@ -193,6 +193,10 @@ class DeviceReads(TorchFunctionMode):
     parameter, a gradient or another such tensor; the batch's own tensors (host arrays) are not."""
 
     READS = {"__float__", "__int__", "__bool__", "__index__", "item", "tolist", "numpy"}
+    # Operations whose output size depends on the values of a device tensor: on a GPU each waits for the device
+    # to learn it (boolean-mask indexing is a nonzero inside)
+    SIZED_BY_VALUES = {"nonzero", "argwhere", "masked_select", "unique", "nonzero_static"}
+    INDEXING = {"__getitem__", "__setitem__", "index_put", "index_put_", "index"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -212,8 +216,13 @@ class DeviceReads(TorchFunctionMode):
         kwargs = kwargs or {}
         inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         from_device = any(self.is_device(x) for x in inputs)
-        if from_device and getattr(func, "__name__", "") in self.READS:
+        name = getattr(func, "__name__", "")
+        if from_device and (name in self.READS or name in self.SIZED_BY_VALUES):
             self.reads += 1
+        elif name in self.INDEXING and len(args) > 1 and any(
+                isinstance(x, torch.Tensor) and x.dtype == torch.bool and self.is_device(x)
+                for x in pytree.tree_leaves(args[1])):
+            self.reads += 1  # x[mask] or x[mask] = y with a device mask (args[1]: the index)
         out = func(*args, **kwargs)
         if from_device:
             for x in pytree.tree_leaves(out):
@@ -231,8 +240,9 @@ def count_reads(run, monkeypatch) -> int:
     def moved(batch, device):
         out = move(batch, device)
         out = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}  # the device's copy
-        if "attention_mask" in batch:  # as the loop's move does: the device mask remembers its host copy
-            trainer.attach_host(out["attention_mask"], batch["attention_mask"])
+        for k, v in batch.items():  # as the loop's move does: a device tensor remembers its host copy
+            if isinstance(v, torch.Tensor):
+                trainer.attach_host(out[k], v)
         for v in out.values():
             if isinstance(v, torch.Tensor):
                 mode.mark(v)
@@ -272,8 +282,11 @@ class TinyPretraining(nn.Module):
         self.embed, self.mlm, self.nsp = nn.Embedding(vocab, 16), nn.Linear(16, vocab), nn.Linear(16, 2)
 
     def forward(self, input_ids, attention_mask, token_type_ids, predict_at=None):
+        from bertkit.models.layouts import positions
+
         h = self.embed(input_ids)  # (B, T, 16)
-        return types.SimpleNamespace(prediction_logits=self.mlm(h[predict_at]), seq_relationship_logits=self.nsp(h[:, 0]))
+        at = h.flatten(0, 1).index_select(0, positions(predict_at))  # as the encoder's `select`
+        return types.SimpleNamespace(prediction_logits=self.mlm(at), seq_relationship_logits=self.nsp(h[:, 0]))
 
 
 def test_the_pretraining_objective_reads_nothing_from_the_device(tmp_path, monkeypatch):
@@ -326,6 +339,37 @@ def test_a_padded_batch_through_bert_reads_nothing_from_the_device(tmp_path, mon
         batches = [batch() for _ in range(steps)]
         model = BertForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
         return lambda: train(model, MaskedLMObjective("nsp"), batches, config(max_steps=steps, log_every=1000),
+                             tmp_path / name)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+def test_electra_through_the_loop_reads_nothing_from_the_device(tmp_path, monkeypatch):
+    # Generator, sampling (uniforms from the host key) and discriminator: every masked or real position is
+    # indexed through the batch's host copies, so a longer run reads the device no more often.
+    from bertkit.config import BertConfig
+    from bertkit.models import GeneratorDiscriminator, layouts
+    from bertkit.objectives import ElectraObjective
+
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)  # the batch plays the device's
+    g = torch.Generator().manual_seed(0)
+
+    def batch():
+        ids = torch.randint(5, 90, (4, 12), generator=g)
+        mask = (torch.arange(12)[None, :] < torch.tensor([12, 9, 5, 7])[:, None]).long()
+        labels = torch.where((torch.rand(4, 12, generator=g) < 0.3) & (mask != 0), ids, torch.full_like(ids, -100))
+        labels[:, 1] = ids[:, 1]
+        return {"input_ids": torch.where(labels != -100, 4, ids), "attention_mask": mask,
+                "token_type_ids": torch.zeros_like(ids), "labels": labels}
+
+    def run(steps, name):
+        torch.manual_seed(0)
+        batches = [batch() for _ in range(steps)]
+        config_ = BertConfig.for_family("electra", vocab_size=90, hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=64, embedding_size=16,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model = GeneratorDiscriminator(config_, generator_fraction=0.5)
+        return lambda: train(model, ElectraObjective(), batches, config(max_steps=steps, log_every=1000),
                              tmp_path / name)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)

@@ -685,6 +685,60 @@ def check_exact_resume(ctx: Context, measured: dict) -> None:
                       f"{measured['bf16_max_abs_diff']:.1e})")
 
 
+class SyncChecked:
+    """A batch source that turns `torch.cuda.set_sync_debug_mode("error")` on while the trainer runs steps 1 ..
+    `checked` (from fetching a step's batches to fetching the next step's), and off before the last step (whose
+    log line and checkpoint read the device by design): any wait for the device in those steps raises."""
+
+    def __init__(self, batches: list[dict], checked: int) -> None:
+        self.batches, self.checked, self.fetched = batches, checked, 0
+
+    def __iter__(self):
+        for i, batch in enumerate(self.batches):
+            torch.cuda.set_sync_debug_mode("error" if i < self.checked else "default")
+            self.fetched = i + 1
+            yield {**batch, "_state": i + 1}
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def check_no_sync_steps(ctx: Context, measured: dict) -> None:
+    """The step loop waits for the device only at log, eval and save steps: 4 steps of MLM + NSP (sparse
+    prediction, padded rows of other lengths: the unpadded layout) and of ELECTRA through
+    `bertkit.trainer.train` with one log line and one checkpoint at the end, the first 3 under
+    `torch.cuda.set_sync_debug_mode("error")` (a device read, a blocking copy or a boolean-mask index raises).
+    CUDA only: on the CPU the same property is counted by tests/test_trainer.py (DeviceReads)."""
+    if not ctx.cuda:
+        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_trainer.py counts the loop's "
+                   "device reads")
+    from bertkit import BertConfig, BertForPreTraining
+    from bertkit.models import GeneratorDiscriminator
+    from bertkit.objectives import ElectraObjective, MaskedLMObjective
+    from bertkit.trainer import TrainConfig, train
+
+    steps = 4
+    runs = {
+        "mlm_nsp": lambda: (BertForPreTraining(BertConfig(**TINY, **NO_DROPOUT)), MaskedLMObjective(pair_task="nsp")),
+        "electra": lambda: (GeneratorDiscriminator(family_config("electra", **NO_DROPOUT), generator_fraction=0.5),
+                            ElectraObjective()),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, build in runs.items():
+            torch.manual_seed(14)
+            model, objective = build()
+            batches = counting_batches(model.config, ctx.device, count=steps, seed=15)
+            source = SyncChecked(batches, checked=steps - 1)
+            config = TrainConfig(max_steps=steps, warmup_steps=0, learning_rate=1e-3, progress=False,
+                                 device=str(ctx.device), precision="fp32", log_every=1000, save_every=1000,
+                                 max_grad_norm=1.0)
+            try:
+                train(model, objective, source, config, Path(tmp) / name)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            measured[f"{name}_steps_checked"] = steps - 1
+            assert source.fetched == steps and len(step_losses(Path(tmp) / name)) == 1
+    summary(measured, f"MLM+NSP and ELECTRA: {steps - 1} steps each under sync debug mode 'error', no device wait")
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The families against transformers
 # ------------------------------------------------------------------------------------------------------------------
@@ -986,6 +1040,7 @@ CHECKS = [
     ("bf16_loss_curve", check_bf16_loss_curve),
     ("model_directory", check_model_directory),
     ("exact_resume", check_exact_resume),
+    ("no_sync_steps", check_no_sync_steps),
     *[(f"family_{kind}", check_family(kind)) for kind in ("bert", "roberta", "albert", "electra", "causal")],
     ("family_distilbert", check_distilbert),
     ("family_t5", check_t5),

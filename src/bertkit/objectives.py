@@ -15,7 +15,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
+from bertkit.models.layouts import mark_host, positions
 from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, architecture
 
 # objective name -> (instance kind of bertkit.data.loader, pair task or None)
@@ -37,6 +39,14 @@ def _count(n: int, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), float(n), dtype=torch.float32, device=like.device)
 
 
+def _labelled(labels: torch.Tensor) -> torch.Tensor:
+    return labels != IGNORE_INDEX
+
+
+def _real(attention_mask: torch.Tensor) -> torch.Tensor:
+    return attention_mask != 0
+
+
 @dataclass
 class MaskedLMObjective:
     """MLM (+ NSP or SOP) on a `BertForPreTraining`-like model.
@@ -55,11 +65,15 @@ class MaskedLMObjective:
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         labels = batch["labels"]
-        at = labels != IGNORE_INDEX
+        # The masks come from the batch: with the host copies the trainer's move attaches, their positions are
+        # known on the host and the indexing below reads nothing from the device (`positions`)
+        at = mark_host(labels != IGNORE_INDEX, labels, _labelled)
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                     predict_at=at if self.sparse_prediction else None)
-        logits = out.prediction_logits if self.sparse_prediction else out.prediction_logits[at]  # (N, V)
-        targets = labels[at]
+        index = positions(at)  # (N,)
+        logits = (out.prediction_logits if self.sparse_prediction
+                  else out.prediction_logits.flatten(0, 1).index_select(0, index))  # (N, V)
+        targets = labels.reshape(-1).index_select(0, index)
         n = _count(targets.numel(), targets)
         result = {
             "mlm_loss": (F.cross_entropy(logits.float(), targets, reduction="sum"), n),
@@ -67,11 +81,13 @@ class MaskedLMObjective:
         }
         if self.pair_task is not None:
             pair = batch["next_sentence_label"]
-            keep = pair != IGNORE_INDEX
-            scores = out.seq_relationship_logits[keep]
+            keep = mark_host(pair != IGNORE_INDEX, pair, _labelled)
+            kept = positions(keep)
+            scores = out.seq_relationship_logits.index_select(0, kept)
+            pair = pair.index_select(0, kept)
             m = keep.sum().float()
-            result[f"{self.pair_task}_loss"] = (F.cross_entropy(scores.float(), pair[keep], reduction="sum"), m)
-            result[f"{self.pair_task}_accuracy"] = ((scores.argmax(-1) == pair[keep]).sum().float(), m)
+            result[f"{self.pair_task}_loss"] = (F.cross_entropy(scores.float(), pair, reduction="sum"), m)
+            result[f"{self.pair_task}_accuracy"] = ((scores.argmax(-1) == pair).sum().float(), m)
         return result
 
 
@@ -119,6 +135,11 @@ class ElectraObjective:
     included, as in the paper's code) to say whether it was replaced. A sample equal to the original counts as
     original. Loss = mlm_loss + rtd_weight x rtd_bce (50 in the paper); `rtd_loss` is the weighted term, so the
     trainer's sum of `_loss` terms is the paper's loss, and `rtd_bce` reports the unweighted one.
+
+    The samples are drawn by inversion from uniforms that depend on the batch's "_draw" key (seed, step,
+    micro-batch, first global row; the trainer sets it) and the row and position only (`row_uniforms`): a run on
+    N processes replaces the same tokens as one process with the same global batch, and a resumed run the same
+    as the uninterrupted one. A batch without the key draws from torch's global generator.
     """
 
     rtd_weight: float = 50.0
@@ -128,12 +149,21 @@ class ElectraObjective:
                 "rtd_loss": float(batch["attention_mask"].ne(0).sum())}
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        uniforms = None
+        if "_draw" in batch:  # (seed, step, micro-batch, first global row): the trainer's key for this batch's draws
+            ids = batch["input_ids"]
+            host = torch.from_numpy(row_uniforms(*batch["_draw"], rows=ids.shape[0], width=ids.shape[1]))
+            uniforms = host.to(ids.device, non_blocking=True)
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"],
+                    uniforms=uniforms)
         targets = out.mlm_labels  # (N,)
         n = _count(targets.numel(), targets)
-        real = batch["attention_mask"] != 0  # (B, T); packed rows number their documents 1, 2, ...
+        mask = batch["attention_mask"]
+        real = mark_host(_real(mask), mask, _real)  # (B, T); packed rows number their documents 1, 2, ...
         m = real.sum().float()
-        scores, replaced = out.rtd_logits[real].float(), out.rtd_labels[real]  # (M,) each
+        index = positions(real)  # (M,) from the mask's host copy where it has one: no device read
+        scores = out.rtd_logits.flatten(0, 1).index_select(0, index).float()
+        replaced = out.rtd_labels.flatten(0, 1).index_select(0, index)
         bce = F.binary_cross_entropy_with_logits(scores, replaced, reduction="sum")
         return {
             "mlm_loss": (F.cross_entropy(out.mlm_logits.float(), targets, reduction="sum"), n),

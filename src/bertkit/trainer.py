@@ -527,12 +527,13 @@ def _device_scalar(x: torch.Tensor | float, device: torch.device) -> torch.Tenso
 
 
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The batch on `device`; a moved attention mask keeps its host copy (`attach_host`), from which the model
-    takes its layout without reading the device."""
+    """The batch on `device`; every moved tensor keeps its host copy (`attach_host`), from which the model takes
+    its layout (the attention mask) and the objectives the positions they index (labels, attention mask) without
+    reading the device."""
     out = {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and out["attention_mask"] is not mask:
-        attach_host(out["attention_mask"], mask)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and out[key] is not value:
+            attach_host(out[key], value)
     return out
 
 
@@ -727,7 +728,9 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
             group["lr"] = lr
         sums: dict[str, torch.Tensor] = {}
         for i, b in enumerate(micro):
-            b = _move(b, device)
+            # The key of this micro-batch's random draws made on the device (ELECTRA's samples): (seed, step,
+            # micro-batch, first global row), the same for a row whatever the number of ranks
+            b = _move({**b, "_draw": (config.seed, step, i, dist_info.rank * len(b["attention_mask"]))}, device)
             sync = i == len(micro) - 1 or dist_info.world_size == 1
             context = wrapped.no_sync() if not sync else contextlib.nullcontext()
             with context:

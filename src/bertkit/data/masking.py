@@ -167,3 +167,35 @@ def masking_rng(seed: int, epoch: int, index: int, dupe_factor: int | None = Non
     if dupe_factor < 1:
         raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}")
     return np.random.default_rng([seed, 0, epoch % dupe_factor, index])
+
+
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment: 2^64 / the golden ratio, odd
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's output function on uint64 arrays (Steele, Lea and Flood 2014): a bijection whose outputs for
+    consecutive inputs pass BigCrush; numpy's uint64 array arithmetic wraps modulo 2^64, as it must here."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def row_uniforms(seed: int, step: int, micro: int, first_row: int, rows: int, width: int) -> np.ndarray:
+    """(rows, width) float64 uniforms in [0, 1) for global rows first_row .. first_row + rows - 1 of micro-batch
+    `micro` of optimizer step `step`: a counter-based draw, so each number depends on (seed, step, micro, global
+    row, position) and on nothing else — not on the rank a row lands on, the world size, or any RNG state.
+
+    Why: ELECTRA's generator samples its replacements on the device; drawn from a rank's own RNG stream they
+    would differ between 1 and N processes that train on the same rows. Rank r of a run whose ranks take B rows
+    each passes first_row = r x B (the loader's lanes are numbered so). Each (key, position) is one splitmix64
+    output: 53 random bits, u = bits x 2^-53."""
+    if min(seed, step, micro, first_row, rows, width) < 0:
+        raise ValueError(f"seed, step, micro, first_row, rows and width must be >= 0, got "
+                         f"{(seed, step, micro, first_row, rows, width)}")
+    golden = np.uint64(_GOLDEN)
+    key = np.zeros(1, dtype=np.uint64)
+    for part in (seed % 2**64, step, micro):  # chain: each word mixed into the key so far
+        key = _splitmix64(key ^ _splitmix64(np.array([part], dtype=np.uint64) + golden))
+    row = _splitmix64(key ^ _splitmix64(np.arange(first_row, first_row + rows, dtype=np.uint64) + golden))
+    counter = row[:, None] + golden * np.arange(1, width + 1, dtype=np.uint64)[None, :]  # splitmix64's own stream
+    return (_splitmix64(counter) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53

@@ -44,7 +44,8 @@ from torch import nn
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models import layouts
-from bertkit.models.layouts import Encoded, Padded, Unpadded, attention_bias, exporting, host_copy
+from bertkit.models.layouts import (Encoded, Padded, Unpadded, attach_host, attention_bias, exporting, host_copy,
+                                    mark_host, positions)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -455,7 +456,7 @@ class BertForPreTraining(PreTrainedModel):
         if predict_at is not None:
             hidden = out.select(predict_at)  # (N, H)
             if labels is not None:
-                labels = labels[predict_at]
+                labels = labels.reshape(-1).index_select(0, positions(predict_at))
         else:
             hidden = out.padded()
         logits = self.mlm(hidden)  # (B, T, V), or (N, V)
@@ -583,6 +584,18 @@ def generator_config_for(config: BertConfig, fraction: float = 0.25) -> BertConf
                                embedding_size=config.embedding_width)  # E = H: no projection, set to None
 
 
+def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """(N,) one draw per row of (N, V) `logits` from their softmax, by inversion: row i takes the first token
+    whose cumulative probability exceeds uniforms[i] (in [0, 1)). A correct draw for uniform inputs, and a
+    function of the inputs alone, so whoever holds the same logits and numbers draws the same tokens (unlike
+    torch.multinomial, whose draw depends on its generator's state). The softmax and its running sum are taken in
+    float64, so the interval of a token is its probability to about 1e-15 even over a large vocabulary."""
+    cdf = logits.double().softmax(-1).cumsum(-1)  # (N, V)
+    targets = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(1)  # scaled by the sum: rounding leaves it a hair off 1
+    token = torch.searchsorted(cdf, targets, right=True).squeeze(1)
+    return token.clamp_(max=logits.shape[-1] - 1)
+
+
 class GeneratorDiscriminator(nn.Module):
     """ELECTRA pretraining: a small MLM generator fills the masked positions with samples from its softmax, and the
     discriminator learns to tell, for every token, whether it is the original.
@@ -610,20 +623,32 @@ class GeneratorDiscriminator(nn.Module):
         self.generator.mlm.word_embeddings = shared.word  # the generator's decoder stays tied to the shared table
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ElectraOutput:
-        """input_ids: (B, T) masked ids; labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere."""
-        masked = labels != IGNORE_INDEX if labels is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                uniforms: torch.Tensor | None = None) -> ElectraOutput:
+        """input_ids: (B, T) masked ids; labels: (B, T) original ids at masked positions, IGNORE_INDEX elsewhere.
+        uniforms: (B, T) numbers in [0, 1) from which the masked positions' samples are drawn
+        (`sample_from_logits`); the trainer passes ones that depend on (seed, step, global row) only
+        (`bertkit.data.masking.row_uniforms`), so N ranks replace exactly what 1 rank does. Without them they are
+        drawn from torch's global generator."""
+        if labels is not None:  # the masked positions, known on the host when the labels came from there
+            masked = mark_host(labels != IGNORE_INDEX, labels, lambda x: x != IGNORE_INDEX)
+        else:
+            masked = attach_host(torch.zeros_like(input_ids, dtype=torch.bool),
+                                 torch.zeros(input_ids.shape, dtype=torch.bool))
+        at = positions(masked)  # (N,) flat indices: indexing with them reads nothing from the device
         gen = self.generator(input_ids, attention_mask, token_type_ids, predict_at=masked)  # (N, V)
         original = torch.where(masked, labels, input_ids) if labels is not None else input_ids
         corrupted = original.clone()
         if gen.prediction_logits.shape[0]:
             with torch.no_grad():  # sampling is not differentiable: the generator learns from its MLM loss alone
-                probs = gen.prediction_logits.detach().float().softmax(-1)
-                corrupted[masked] = torch.multinomial(probs, 1).squeeze(1)
+                u = uniforms.reshape(-1).index_select(0, at) if uniforms is not None else torch.rand(
+                    gen.prediction_logits.shape[0], dtype=torch.float64, device=input_ids.device)
+                corrupted.view(-1).index_copy_(0, at, sample_from_logits(gen.prediction_logits.detach(), u))
         # A sample that happens to equal the original is no replacement: the discriminator must call it original.
         replaced = (corrupted != original).float()
         disc = self.discriminator(corrupted, attention_mask, token_type_ids)
-        return ElectraOutput(gen.prediction_logits, original[masked], disc.logits, replaced, corrupted)
+        return ElectraOutput(gen.prediction_logits, original.reshape(-1).index_select(0, at), disc.logits, replaced,
+                             corrupted)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

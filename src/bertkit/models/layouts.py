@@ -113,6 +113,25 @@ def host_copy(x: torch.Tensor | None) -> torch.Tensor | None:
     return host if host is not None and host.shape == x.shape else None
 
 
+def positions(where: torch.Tensor) -> torch.Tensor:
+    """(n,) int64: the row-major flat indices of the True entries of bool `where` (any shape), on its device.
+
+    From its host copy (`attach_host`) when it has one: the count n is then known on the host, and indexing with
+    the result (index_select) reads nothing from the device, where `x[where]` or `where.nonzero()` would wait
+    for the device's queue to learn n. Without one (a mask computed on the device), `nonzero`."""
+    host = host_copy(where)
+    if host is None:
+        return where.reshape(-1).nonzero().squeeze(1)
+    return _to_device(host.reshape(-1).nonzero().squeeze(1), where.device)
+
+
+def mark_host(derived: torch.Tensor, source: torch.Tensor, fn) -> torch.Tensor:
+    """`derived` (returned), computed on the device as fn(source), remembering fn(the host copy of source) when
+    `source` has one: e.g. the mask `labels != -100` of labels moved from the host."""
+    host = host_copy(source)
+    return attach_host(derived, fn(host)) if host is not None else derived
+
+
 def _to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device`; to a GPU through pinned memory, so the copy waits for nothing."""
     if x.device == device:
@@ -342,9 +361,10 @@ class Encoded:
 
     def select(self, where: torch.Tensor) -> torch.Tensor:
         """(B, T) bool -> (n, H) at the n selected positions, in row-major order; they must be real tokens."""
+        at = positions(where)  # from the host copy of `where` when it has one: no device read
         if self.tokens is None:
-            return self.hidden[where]
-        rows = self.tokens.rows(where.reshape(-1).nonzero().squeeze(1))
+            return self.hidden.flatten(0, 1).index_select(0, at)
+        rows = self.tokens.rows(at)
         if rows.numel() and checks_values(rows) and int(rows.min()) < 0:
             raise ValueError("predict_at selects padding positions (attention_mask 0); predict at real tokens only")
         return self.hidden[rows]
