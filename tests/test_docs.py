@@ -166,14 +166,17 @@ def test_readme_is_short_and_links_to_pages_that_exist():
 
 
 def test_readme_examples_are_the_documentation_s():
-    """Nothing in the README that the docs do not say: its code blocks are the getting-started page's, verbatim
-    (so they run in test_runnable_blocks_run too)."""
+    """Nothing in the README that the docs do not say: its code blocks stand verbatim in a page of the docs, the
+    first three in the getting-started page (so they run in test_runnable_blocks_run too)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     started = (DOCS / QUICKSTART).read_text(encoding="utf-8")
+    pages = [path.read_text(encoding="utf-8") for path in DOCS.rglob("*.md")]
     blocks = re.findall(r"^```\w*\n.*?^```$", readme, flags=re.M | re.S)
     assert len(blocks) >= 3
-    for block in blocks:
+    for block in blocks[:3]:
         assert block in started, block[:200]
+    for block in blocks[3:]:
+        assert any(block in page for page in pages), block[:200]
 
 
 # ---------------------------------------------------------------------------------------------------------------
