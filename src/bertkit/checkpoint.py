@@ -678,6 +678,11 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / CONFIG_NAME
     if not path.is_file() and is_bilm_directory(directory):
         return bilm_config(directory)  # a released ELMo: its options.json read as an ElmoConfig
+    return read_json_object(path)
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON object file's contents; CheckpointError naming the file when it is not valid JSON or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -841,12 +846,7 @@ def bilm_config(directory: str | os.PathLike) -> dict[str, Any]:
     from bertkit.tokenizers.word import BILM_OPTIONS, BILM_VOCAB, read_bilm_vocab
 
     path = Path(directory) / BILM_OPTIONS
-    try:
-        options = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(options, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(options).__name__}")
+    options = read_json_object(path)
     activation = _options_field(options, "char_cnn.activation", path, str)
     if activation != "relu":
         raise CheckpointError(f"{path}: char_cnn.activation {activation!r} is not supported (bertkit's ELMo "

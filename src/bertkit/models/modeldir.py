@@ -22,7 +22,6 @@ does the loading, so no import ever points up from here.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -48,13 +47,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, None when absent; ValueError naming the file when it is not one."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
+    from bertkit.checkpoint import read_json_object
+
+    return read_json_object(path)
 
 
 @dataclass(frozen=True)
