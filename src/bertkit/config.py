@@ -28,7 +28,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 # Activations the feed-forward block and the MLM head understand, by their transformers names.
 IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
@@ -119,22 +119,53 @@ def check_finite(config: Any, names: tuple[str, ...]) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {value!r}")
 
 
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# A field rule -> (the test a value passes, what the error says it must be); "RULE or None" also lets None pass.
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "positive integer": (lambda v: _integer(v) and v > 0, "be a positive integer"),
+    "non-negative integer": (lambda v: _integer(v) and v >= 0, "be a non-negative integer"),
+    "integer": (_integer, "be an integer"),
+    "positive number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
+                        "be a positive number"),
+    "probability": (lambda v: 0.0 <= v <= 1.0, "be in [0, 1]"),
+    "boolean": (lambda v: isinstance(v, bool), "be true or false"),
+}
+
+
 def check_fields(config: Any, names: tuple[str, ...], rule: str) -> None:
-    """ValueError naming the first of `config`'s fields `names` that breaks `rule`: "positive integer" (an int, not
-    a bool, above 0), "positive number" (an int or float above 0), "probability" (in [0, 1]) or "boolean"."""
+    """ValueError naming the first of `config`'s fields `names` that breaks `rule`, a key of _RULES ("positive
+    integer": an int, not a bool, above 0; "probability": in [0, 1]; ...) optionally followed by " or None"; an
+    integer beyond MAX_SIZE (larger than any tensor dimension torch indexes) is refused too."""
+    base = rule.removesuffix(" or None")
+    test, said = _RULES[base]
     for name in names:
         value = getattr(config, name)
-        if rule == "positive integer":
-            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        elif rule == "positive number":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        elif rule == "probability":
-            ok = 0.0 <= value <= 1.0
-        else:
-            ok = isinstance(value, bool)
-        if not ok:
-            said = {"probability": "be in [0, 1]", "boolean": "be true or false"}.get(rule, f"be a {rule}")
-            raise ValueError(f"{type(config).__name__}.{name} must {said}, got {value!r}")
+        if value is None and base != rule:
+            continue
+        if not test(value):
+            raise ValueError(f"{type(config).__name__}.{name} must {said}{rule[len(base):]}, got {value!r}")
+        if _integer(value) and value > MAX_SIZE:  # the memory check never sees these
+            raise ValueError(f"{type(config).__name__}.{name} {value} is absurdly large (at most {MAX_SIZE})")
+
+
+def check_choice(config: Any, name: str, choices: tuple) -> None:
+    """ValueError naming field `name` of `config` when its value is not one of `choices`."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"{type(config).__name__}.{name} {value!r} is not supported by bertkit; choose one of "
+                         f"{', '.join(map(str, choices))}")
+
+
+def check_token_ids(config: Any, names: tuple[str, ...]) -> None:
+    """ValueError naming the first of the token-id fields `names` that is not an id of the vocabulary."""
+    for name in names:
+        value = getattr(config, name)
+        if not _integer(value) or not 0 <= value < config.vocab_size:
+            raise ValueError(f"{type(config).__name__}.{name} {value!r} is outside the vocabulary "
+                             f"(vocab_size {config.vocab_size})")
 
 
 def field_with_help(default: Any, help: str) -> Any:
@@ -153,22 +184,38 @@ class ConfigFile:
     # config.json keys read besides the fields (and checked by from_dict), and keys read and dropped
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset()
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset()
+    # config.json keys that must hold one value (compared by identity) for bertkit to build it: key -> (value, why)
+    REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {}
 
     @classmethod
     def model_types(cls) -> tuple[str, ...]:
         """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
         return (cls.model_type,)
 
+    # the fields a row of PRESETS gives, in its order
+    PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                                "intermediate_size")
+
     @classmethod
-    def preset_row(cls, name: str, overrides: dict[str, Any]) -> tuple:
-        """PRESETS[name], once `overrides` (a recipe's model section, changed in place) is rid of a model_type that
-        names this architecture; ValueError for another model_type or an unknown preset."""
+    def preset(cls, name: str, **overrides: Any):
+        """A size preset of PRESETS with fields over it (tiny, mini, small, ...); a `model_type` among them (a recipe's
+        model section names its architecture so) must be this class's. ValueError for another model_type or an
+        unknown preset."""
         if overrides.pop("model_type", cls.model_type) != cls.model_type:
             raise ValueError(f"{cls.__name__}.preset builds model_type {cls.model_type!r} only")
         if name not in cls.PRESETS:
             raise ValueError(f"unknown {cls.LABEL.split(' ', 1)[-1]} size preset {name!r}; choose one of "
                              f"{', '.join(cls.PRESETS)}")
-        return cls.PRESETS[name]
+        return cls(**{**dict(zip(cls.PRESET_FIELDS, cls.PRESETS[name])), **overrides})
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the model takes."""
+        return self.max_position_embeddings
 
     def field_dict(self) -> dict[str, Any]:
         """Every field under its own name: the config.json keys of an architecture whose fields are its keys."""
@@ -176,14 +223,19 @@ class ConfigFile:
 
     @classmethod
     def read_fields(cls, data: dict[str, Any], source: str) -> dict[str, Any]:
-        """The fields a config.json dict gives, strictly: a model_type other than the class's, and any key that is
-        neither a field nor one of EXTRA_KEYS / IGNORED_KEYS, are refused naming it and `source` (the file)."""
+        """The fields a config.json dict gives, strictly: a model_type other than the class's, any key that is
+        neither a field nor one of EXTRA_KEYS / IGNORED_KEYS / REQUIRED, and a REQUIRED key of another value, are
+        refused naming it and `source` (the file)."""
         if data.get("model_type") != cls.model_type:
             raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not {cls.LABEL} config")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in data if k not in names and k not in cls.EXTRA_KEYS and k not in cls.IGNORED_KEYS)
+        known = names | cls.EXTRA_KEYS | cls.IGNORED_KEYS | set(cls.REQUIRED)
+        unknown = sorted(k for k in data if k not in known)
         if unknown:
             raise ValueError(f"{source}: unknown config keys {unknown}")
+        for key, (want, why) in cls.REQUIRED.items():
+            if key in data and data[key] is not want:
+                raise ValueError(f"{source}: {key}={data[key]!r} is not supported by bertkit ({why})")
         return {name: data[name] for name in names if name in data}
 
     @classmethod
@@ -274,33 +326,19 @@ class BertConfig(ConfigFile):
     def __post_init__(self) -> None:
         if self.classifier_pooling not in ("cls", "mean"):
             raise ValueError(f"BertConfig.classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
-            if value > MAX_SIZE:  # beyond any tensor dimension torch indexes; the memory check never sees these
-                raise ValueError(f"BertConfig.{name} {value} is absurdly large (at most {MAX_SIZE})")
-        if not isinstance(self.type_vocab_size, int) or isinstance(self.type_vocab_size, bool) \
-                or not 0 <= self.type_vocab_size <= MAX_SIZE:
-            raise ValueError(f"BertConfig.type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"BertConfig.{name} must be an integer, got {value!r}")
+        check_fields(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                            "intermediate_size", "max_position_embeddings"), "positive integer")
+        check_fields(self, ("type_vocab_size",), "non-negative integer")
+        check_fields(self, ("bos_token_id", "eos_token_id"), "integer or None")
         check_finite(self, ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
                             "layer_norm_eps"))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"BertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
                              f"hidden_size ({self.hidden_size})")
         check_fields(self, ("hidden_dropout_prob", "attention_probs_dropout_prob"), "probability")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported; choose one of {ACTIVATIONS}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary "
-                             f"(vocab_size {self.vocab_size})")
-        if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
-            raise ValueError("BertConfig.initializer_range and layer_norm_eps must be positive")
+        check_choice(self, "hidden_act", ACTIVATIONS)
+        check_token_ids(self, ("pad_token_id",))
+        check_fields(self, ("initializer_range", "layer_norm_eps"), "positive number")
         self._check_family()
 
     def _check_family(self) -> None:
@@ -309,9 +347,7 @@ class BertConfig(ConfigFile):
         if family is None:
             raise ValueError(f"BertConfig.model_type {self.model_type!r} is not supported; choose one of "
                              f"{', '.join(FAMILIES)}")
-        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
-            raise ValueError(f"BertConfig.embedding_size must be a positive integer or None, "
-                             f"got {self.embedding_size!r}")
+        check_fields(self, ("embedding_size",), "positive integer or None")
         groups = self.num_hidden_groups
         if groups is not None and not (isinstance(groups, int) and 1 <= groups <= self.num_hidden_layers):
             raise ValueError(f"BertConfig.num_hidden_groups must be in [1, num_hidden_layers="
@@ -344,10 +380,6 @@ class BertConfig(ConfigFile):
     @classmethod
     def model_types(cls) -> tuple[str, ...]:
         return tuple(FAMILIES)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     @property
     def family(self) -> Family:
@@ -462,8 +494,6 @@ class BertConfig(ConfigFile):
         return {**self.to_dict(), "model_type": self.model_type, **self.family.written}
 
 
-
-
 # ==================================================================================================================
 # ModernBERT
 # ==================================================================================================================
@@ -500,8 +530,10 @@ class ModernBertConfig(ConfigFile):
 
     model_type: ClassVar[str] = "modernbert"  # the on-disk family (transformers' model_type)
     LABEL: ClassVar[str] = "a ModernBERT"
-    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"layer_types", "rope_parameters", "rope_scaling",
-                                                      "tie_word_embeddings"})
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"layer_types", "rope_parameters"})
+    REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
+        "tie_word_embeddings": (True, "the MLM decoder is the token-embedding matrix: only true"),
+        "rope_scaling": (None, "plain rotary embeddings only")}
     IGNORED_KEYS: ClassVar[frozenset[str]] = _MODERNBERT_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = MODERNBERT_PRESETS  # the size presets `preset` builds
 
@@ -552,30 +584,15 @@ class ModernBertConfig(ConfigFile):
                              f"must be even (rotary embeddings turn pairs of dimensions)")
         check_fields(self, ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"),
                      "probability")
-        for name in ("hidden_activation", "classifier_activation"):
-            if getattr(self, name) not in ACTIVATIONS:
-                raise ValueError(f"ModernBertConfig.{name} {getattr(self, name)!r} is not supported; choose one of "
-                                 f"{ACTIVATIONS}")
-        if self.classifier_pooling not in MODERNBERT_POOLING:
-            raise ValueError(f"ModernBertConfig.classifier_pooling {self.classifier_pooling!r} is not supported; "
-                             f"choose one of {MODERNBERT_POOLING}")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"ModernBertConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
-                             f"(vocab_size {self.vocab_size})")
+        check_choice(self, "hidden_activation", ACTIVATIONS)
+        check_choice(self, "classifier_activation", ACTIVATIONS)
+        check_choice(self, "classifier_pooling", MODERNBERT_POOLING)
+        check_token_ids(self, ("pad_token_id",))
         check_fields(self, ("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
                             "local_rope_theta"), "positive number")
         check_fields(self, ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"), "boolean")
 
     # ---- derived facts -------------------------------------------------------------------------------------
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def max_length(self) -> int:
-        """The longest input the model takes."""
-        return self.max_position_embeddings
 
     @property
     def sliding_window(self) -> int:
@@ -590,15 +607,6 @@ class ModernBertConfig(ConfigFile):
     def layer_types(self) -> list[str]:
         """transformers' per-layer spelling of the attention pattern."""
         return ["full_attention" if self.is_global(i) else "sliding_attention" for i in range(self.num_hidden_layers)]
-
-    # ---- construction --------------------------------------------------------------------------------------
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModernBertConfig":
-        """A size preset of MODERNBERT_PRESETS (tiny, mini, small, base, large) with fields over it;
-        `model_type="modernbert"` may be among them (a recipe's model section names its architecture so)."""
-        layers, hidden, heads, intermediate = cls.preset_row(name, overrides)
-        return cls(**{"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-                      "intermediate_size": intermediate, **overrides})
 
     # ---- JSON io -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -617,12 +625,6 @@ class ModernBertConfig(ConfigFile):
         file in errors. Unknown keys, and values bertkit does not build (untied decoder, scaled rotary, an
         irregular layer pattern, ...), are refused naming the key."""
         fields = cls.read_fields(data, source)
-        if data.get("tie_word_embeddings", True) is not True:
-            raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
-                             f"bertkit (the MLM decoder is the token-embedding matrix: only true)")
-        if data.get("rope_scaling") is not None:
-            raise ValueError(f"{source}: rope_scaling={data['rope_scaling']!r} is not supported by bertkit "
-                             f"(plain rotary embeddings only)")
         for kind, params in (data.get("rope_parameters") or {}).items():
             if kind not in _ROPE_KINDS or not isinstance(params, dict):
                 raise ValueError(f"{source}: rope_parameters has an unknown entry {kind!r}")
@@ -691,9 +693,12 @@ class T5Config(ConfigFile):
 
     model_type: ClassVar[str] = "t5"  # the on-disk family (transformers' model_type)
     LABEL: ClassVar[str] = "a T5"
-    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"dense_act_fn", "is_gated_act", "is_decoder"})
+    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"dense_act_fn", "is_gated_act"})
+    REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
+        "is_decoder": (False, "a T5 directory holds an encoder or an encoder-decoder: only false")}
     IGNORED_KEYS: ClassVar[frozenset[str]] = _T5_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = T5_PRESETS  # the size presets `preset` builds
+    PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("num_layers", "d_model", "num_heads", "d_ff")
 
     vocab_size: int = _f(32128, 'rows of the shared embedding matrix (and of the output projection)')
     d_model: int = _f(512, 'width of every hidden state')
@@ -723,12 +728,8 @@ class T5Config(ConfigFile):
         check_finite(self, ("dropout_rate", "layer_norm_epsilon", "initializer_factor"))  # NaN passes range checks
         check_fields(self, ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
                             "relative_attention_num_buckets", "relative_attention_max_distance"), "positive integer")
-        layers = self.num_decoder_layers
-        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0):
-            raise ValueError(f"T5Config.num_decoder_layers must be a positive integer or None, got {layers!r}")
-        if self.feed_forward_proj not in T5_FEED_FORWARD:
-            raise ValueError(f"T5Config.feed_forward_proj {self.feed_forward_proj!r} is not supported by bertkit; "
-                             f"choose one of {', '.join(T5_FEED_FORWARD)}")
+        check_fields(self, ("num_decoder_layers",), "positive integer or None")
+        check_choice(self, "feed_forward_proj", tuple(T5_FEED_FORWARD))
         # Each direction's buckets: half exact distances, half logarithmic up to max_distance; fewer than 4 buckets
         # or a max_distance inside the exact range leave the logarithmic half undefined (a division by log 1 = 0).
         if self.relative_attention_num_buckets < 4:
@@ -741,13 +742,8 @@ class T5Config(ConfigFile):
         check_fields(self, ("dropout_rate",), "probability")
         check_fields(self, ("layer_norm_epsilon", "initializer_factor"), "positive number")
         check_fields(self, ("tie_word_embeddings", "is_encoder_decoder"), "boolean")
-        if self.scale_decoder_outputs is not None and not isinstance(self.scale_decoder_outputs, bool):
-            raise ValueError(f"T5Config.scale_decoder_outputs must be true, false or None, got "
-                             f"{self.scale_decoder_outputs!r}")
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"T5Config.{name} {value!r} is outside the vocabulary (vocab_size {self.vocab_size})")
+        check_fields(self, ("scale_decoder_outputs",), "boolean or None")
+        check_token_ids(self, ("pad_token_id", "eos_token_id", "decoder_start_token_id"))
 
     # ---- derived facts -------------------------------------------------------------------------------------
 
@@ -775,14 +771,6 @@ class T5Config(ConfigFile):
         """Whether the decoder output is scaled by d_model**-0.5 before the output projection."""
         return self.tie_word_embeddings if self.scale_decoder_outputs is None else self.scale_decoder_outputs
 
-    # ---- construction --------------------------------------------------------------------------------------
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "T5Config":
-        """A size preset of T5_PRESETS (tiny, mini, small, base, large) with fields over it; `model_type="t5"` may
-        be among them (a recipe's model section names its architecture so)."""
-        layers, d_model, heads, d_ff = cls.preset_row(name, overrides)
-        return cls(**{"num_layers": layers, "d_model": d_model, "num_heads": heads, "d_ff": d_ff, **overrides})
-
     # ---- JSON io -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The config as transformers' T5Config takes it (and writes it: dense_act_fn and is_gated_act too).
@@ -804,9 +792,6 @@ class T5Config(ConfigFile):
         bertkit does not build (a decoder config, another feed-forward kind, several EOS ids), are refused naming
         the key."""
         fields = cls.read_fields(data, source)
-        if data.get("is_decoder", False) is not False:
-            raise ValueError(f"{source}: is_decoder={data['is_decoder']!r} is not supported by bertkit (a T5 "
-                             f"directory holds an encoder or an encoder-decoder: only false)")
         eos = fields.get("eos_token_id")
         if isinstance(eos, list):  # transformers allows a list of EOS ids; generation here stops on one
             if len(eos) != 1:
@@ -823,10 +808,6 @@ class T5Config(ConfigFile):
                 raise ValueError(f"{source}: {key}={data[key]!r} contradicts feed_forward_proj={proj!r} (which "
                                  f"means {key}={want!r})")
         return cls.build(fields, source)
-
-
-
-
 
 
 # ==================================================================================================================
@@ -862,9 +843,12 @@ class XLNetConfig(ConfigFile):
 
     model_type: ClassVar[str] = "xlnet"  # the on-disk family (transformers' model_type)
     LABEL: ClassVar[str] = "an XLNet"
-    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"tie_word_embeddings", "summary_proj_to_labels"})
+    REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
+        "tie_word_embeddings": (True, "the LM head is the token-embedding matrix: only true"),
+        "summary_proj_to_labels": (False, "the summary projects to d_model: only false")}
     IGNORED_KEYS: ClassVar[frozenset[str]] = _XLNET_IGNORED_KEYS
     PRESETS: ClassVar[dict[str, tuple]] = XLNET_PRESETS  # the size presets `preset` builds
+    PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("n_layer", "d_model", "n_head", "d_inner")
 
     vocab_size: int = _f(32000, 'rows of the token-embedding matrix (and of the tied LM head)')
     d_model: int = _f(1024, 'H: width of every hidden state')
@@ -903,29 +887,17 @@ class XLNetConfig(ConfigFile):
         if self.attn_type != "bi":
             raise ValueError(f"XLNetConfig.attn_type {self.attn_type!r} is not supported by bertkit (\"bi\" only: "
                              f"XLNet's bidirectional attention; \"uni\" is the Transformer-XL decoder)")
-        if self.ff_activation not in ACTIVATIONS:
-            raise ValueError(f"XLNetConfig.ff_activation {self.ff_activation!r} is not supported by bertkit; choose "
-                             f"one of {ACTIVATIONS}")
-        if self.summary_type not in XLNET_SUMMARY_TYPES:
-            raise ValueError(f"XLNetConfig.summary_type {self.summary_type!r} is not supported by bertkit; choose "
-                             f"one of {XLNET_SUMMARY_TYPES}")
-        if self.summary_activation not in XLNET_SUMMARY_ACTIVATIONS:
-            raise ValueError(f"XLNetConfig.summary_activation {self.summary_activation!r} is not supported by "
-                             f"bertkit; choose one of {XLNET_SUMMARY_ACTIVATIONS}")
-        for name in ("mem_len", "reuse_len"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"XLNetConfig.{name} must be a non-negative integer or None, got {value!r}")
+        check_choice(self, "ff_activation", ACTIVATIONS)
+        check_choice(self, "summary_type", XLNET_SUMMARY_TYPES)
+        check_choice(self, "summary_activation", XLNET_SUMMARY_ACTIVATIONS)
+        check_fields(self, ("mem_len", "reuse_len"), "non-negative integer or None")
         if self.reuse_len and self.mem_len and self.reuse_len > self.mem_len:
             raise ValueError(f"XLNetConfig: reuse_len ({self.reuse_len}) does not fit in mem_len ({self.mem_len})")
-        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
-            raise ValueError(f"XLNetConfig.clamp_len must be an integer, got {self.clamp_len!r}")
+        check_fields(self, ("clamp_len",), "integer")
         check_fields(self, ("dropout", "summary_last_dropout", "summary_first_dropout"), "probability")
         check_fields(self, ("initializer_range", "layer_norm_eps"), "positive number")
         check_fields(self, ("bi_data", "same_length", "summary_use_proj"), "boolean")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"XLNetConfig.pad_token_id {self.pad_token_id!r} is outside the vocabulary "
-                             f"(vocab_size {self.vocab_size})")
+        check_token_ids(self, ("pad_token_id",))
 
     # ---- derived facts (the names the other verbs read) ------------------------------------------------------
 
@@ -942,10 +914,6 @@ class XLNetConfig(ConfigFile):
         return self.n_head
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
-
-    @property
     def max_length(self) -> int:
         """The longest input the verbs feed: XLNet's relative positions have no table, so no limit of the model's
         own; 512 (the paper's pretraining length) bounds what the verbs cut inputs to."""
@@ -957,13 +925,11 @@ class XLNetConfig(ConfigFile):
         """A size preset of XLNET_PRESETS (tiny, mini, small, base, large) with fields over it; the BERT spellings
         a recipe may carry (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
         max_position_embeddings) are mapped or dropped; `model_type="xlnet"` may be among them."""
-        layers, d_model, heads, d_inner = cls.preset_row(name, overrides)
         overrides.pop("max_position_embeddings", None)  # relative positions: no table to size
-        for bert, ours in (("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
-                           ("num_attention_heads", "n_head"), ("intermediate_size", "d_inner")):
+        for bert, ours in zip(ConfigFile.PRESET_FIELDS, cls.PRESET_FIELDS):
             if bert in overrides:
                 overrides[ours] = overrides.pop(bert)
-        return cls(**{"n_layer": layers, "d_model": d_model, "n_head": heads, "d_inner": d_inner, **overrides})
+        return super().preset(name, **overrides)
 
     # ---- JSON io -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -978,12 +944,6 @@ class XLNetConfig(ConfigFile):
         bertkit does not build (attn_type "uni", an untied LM head, a summary projected to the labels, ...), are
         refused naming the key."""
         fields = cls.read_fields(data, source)
-        if data.get("tie_word_embeddings", True) is not True:
-            raise ValueError(f"{source}: tie_word_embeddings={data['tie_word_embeddings']!r} is not supported by "
-                             f"bertkit (the LM head is the token-embedding matrix: only true)")
-        if data.get("summary_proj_to_labels", False):
-            raise ValueError(f"{source}: summary_proj_to_labels={data['summary_proj_to_labels']!r} is not supported "
-                             f"by bertkit (the summary projects to d_model: only false)")
         if "vocab_size" not in fields and "n_token" in data:  # the name of old configs
             fields["vocab_size"] = data["n_token"]
         if fields.get("summary_activation") == "":
@@ -991,10 +951,6 @@ class XLNetConfig(ConfigFile):
         if isinstance(fields.get("eos_token_id"), list):
             fields["eos_token_id"] = fields["eos_token_id"][0] if fields["eos_token_id"] else None
         return dataclasses.replace(cls.build(fields, source), d_head=None)
-
-
-
-
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1019,6 +975,7 @@ class ElmoConfig(ConfigFile):
     LABEL: ClassVar[str] = "an ELMo"
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset({"model_type", "architectures"})
     PRESETS: ClassVar[dict[str, tuple]] = ELMO_PRESETS  # the size presets `preset` builds
+    PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("filters", "num_highway", "projection_dim", "lstm_dim", "num_layers")
 
     vocab_size: int = _f(30000, 'words of the softmax (the word tokenizer\'s vocabulary)')
     char_vocab_size: int = _f(262, 'characters of the character embedding (the word tokenizer\'s, specials '
@@ -1056,20 +1013,14 @@ class ElmoConfig(ConfigFile):
         if self.lstm_dim < self.projection_dim:
             raise ValueError(f"ElmoConfig.lstm_dim ({self.lstm_dim}) must be at least projection_dim "
                              f"({self.projection_dim})")
-        if not isinstance(self.num_highway, int) or self.num_highway < 0:
-            raise ValueError(f"ElmoConfig.num_highway must be a non-negative integer, got {self.num_highway!r}")
-        for name in ("cell_clip", "proj_clip"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
-                raise ValueError(f"ElmoConfig.{name} must be a positive number or None, got {value!r}")
+        check_fields(self, ("num_highway",), "non-negative integer")
+        check_fields(self, ("cell_clip", "proj_clip"), "positive number or None")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not isinstance(self.sampled_softmax, int) or not 0 <= self.sampled_softmax < self.vocab_size:
             raise ValueError(f"ElmoConfig.sampled_softmax must be 0 (full softmax) or a number of samples below "
                              f"vocab_size ({self.vocab_size}), got {self.sampled_softmax!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"ElmoConfig.pad_token_id {self.pad_token_id} is outside the vocabulary")
+        check_token_ids(self, ("pad_token_id",))
 
 
     @property
@@ -1081,13 +1032,6 @@ class ElmoConfig(ConfigFile):
     def cnn_dim(self) -> int:
         """Width of the char-CNN output (the filters' counts summed)."""
         return sum(n for _, n in self.filters)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ElmoConfig":
-        """A size preset of ELMO_PRESETS with fields over it (`model_type="elmo"` may be among them)."""
-        filters, highway, projection, cells, layers = cls.preset_row(name, overrides)
-        return cls(**{"filters": filters, "num_highway": highway, "projection_dim": projection, "lstm_dim": cells,
-                      "num_layers": layers, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.field_dict(), "filters": [list(f) for f in self.filters], "model_type": "elmo"}
