@@ -198,20 +198,34 @@ def parse_overrides(extra: list[str]) -> dict[str, str]:
     return out
 
 
+def _recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
+    """The recipe settings of a command line: the generated --field options and --section.field pairs."""
+    overrides = parse_overrides(extra)
+    overrides.update({key[len(_FIELD):]: value for key, value in vars(args).items()
+                      if key.startswith(_FIELD) and value is not None})
+    return overrides
+
+
+def _print_summary(summary: dict, out: str) -> None:
+    """A run's summary as one JSON line with its model directory (rank 0 only under torchrun)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({**summary, "model": str(Path(out) / "model")}, default=float))
+
+
+def _print_train_result(result, out: str) -> None:
+    _print_summary({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
+                    "stopped_by": result.stopped_by, **result.eval_metrics}, out)
+
+
 def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
     from bertkit.pretrain import pretrain, resolve_config
 
-    overrides = parse_overrides(extra)  # --section.field value
-    overrides.update({key[len(_FIELD):]: value for key, value in vars(args).items()
-                      if key.startswith(_FIELD) and value is not None})
+    overrides = _recipe_overrides(args, extra)
     if args.preset is not None:
         overrides["preset"] = args.preset
     config = resolve_config(args.config, overrides)
-    result = pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from,
-                      verify_data=args.verify)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
-                          "stopped_by": result.stopped_by, **result.eval_metrics, "model": str(Path(args.out) / "model")}))
+    _print_train_result(pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from,
+                                 verify_data=args.verify), args.out)
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -274,8 +288,7 @@ def _finetune_config(args: argparse.Namespace):
 
     from bertkit.taskrun import FinetuneConfig, config_fields
 
-    given = {name: getattr(args, name) for name, *_ in config_fields()
-             if name != "kind" and getattr(args, name, None) is not None}
+    given = _given(args, config_fields(), skip=("kind",))
     if args.quiet:
         given["progress"] = False
     return dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
@@ -290,10 +303,8 @@ def cmd_finetune(args: argparse.Namespace) -> None:
     results = finetune(args.kind, args.model, args.train, args.dev, args.out, config, resume=args.resume,
                        new_heads=args.new_head, eval_files=args.eval_file or ())
     _draw_confusion(results, Path(args.out))
-    if int(os.environ.get("RANK", "0")) == 0:
-        summary = {k: results.get(k) for k in ("kind", "task", "metric", "best", "train_examples_per_s", "steps")}
-        summary["model"] = str(Path(args.out) / "model")
-        print(json.dumps(summary, default=float))
+    _print_summary({k: results.get(k) for k in ("kind", "task", "metric", "best", "train_examples_per_s", "steps")},
+                   args.out)
 
 
 def _draw_confusion(results: dict, out: Path, title: str = "") -> None:
@@ -480,8 +491,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from bertkit.serve import ServeConfig, serve
     from bertkit.serve.app import config_fields
 
-    config = ServeConfig(**{name: getattr(args, name) for name, *_ in config_fields()
-                            if getattr(args, name, None) is not None})
+    config = ServeConfig(**_given(args, config_fields()))
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
           device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
@@ -536,10 +546,7 @@ def add_serve_parsers(verbs) -> None:
                      help="CPU: dynamic int8 quantisation of every Linear layer (faster; see docs for its cosine)")
     emb.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                      help="require `Authorization: Bearer KEY` on the API routes (default: $BERTKIT_API_KEY, none)")
-    group = srv.add_argument_group("batching and limits (ServeConfig)")
-    for name, kind, default, text in config_fields():
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
-                           metavar="X" if kind is float else "N", help=f"{text} (default {default})")
+    _add_config_options(srv.add_argument_group("batching and limits (ServeConfig)"), config_fields())
     srv.set_defaults(func=cmd_serve)
 
     export = verbs.add_parser("export", help="export a model directory (ONNX)",
@@ -558,19 +565,17 @@ def add_serve_parsers(verbs) -> None:
     onnx.set_defaults(func=cmd_export_onnx)
 
 
-def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
-    """One --option per FinetuneConfig field (the single source of truth), default None = the config's default."""
+def _add_config_options(group, fields, skip: tuple[str, ...] = (), aliases: dict[str, list[str]] | None = None,
+                        metavars: dict[str, str] | None = None) -> None:
+    """One --option per field of a config dataclass (its `config_fields()` rows: name, type, default, help; the
+    single source of truth), default None = the config's default; a bool field is --x / --no-x."""
     import types
     import typing
 
-    from bertkit.taskrun import config_fields
-
-    aliases = {"learning_rate": ["--lr"]}
-    group = parser.add_argument_group("fine-tuning settings (FinetuneConfig)")
-    for name, hint, default, text in config_fields():
-        if name in ("kind", "progress"):
+    for name, hint, default, text in fields:
+        if name in skip:
             continue
-        flags = [f"--{name.replace('_', '-')}", *aliases.get(name, [])]
+        flags = [f"--{name.replace('_', '-')}", *(aliases or {}).get(name, [])]
         shown = "" if default is None else f" (default {default})"
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         base = args[0] if (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) else hint
@@ -578,8 +583,21 @@ def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
                                help=text + shown)
         else:
-            metavar = {int: "N", float: "X", str: "NAME"}.get(base, "V")
+            metavar = (metavars or {}).get(name) or {int: "N", float: "X", str: "NAME"}.get(base, "V")
             group.add_argument(*flags, dest=name, type=base, default=None, metavar=metavar, help=text + shown)
+
+
+def _given(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict:
+    """The fields of a config (`config_fields()` rows) that the command line set."""
+    return {name: getattr(args, name) for name, *_ in fields if name not in skip and getattr(args, name, None) is not None}
+
+
+def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per FinetuneConfig field."""
+    from bertkit.taskrun import config_fields
+
+    _add_config_options(parser.add_argument_group("fine-tuning settings (FinetuneConfig)"), config_fields(),
+                        skip=("kind", "progress"), aliases={"learning_rate": ["--lr"]})
 
 
 def _default_recipe() -> str:
@@ -628,27 +646,17 @@ def _pretrain_epilog() -> str:
 def _distill_config(args: argparse.Namespace):
     from bertkit.distill import DistillConfig, config_fields
 
-    return DistillConfig(**{name: getattr(args, name) for name, *_ in config_fields()
-                            if getattr(args, name, None) is not None})
+    return DistillConfig(**_given(args, config_fields()))
 
 
 def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
     from bertkit.distill import distill_mlm
     from bertkit.pretrain import resolve_config
 
-    overrides = parse_overrides(extra)
-    for key in ("max_steps", "max_time", "batch_size", "max_seq_length", "learning_rate", "save_every", "seed"):
-        value = getattr(args, key, None)
-        if value is not None:
-            overrides[key] = value
     distill = _distill_config(args)  # before the recipe: a bad loss weight is reported first
-    config = resolve_config(args.config, overrides)
-    result = distill_mlm(args.teacher, args.data, args.out, config, distill, student_dir=args.student,
-                         resume=args.resume)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({"step": result.step, "tokens": result.tokens, "elapsed_s": round(result.elapsed, 1),
-                          "stopped_by": result.stopped_by, **result.eval_metrics,
-                          "model": str(Path(args.out) / "model")}))
+    config = resolve_config(args.config, _recipe_overrides(args, extra))
+    _print_train_result(distill_mlm(args.teacher, args.data, args.out, config, distill, student_dir=args.student,
+                                    resume=args.resume), args.out)
 
 
 def cmd_distill_task(args: argparse.Namespace) -> None:
@@ -657,11 +665,8 @@ def cmd_distill_task(args: argparse.Namespace) -> None:
     config = _finetune_config(args)
     results = distill_task(args.kind, args.teacher, args.train, args.dev, args.out, config, _distill_config(args),
                            student_dir=args.student, transfer_path=args.transfer, resume=args.resume)
-    if int(os.environ.get("RANK", "0")) == 0:
-        summary = {k: results.get(k) for k in ("kind", "task", "metric", "best", "teacher", "student",
-                                               "train_examples", "transfer_examples", "steps")}
-        summary["model"] = str(Path(args.out) / "model")
-        print(json.dumps(summary, default=float))
+    _print_summary({k: results.get(k) for k in ("kind", "task", "metric", "best", "teacher", "student",
+                                                "train_examples", "transfer_examples", "steps")}, args.out)
 
 
 def cmd_distill_init_student(args: argparse.Namespace) -> None:
@@ -672,20 +677,11 @@ def cmd_distill_init_student(args: argparse.Namespace) -> None:
 
 
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:
-    """One --option per DistillConfig field (the single source of truth), default None = the config's default."""
-    import types
-    import typing
-
+    """One --option per DistillConfig field."""
     from bertkit.distill import config_fields
 
-    group = parser.add_argument_group("distillation settings (DistillConfig)")
-    for name, hint, default, text in config_fields():
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        base = args[0] if (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) else hint
-        metavar = {int: "N", float: "X"}.get(base, "LIST" if "layers" in name else "NAME")
-        shown = "" if default is None else f" (default {default})"
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=base, default=None, metavar=metavar,
-                           help=text + shown)
+    _add_config_options(parser.add_argument_group("distillation settings (DistillConfig)"), config_fields(),
+                        metavars={"student_layers_from_teacher": "LIST"})
 
 
 def add_distill_parser(verbs) -> None:
@@ -716,13 +712,7 @@ def add_distill_parser(verbs) -> None:
     mlm.add_argument("--data", required=True, help="directory written by `bertkit prepare` (teacher's tokenizer)")
     mlm.add_argument("--config", help=f"recipe: a YAML file or a built-in name (data and train sections; default: "
                                       f"{_default_recipe()})")
-    mlm.add_argument("--max-steps", type=int, help="optimizer steps")
-    mlm.add_argument("--max-time", type=float, help="stop after this many seconds")
-    mlm.add_argument("--batch-size", type=int, help="sequences per micro-batch per rank")
-    mlm.add_argument("--max-seq-length", type=int, help="tokens per instance")
-    mlm.add_argument("--learning-rate", type=float, help="peak learning rate")
-    mlm.add_argument("--save-every", type=int, help="checkpoint every N steps")
-    mlm.add_argument("--seed", type=int, help="seed")
+    _add_pretrain_options(mlm)
     _add_distill_options(mlm)
     mlm.set_defaults(func=cmd_distill_mlm, takes_extra=True)
 
