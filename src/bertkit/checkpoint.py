@@ -34,31 +34,36 @@ from safetensors.torch import load_file, save_file
 from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
 from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 
+def _linear(theirs: str, ours: str) -> dict[str, str]:
+    """The weight and bias rows of one Linear or LayerNorm."""
+    return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
+
+
+def _embedding_keys(layernorm: str = "LayerNorm") -> dict[str, str]:
+    return {"embeddings.word_embeddings.weight": "embeddings.word.weight",
+            "embeddings.position_embeddings.weight": "embeddings.position.weight",
+            "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
+            **_linear(f"embeddings.{layernorm}", "embeddings.norm")}
+
+
+# Our names of a post-LN layer's eight Linear / LayerNorm modules, in the order `_layer_keys` takes theirs.
+_OUR_LAYER = ("attn.query", "attn.key", "attn.value", "attn.out", "attn.norm", "ffn.up", "ffn.down", "ffn.norm")
+
+
+def _layer_keys(prefix: str, theirs: str) -> dict[str, str]:
+    """A BERT-family layer's rows: `theirs`, its family's names of the _OUR_LAYER modules (space-separated, under
+    `prefix`, in which "{}" is the layer index)."""
+    return {k: v for name, ours in zip(theirs.split(), _OUR_LAYER, strict=True)
+            for k, v in _linear(prefix + name, f"layers.{{}}.{ours}").items()}
+
+
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
 ENCODER_KEYS: dict[str, str] = {
-    "embeddings.word_embeddings.weight": "embeddings.word.weight",
-    "embeddings.position_embeddings.weight": "embeddings.position.weight",
-    "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
-    "embeddings.LayerNorm.weight": "embeddings.norm.weight",
-    "embeddings.LayerNorm.bias": "embeddings.norm.bias",
-    "encoder.layer.{}.attention.self.query.weight": "layers.{}.attn.query.weight",
-    "encoder.layer.{}.attention.self.query.bias": "layers.{}.attn.query.bias",
-    "encoder.layer.{}.attention.self.key.weight": "layers.{}.attn.key.weight",
-    "encoder.layer.{}.attention.self.key.bias": "layers.{}.attn.key.bias",
-    "encoder.layer.{}.attention.self.value.weight": "layers.{}.attn.value.weight",
-    "encoder.layer.{}.attention.self.value.bias": "layers.{}.attn.value.bias",
-    "encoder.layer.{}.attention.output.dense.weight": "layers.{}.attn.out.weight",
-    "encoder.layer.{}.attention.output.dense.bias": "layers.{}.attn.out.bias",
-    "encoder.layer.{}.attention.output.LayerNorm.weight": "layers.{}.attn.norm.weight",
-    "encoder.layer.{}.attention.output.LayerNorm.bias": "layers.{}.attn.norm.bias",
-    "encoder.layer.{}.intermediate.dense.weight": "layers.{}.ffn.up.weight",
-    "encoder.layer.{}.intermediate.dense.bias": "layers.{}.ffn.up.bias",
-    "encoder.layer.{}.output.dense.weight": "layers.{}.ffn.down.weight",
-    "encoder.layer.{}.output.dense.bias": "layers.{}.ffn.down.bias",
-    "encoder.layer.{}.output.LayerNorm.weight": "layers.{}.ffn.norm.weight",
-    "encoder.layer.{}.output.LayerNorm.bias": "layers.{}.ffn.norm.bias",
-    "pooler.dense.weight": "pooler.dense.weight",
-    "pooler.dense.bias": "pooler.dense.bias",
+    **_embedding_keys(),
+    **_layer_keys("encoder.layer.{}.", "attention.self.query attention.self.key attention.self.value "
+                                       "attention.output.dense attention.output.LayerNorm intermediate.dense "
+                                       "output.dense output.LayerNorm"),
+    **_linear("pooler.dense", "pooler.dense"),
 }
 # Heads, by family: transformers name -> bertkit name (top-level names on both sides). A model class declares
 # which family it has (`head_family`); tensors of the other families are dropped on load (a pretraining
@@ -87,18 +92,6 @@ REDUNDANT_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.weight", "
 _LEGACY_SUFFIXES = ((".gamma", ".weight"), (".beta", ".bias"))
 
 
-def _linear(theirs: str, ours: str) -> dict[str, str]:
-    """The weight and bias rows of one Linear or LayerNorm."""
-    return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
-
-
-def _embedding_keys(layernorm: str = "LayerNorm") -> dict[str, str]:
-    return {"embeddings.word_embeddings.weight": "embeddings.word.weight",
-            "embeddings.position_embeddings.weight": "embeddings.position.weight",
-            "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
-            **_linear(f"embeddings.{layernorm}", "embeddings.norm")}
-
-
 # RoBERTa: BERT's encoder names; the LM head is lm_head.* (decoder tied to the word embeddings, bias lm_head.bias).
 _ROBERTA_LM = {**_linear("lm_head.dense", "mlm.dense"), **_linear("lm_head.layer_norm", "mlm.norm"),
                "lm_head.bias": "mlm.bias"}
@@ -107,14 +100,8 @@ _ALBERT_LAYER = "encoder.albert_layer_groups.{}.albert_layers.0."
 ALBERT_ENCODER_KEYS: dict[str, str] = {
     **_embedding_keys(),
     **_linear("encoder.embedding_hidden_mapping_in", "project"),
-    **_linear(_ALBERT_LAYER + "attention.query", "layers.{}.attn.query"),
-    **_linear(_ALBERT_LAYER + "attention.key", "layers.{}.attn.key"),
-    **_linear(_ALBERT_LAYER + "attention.value", "layers.{}.attn.value"),
-    **_linear(_ALBERT_LAYER + "attention.dense", "layers.{}.attn.out"),
-    **_linear(_ALBERT_LAYER + "attention.LayerNorm", "layers.{}.attn.norm"),
-    **_linear(_ALBERT_LAYER + "ffn", "layers.{}.ffn.up"),
-    **_linear(_ALBERT_LAYER + "ffn_output", "layers.{}.ffn.down"),
-    **_linear(_ALBERT_LAYER + "full_layer_layer_norm", "layers.{}.ffn.norm"),
+    **_layer_keys(_ALBERT_LAYER, "attention.query attention.key attention.value attention.dense attention.LayerNorm "
+                                 "ffn ffn_output full_layer_layer_norm"),
     **_linear("pooler", "pooler.dense"),
 }
 _ALBERT_MLM = {**_linear("predictions.dense", "mlm.dense"), **_linear("predictions.LayerNorm", "mlm.norm"),
@@ -131,14 +118,8 @@ _ELECTRA_GENERATOR = {**_linear("generator_predictions.dense", "mlm.dense"),
 _DISTIL_LAYER = "transformer.layer.{}."
 DISTILBERT_ENCODER_KEYS: dict[str, str] = {
     **{k: v for k, v in _embedding_keys().items() if "token_type" not in k},
-    **_linear(_DISTIL_LAYER + "attention.q_lin", "layers.{}.attn.query"),
-    **_linear(_DISTIL_LAYER + "attention.k_lin", "layers.{}.attn.key"),
-    **_linear(_DISTIL_LAYER + "attention.v_lin", "layers.{}.attn.value"),
-    **_linear(_DISTIL_LAYER + "attention.out_lin", "layers.{}.attn.out"),
-    **_linear(_DISTIL_LAYER + "sa_layer_norm", "layers.{}.attn.norm"),
-    **_linear(_DISTIL_LAYER + "ffn.lin1", "layers.{}.ffn.up"),
-    **_linear(_DISTIL_LAYER + "ffn.lin2", "layers.{}.ffn.down"),
-    **_linear(_DISTIL_LAYER + "output_layer_norm", "layers.{}.ffn.norm"),
+    **_layer_keys(_DISTIL_LAYER, "attention.q_lin attention.k_lin attention.v_lin attention.out_lin sa_layer_norm "
+                                 "ffn.lin1 ffn.lin2 output_layer_norm"),
 }
 _DISTIL_MLM = {**_linear("vocab_transform", "mlm.dense"), **_linear("vocab_layer_norm", "mlm.norm"),
                "vocab_projector.bias": "mlm.bias"}
@@ -394,34 +375,22 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
     naming any tensor the tables do not know.
     """
     fmt = FORMATS[model_type]
-    encoder_rules = _compile(fmt.encoder)
-    head_rules = {family: _compile(table) for family, table in fmt.heads.items()}
+    head_rules = _role_rules(model_type)[1]
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     unknown: list[str] = []
     found: set[str] = set()
-    for name, tensor in state.items():
-        stored = name
-        for old, new in _LEGACY_SUFFIXES:
-            if name.endswith(old) and "LayerNorm" in name:
-                name = name[: -len(old)] + new
-        bare = name[len(fmt.prefix):] if name.startswith(fmt.prefix) else name
-        if bare in fmt.redundant or name in fmt.redundant:
-            continue
-        target = _rename(bare, encoder_rules)
-        if target is not None:
-            target = encoder_prefix + target
-            out[target], origin[target] = tensor, stored
-            continue
-        # A head tensor may belong to several head families (the MLM head is in "pretraining" and "mlm").
-        families = [family for family, rules in head_rules.items() if _rename(name, rules) is not None]
-        if not families:
+    for stored, tensor in state.items():
+        role, name, families = _place(stored, model_type)
+        if role == "unknown":
             unknown.append(stored)
-            continue
-        found.update(families)
-        if head_family in families:
-            target = _rename(name, head_rules[head_family])
-            out[target], origin[target] = tensor, stored
+        elif role == "encoder":
+            out[encoder_prefix + name], origin[encoder_prefix + name] = tensor, stored
+        elif role == "head":  # a head tensor may belong to several families ("pretraining" and "mlm")
+            found.update(families)
+            if head_family in families:
+                target = _rename(name, head_rules[head_family])
+                out[target], origin[target] = tensor, stored
     if unknown:
         shown = ", ".join(unknown[:8]) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
         article = "an" if fmt.label[0] in "AE" else "a"
@@ -702,6 +671,13 @@ def tensor_role(name: str, model_type: str = "bert") -> tuple[str, tuple[str, ..
     BERT's cls.predictions.*), ("redundant", ()) for buffers and tied copies `hf_to_bertkit` drops, or
     ("unknown", ()) for a name no table of the family knows. TF-era LayerNorm gamma/beta count as weight/bias.
     """
+    role, _, families = _place(name, model_type)
+    return role, families
+
+
+def _place(name: str, model_type: str) -> tuple[str, str, tuple[str, ...]]:
+    """(role, name, head families) of a stored tensor as `tensor_role` says them; the name is ours (without the
+    encoder prefix) for an encoder tensor, else the stored one with TF-era LayerNorm suffixes renamed."""
     fmt = FORMATS[model_type]
     encoder_rules, head_rules = _role_rules(model_type)
     for old, new in _LEGACY_SUFFIXES:
@@ -709,11 +685,12 @@ def tensor_role(name: str, model_type: str = "bert") -> tuple[str, tuple[str, ..
             name = name[: -len(old)] + new
     bare = name[len(fmt.prefix):] if name.startswith(fmt.prefix) else name
     if bare in fmt.redundant or name in fmt.redundant:
-        return "redundant", ()
-    if _rename(bare, encoder_rules) is not None:
-        return "encoder", ()
+        return "redundant", name, ()
+    ours = _rename(bare, encoder_rules)
+    if ours is not None:
+        return "encoder", ours, ()
     families = tuple(sorted(family for family, rules in head_rules.items() if _rename(name, rules) is not None))
-    return ("head", families) if families else ("unknown", ())
+    return ("head" if families else "unknown"), name, families
 
 
 _ROLE_RULES: dict[str, tuple[list, dict[str, list]]] = {}
