@@ -36,7 +36,6 @@ import os
 import re
 import string
 import warnings
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ import numpy as np
 
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, json_text, register, utf8_errors
+from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, google_words
 
 # ---------------------------------------------------------------------------------------------------------------
 # Reading
@@ -482,62 +482,16 @@ def whitespace_words(context: str) -> tuple[list[str], list[int]]:
     return words, char_to_word
 
 
-def _is_control(char: str) -> bool:
-    if char in "\t\n\r":
-        return False
-    return unicodedata.category(char) in ("Cc", "Cf")
-
-
-def _is_whitespace(char: str) -> bool:
-    return char in " \t\n\r" or unicodedata.category(char) == "Zs"
-
-
-def _is_punctuation(char: str) -> bool:
-    cp = ord(char)
-    # BERT counts every non-letter/number ASCII character as punctuation ("$", "^", "`"), whatever Unicode says.
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-    return any(a <= cp <= b for a, b in ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-                                         (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
-
-
 def basic_tokenize(text: str, lowercase: bool = True, strip_accents: bool | None = None) -> list[str]:
     """Google's `BasicTokenizer.tokenize`: clean the text, space out CJK characters, split on whitespace, lower-case
-    and strip accents (strip_accents None: as lowercase), split off punctuation. What get_final_text aligns."""
-    strip_accents = lowercase if strip_accents is None else strip_accents
-    cleaned = []
-    for char in text:
-        cp = ord(char)
-        if cp == 0 or cp == 0xFFFD or _is_control(char):
-            continue
-        if _is_whitespace(char):
-            cleaned.append(" ")
-        elif _is_cjk(cp):
-            cleaned.append(f" {char} ")
-        else:
-            cleaned.append(char)
-    tokens = []
-    for token in "".join(cleaned).split():
-        if lowercase:
-            token = token.lower()
-        if strip_accents:
-            token = "".join(c for c in unicodedata.normalize("NFD", token) if unicodedata.category(c) != "Mn")
-        word: list[str] = []
-        for char in token:
-            if _is_punctuation(char):
-                if word:
-                    tokens.append("".join(word))
-                    word = []
-                tokens.append(char)
-            else:
-                word.append(char)
-        if word:
-            tokens.append("".join(word))
-    return tokens
+    and strip accents (strip_accents None: as lowercase), split off punctuation. What get_final_text aligns: the
+    words of `bertkit.tokenizers.wordpiece.google_words` under Google's rules, a special token written in the text
+    ("[MASK]") split as Google's tokenizer splits it (its brackets are punctuation)."""
+    words: list[str] = []
+    for word, _ in google_words(text, lowercase, strip_accents, compat="google"):
+        inner = word[1:-1].lower() if lowercase else word[1:-1]
+        words += ["[", inner, "]"] if word in SPECIAL_TOKENS else [word]
+    return words
 
 
 def get_final_text(pred_text: str, orig_text: str, lowercase: bool = True, strip_accents: bool | None = None) -> str:
