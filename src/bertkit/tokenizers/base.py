@@ -182,6 +182,27 @@ def replayable(texts: Iterable[str]) -> Iterator[Callable[[], Iterator[str]]]:
             os.unlink(name)
 
 
+def check_vocab(vocab: dict[str, int], specials: Sequence[str], source: str, what: str = "") -> None:
+    """ValueError naming `source` when the vocabulary lacks one of `specials` (`what`: "a BERT vocabulary", said
+    with the list it needs) or its ids are not 0..V-1 without gaps."""
+    missing = [t for t in specials if t not in vocab]
+    if missing:
+        raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}"
+                         + (f"; {what} needs all of {list(specials)}" if what else ""))
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise ValueError(f"{source}: vocabulary ids must be 0..{len(vocab) - 1} without gaps")
+
+
+def word_lists(words: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Pre-split words (one list per item) as lists; TypeError naming the first word that is not a str."""
+    items = [list(item) for item in words]
+    for i, item in enumerate(items):
+        for j, word in enumerate(item):
+            if not isinstance(word, str):
+                raise TypeError(f"words[{i}][{j}] is {type(word).__name__}, not str")
+    return items
+
+
 def train_engine(engine, trainer, texts: Iterable[str]) -> None:
     """Train the `tokenizers` engine with `trainer` on the non-blank strings of `texts` (read once, lazily, through
     `checked_texts`); ValueError when there is no text at all."""
@@ -248,14 +269,15 @@ class PieceTokenizer(ABC):
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self._id_to_token[int(i)] for i in ids]
 
-    # ---- what each kind brings -------------------------------------------------------------------------------
-    @abstractmethod
+    # ---- what each kind brings (the first two: its engine's, unless it says otherwise) ------------------------
     def tokenize(self, text: str) -> list[str]:
         """The pieces of `text`, without special tokens."""
+        return self.backend.encode(text, add_special_tokens=False).tokens
 
-    @abstractmethod
     def encode_raw(self, texts: Sequence[str]) -> list:
-        """The engine's encodings (`tokenizers.Encoding`) of whole texts, without special tokens."""
+        """The engine's encodings (`tokenizers.Encoding`: ids, tokens, character offsets, word ids) of whole texts,
+        without special tokens."""
+        return self.backend.encode_batch(list(texts), add_special_tokens=False)
 
     @abstractmethod
     def encode_words(self, words: Sequence[Sequence[str]]) -> list:

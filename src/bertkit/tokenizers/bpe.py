@@ -20,7 +20,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, train_engine
+from bertkit.tokenizers.base import PieceTokenizer, check_vocab, train_engine, word_lists
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -61,12 +61,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
 
     def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], add_prefix_space: bool = False,
                  trim_offsets: bool = True, source: str = "vocab") -> None:
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}; a RoBERTa vocabulary "
-                             f"needs all of {list(SPECIAL_TOKENS)}")
-        if sorted(vocab.values()) != list(range(len(vocab))):
-            raise ValueError(f"{source}: vocabulary ids must be 0..{len(vocab) - 1} without gaps")
+        check_vocab(vocab, SPECIAL_TOKENS, source, "a RoBERTa vocabulary")
         self.add_prefix_space, self.trim_offsets = bool(add_prefix_space), bool(trim_offsets)
         self._vocab = dict(vocab)
         self._merges = [tuple(m) for m in merges]
@@ -194,14 +189,6 @@ class ByteLevelBPETokenizer(PieceTokenizer):
         return digest.hexdigest()
 
     # ---- encoding --------------------------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[str]:
-        """Byte-level BPE tokens of `text` ("Ġ" marks a leading space), without special tokens."""
-        return self.backend.encode(text, add_special_tokens=False).tokens
-
-    def encode_raw(self, texts: Sequence[str]):
-        """Engine encodings (no special tokens, trimmed offsets) of whole texts, for tasks that need offsets."""
-        return self.backend.encode_batch(list(texts), add_special_tokens=False)
-
     def encode_words(self, words: Sequence[Sequence[str]]):
         """Engine encodings (no special tokens) of pre-split words, one list of words per item.
 
@@ -217,12 +204,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
             engine.post_processor = processors.RobertaProcessing(
                 ("</s>", self.sep_id), ("<s>", self.cls_id), trim_offsets=self.trim_offsets, add_prefix_space=True)
             self._word_backend = engine
-        items = [list(item) for item in words]
-        for i, item in enumerate(items):
-            for j, word in enumerate(item):
-                if not isinstance(word, str):
-                    raise TypeError(f"words[{i}][{j}] is {type(word).__name__}, not str")
-        return self._word_backend.encode_batch(items, is_pretokenized=True, add_special_tokens=False)
+        return self._word_backend.encode_batch(word_lists(words), is_pretokenized=True, add_special_tokens=False)
 
     def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
         return truncate_pair(n_a, n_b, budget)

@@ -30,7 +30,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import Encoding, Frame, PieceTokenizer
+from bertkit.tokenizers.base import Encoding, Frame, PieceTokenizer, word_lists
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -266,24 +266,11 @@ class JsonTokenizer(PieceTokenizer):
         """The special tokens the file's post-processor puts around one text or a pair."""
         return self._frames[bool(pair)]
 
-    def tokenize(self, text: str) -> list[str]:
-        """The pieces of `text`, without special tokens."""
-        return self.backend.encode(text, add_special_tokens=False).tokens
-
-    def encode_raw(self, texts: Sequence[str]):
-        """Engine encodings (no special tokens) of whole texts: ids, tokens, character offsets, word ids."""
-        return self.backend.encode_batch(list(texts), add_special_tokens=False)
-
     def encode_words(self, words: Sequence[Sequence[str]]):
         """Engine encodings (no special tokens) of pre-split words, one list of words per item: what transformers
         gives with `is_split_into_words=True` (each word pre-tokenized on its own; `word_ids` index the words,
         offsets are within each word)."""
-        items = [list(item) for item in words]
-        for i, item in enumerate(items):
-            for j, word in enumerate(item):
-                if not isinstance(word, str):
-                    raise TypeError(f"words[{i}][{j}] is {type(word).__name__}, not str")
-        return self.backend.encode_batch(items, is_pretokenized=True, add_special_tokens=False)
+        return self.backend.encode_batch(word_lists(words), is_pretokenized=True, add_special_tokens=False)
 
     def _encode_many(self, texts: list[str], pairs: list[str] | None, max_length: int | None,
                      truncation: bool) -> list[Encoding]:

@@ -56,7 +56,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tqdm import tqdm
 
 from bertkit.io import atomic_write
-from bertkit.tokenizers.base import PieceTokenizer, replayable, truncate_longest_first
+from bertkit.tokenizers.base import PieceTokenizer, check_vocab, replayable, truncate_longest_first
 
 log = logging.getLogger(__name__)
 
@@ -446,12 +446,7 @@ class WordPieceTokenizer(PieceTokenizer):
         if compat == "google" and strip_accents is not None and bool(strip_accents) != bool(lowercase):
             raise ValueError(f"{source}: Google's rules strip accents exactly when they lower-case; "
                              f"strip_accents={strip_accents} with lowercase={lowercase} needs compat='transformers'")
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            raise ValueError(f"{source}: the vocabulary lacks the special tokens {missing}; a BERT vocabulary needs "
-                             f"all of {list(SPECIAL_TOKENS)}")
-        if sorted(vocab.values()) != list(range(len(vocab))):
-            raise ValueError(f"{source}: vocabulary ids must be 0..{len(vocab) - 1} without gaps")
+        check_vocab(vocab, SPECIAL_TOKENS, source, "a BERT vocabulary")
         self.compat = compat
         self.lowercase = bool(lowercase)
         self.strip_accents = self.lowercase if strip_accents is None else bool(strip_accents)
