@@ -80,30 +80,25 @@ class DataConfig:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(ALL_OBJECTIVES)}")
         if self.masking not in ("dynamic", "static"):
             raise ValueError(f"masking must be dynamic or static, got {self.masking!r}")
-        if not 0.0 < self.mask_prob < 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.max_seq_length < 8:
-            raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
-        if self.max_predictions_per_seq < 1:  # 0 would mask nothing: no loss, no gradient, nothing learnt
-            raise ValueError(f"max_predictions_per_seq must be at least 1, got {self.max_predictions_per_seq}")
-        if self.dupe_factor < 1:
-            raise ValueError(f"dupe_factor must be at least 1, got {self.dupe_factor}")
-        if self.eval_instances < 0:
-            raise ValueError(f"eval_instances must not be negative, got {self.eval_instances}")
-        if self.workers is not None and self.workers < 0:
-            raise ValueError(f"workers must not be negative, got {self.workers}")
-        if self.rtd_weight < 0:
-            raise ValueError(f"rtd_weight must not be negative, got {self.rtd_weight}")
-        if not 0.0 < self.generator_fraction <= 1.0:
-            raise ValueError(f"generator_fraction must be in (0, 1], got {self.generator_fraction}")
-        if self.mean_noise_span_length <= 0:
-            raise ValueError(f"mean_noise_span_length must be positive, got {self.mean_noise_span_length}")
+        for name, ok, rule in _DATA_RANGES:
+            if not ok(getattr(self, name)):
+                raise ValueError(f"{name} must {rule}, got {getattr(self, name)}")
 
 
+# DataConfig's ranges: (field, the test its value passes, what the error says it must).
+_DATA_RANGES = (
+    ("mask_prob", lambda v: 0.0 < v < 1.0, "be in (0, 1)"),
+    ("short_seq_prob", lambda v: 0.0 <= v <= 1.0, "be in [0, 1]"),
+    ("batch_size", lambda v: v >= 1, "be at least 1"),
+    ("max_seq_length", lambda v: v >= 8, "be at least 8"),
+    ("max_predictions_per_seq", lambda v: v >= 1, "be at least 1"),  # 0 would mask nothing: nothing learnt
+    ("dupe_factor", lambda v: v >= 1, "be at least 1"),
+    ("eval_instances", lambda v: v >= 0, "not be negative"),
+    ("workers", lambda v: v is None or v >= 0, "not be negative"),
+    ("rtd_weight", lambda v: v >= 0, "not be negative"),
+    ("generator_fraction", lambda v: 0.0 < v <= 1.0, "be in (0, 1]"),
+    ("mean_noise_span_length", lambda v: v > 0, "be positive"),
+)
 
 
 def model_type_of(model: dict[str, Any], objective: str) -> str | None:
@@ -358,6 +353,8 @@ def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, 
     if model_fields.get("model_type") == "modernbert":  # ModernBERT's config.json names all four framing ids
         fields.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
                       eos_token_id=tokenizer.sep_id)
+    if model_fields.get("model_type") == "t5":  # T5 starts the decoder with the padding id
+        fields.update(eos_token_id=tokenizer.sep_id, decoder_start_token_id=tokenizer.pad_id)
     return fields
 
 
@@ -403,11 +400,7 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
                 model = cls.from_pretrained(init_from)
             except CheckpointError:
                 model = cls.from_pretrained(init_from, new_heads=True)
-        if model.config.vocab_size != vocab_size:
-            raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
-                             f"tokenizer ({vocab_size})")
-        if tokenizer is not None:
-            check_same_vocabulary(init_from, tokenizer)
+        check_same_vocabulary(init_from, tokenizer, model, vocab_size)
         if getattr(objective, "pair_task", None) is not None and getattr(model, "nsp", None) is None:
             raise ValueError(f"{init_from}: the {d.objective} objective trains a sentence-pair head, which a "
                              f"{model.config.model_type} model does not have; use the roberta objective")
@@ -433,9 +426,7 @@ def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     model = ElmoLanguageModel(ElmoConfig.preset(config.preset, **fields))
     if init_from is not None:
         model = ElmoLanguageModel.from_pretrained(init_from)
-        if model.config.vocab_size != vocab_size:
-            raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
-                             f"tokenizer ({vocab_size})")
+        check_same_vocabulary(init_from, None, model, vocab_size)
     table = torch.from_numpy(tokenizer.char_table()) if tokenizer is not None else \
         torch.zeros(vocab_size, model.config.max_characters, dtype=torch.long)
     return model, BiLMObjective(table, config.data.lstm_state)
@@ -484,27 +475,28 @@ def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer, cls
 
     fields: dict[str, Any] = {"vocab_size": vocab_size}
     if tokenizer is not None:
-        fields.update(pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.sep_id,
-                      decoder_start_token_id=tokenizer.pad_id)
+        fields.update(_special_token_fields(tokenizer, {"model_type": "t5"}))
     fields.update({k: v for k, v in config.model.items() if k != "model_type"})
     model, objective = build_pretraining(config.data.objective, T5Config.preset(config.preset, **fields))
     if init_from is not None:
         model = cls.from_pretrained(init_from)
-        if model.config.vocab_size != vocab_size:
-            raise ValueError(f"{init_from}: vocab_size {model.config.vocab_size} does not match the prepared data's "
-                             f"tokenizer ({vocab_size})")
-        if tokenizer is not None:
-            check_same_vocabulary(init_from, tokenizer)
+        check_same_vocabulary(init_from, tokenizer, model, vocab_size)
     return model, objective
 
 
-def check_same_vocabulary(model_dir: str | Path, tokenizer) -> None:
-    """ValueError when the tokenizer files of `model_dir` hold another vocabulary than `tokenizer` (same size or
-    not: ids would mean other tokens). A directory without tokenizer files cannot be checked; that is said."""
+def check_same_vocabulary(model_dir: str | Path, tokenizer, model=None, vocab_size: int | None = None) -> None:
+    """ValueError when `model` (loaded from `model_dir`) has another vocab_size than the prepared data's, or the
+    tokenizer files of `model_dir` hold another vocabulary than `tokenizer` (same size or not: ids would mean other
+    tokens; None: not compared). A directory without tokenizer files cannot be checked; that is said."""
     import sys
 
     from bertkit.tokenizers import load_tokenizer
 
+    if model is not None and model.config.vocab_size != vocab_size:
+        raise ValueError(f"{model_dir}: vocab_size {model.config.vocab_size} does not match the prepared data's "
+                         f"tokenizer ({vocab_size})")
+    if tokenizer is None:
+        return
     try:
         theirs = load_tokenizer(model_dir)
     except (FileNotFoundError, ValueError, OSError):
@@ -538,13 +530,10 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     tokenizer = load_tokenizer(tokenizer_path)  # any kind: vocab.txt, vocab.json + merges.txt, tokenizer.json
     torch.manual_seed(seed)
     fields = {"vocab_size": tokenizer.vocab_size}
-    # Kept as branches: which framing ids a config.json names is its family's format (config.FAMILIES for the BERT
+    # Kept as a branch: which framing ids a config.json names is its family's format (config.FAMILIES for the BERT
     # family, where the preset's defaults already fit), not a fact the verbs ask about.
-    if model_type == "modernbert":
+    if model_type != "bert":
         fields.update(_special_token_fields(tokenizer, {"model_type": model_type}))
-    if model_type == "t5":  # T5 starts the decoder with the padding id
-        fields.update(pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.sep_id,
-                      decoder_start_token_id=tokenizer.pad_id)
     fields.update(overrides)
     config = config_class_for(model_type).preset(preset, **fields)
     model = pretraining_class(config)(config)
@@ -819,12 +808,10 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                                                tokenizer=tokenizer)
 
     d = config.data
-    resolved = config.to_dict()
-    resolved["data_dir"] = str(data_dir)
-    resolved["data_fingerprint"] = data_fingerprint(corpus)
-    resolved["world_size"] = dist_info.world_size
-    resolved["global_batch_size"] = d.batch_size * dist_info.world_size * config.train.grad_accumulation
-    resolved["model_config"] = model.config.to_dict()
+    resolved = {**config.to_dict(), "data_dir": str(data_dir), "data_fingerprint": data_fingerprint(corpus),
+                "world_size": dist_info.world_size,
+                "global_batch_size": d.batch_size * dist_info.world_size * config.train.grad_accumulation,
+                "model_config": model.config.to_dict()}
     if resuming and (run_dir / "config.yaml").is_file():
         try:
             old = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
