@@ -92,6 +92,25 @@ class TaskOutput:
         return self.logits[..., 1]
 
 
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor | None, regression: bool = False) -> torch.Tensor | None:
+    """logits (B, C) against labels (B,): cross-entropy over class ids (IGNORE_INDEX skipped; multiple choice: the
+    right choice), or for regression mean squared error against (B,) floats; None without labels."""
+    if labels is None:
+        return None
+    if regression:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+
+
+def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """logits (..., C) against label ids of the leading shape (tagging, masked and causal LMs), IGNORE_INDEX where
+    nothing is predicted -> the mean cross-entropy; None without labels."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
 def position_ids(input_ids: torch.Tensor, config: BertConfig,
                  documents: torch.Tensor | None = None) -> torch.Tensor:
     """(B, T) ids -> positions: 0..T-1 (BERT), or RoBERTa's padding-offset positions.
@@ -461,13 +480,8 @@ class BertForPreTraining(PreTrainedModel):
             hidden = out.padded()
         logits = self.mlm(hidden)  # (B, T, V), or (N, V)
         nsp_logits = self.nsp(self.bert.pooler(out.first())) if self.nsp is not None else None  # (B, 2)
-        mlm_loss = nsp_loss = None
-        if labels is not None:
-            mlm_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                       ignore_index=IGNORE_INDEX)
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1),
-                                       ignore_index=IGNORE_INDEX)
+        mlm_loss = token_loss(logits, labels)
+        nsp_loss = None if next_sentence_label is None else sequence_loss(nsp_logits, next_sentence_label.reshape(-1))
         losses = [l for l in (mlm_loss, nsp_loss) if l is not None]
         loss = sum(losses[1:], losses[0]) if losses else None
         return PreTrainingOutput(loss, logits, nsp_logits, mlm_loss, nsp_loss, out.hidden_states, out.attentions)
@@ -497,11 +511,7 @@ class BertForCausalLM(BertForMaskedLM):
         """labels: (B, T) the token ids themselves (IGNORE_INDEX to skip); position t is scored on token t + 1."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         logits = self.mlm(out.last_hidden_state)  # (B, T, V): scores for the token after each position
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(token_loss(logits[:, :-1], None if labels is None else labels[:, 1:]), logits)
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
@@ -714,10 +724,7 @@ def compile_layers(model: nn.Module, backend: str = "inductor") -> nn.Module:
 def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  token_type_ids: torch.Tensor | None) -> None:
     """Refuse inputs the model cannot embed, with a message that says which tensor and why."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+    layouts.check_ids(input_ids)
     T = input_ids.shape[1]
     if T > config.max_length:
         offset = (f", less the {config.pad_token_id + 1} that padding-offset positions skip"
@@ -728,12 +735,8 @@ def check_inputs(config: BertConfig, input_ids: torch.Tensor, attention_mask: to
     for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if t is not None and t.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but input_ids has {tuple(input_ids.shape)}")
-    # A device sync on GPU (out-of-range ids fail loudly there anyway); a traced graph has no value checks.
-    if input_ids.numel() and layouts.checks_values(input_ids):
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= config.vocab_size:
-            raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
-                             f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
+    layouts.check_ids_in_vocabulary(input_ids, config.vocab_size)
+    if input_ids.numel() and layouts.checks_values(input_ids):  # a device sync on GPU; a traced graph: no checks
         if token_type_ids is not None and token_type_ids.numel() and config.type_vocab_size:  # 0: ignored
             tt = int(token_type_ids.max())
             if tt >= config.type_vocab_size or int(token_type_ids.min()) < 0:

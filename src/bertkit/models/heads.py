@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import IGNORE_INDEX, BertConfig
-from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput
+from bertkit.config import BertConfig
+from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput, sequence_loss, token_loss
 from bertkit.models.kernels import Linear, activation
 
 
@@ -91,16 +91,29 @@ class NamedLabels:
 
     labels: list[str]
     regression: bool
+    named_labels = True  # False: one score per choice (multiple choice), no labels in config.json
+
+    def set_labels(self, config, num_labels: int, labels: list[str] | None, regression: bool) -> None:
+        """The config, the label names (LABEL_i by default) and the regression switch; ValueError for names that do
+        not fit num_labels, or a regression head of more than one output."""
+        if labels is not None and len(labels) != num_labels:
+            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
+        if regression and num_labels != 1:
+            raise ValueError("a regression head has num_labels=1")
+        self.config, self.num_labels, self.regression = config, num_labels, regression
+        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
 
     @classmethod
     def kwargs_from_config(cls, raw: dict) -> dict:
         id2label = raw.get("id2label")
-        if not id2label:
+        if not id2label or not cls.named_labels:
             return {}
         labels = [id2label[str(i)] if str(i) in id2label else id2label[i] for i in range(len(id2label))]
         return {"num_labels": len(labels), "labels": labels, "regression": raw.get("problem_type") == "regression"}
 
     def config_extras(self) -> dict:
+        if not self.named_labels:
+            return {}
         extras = {"id2label": {str(i): name for i, name in enumerate(self.labels)},
                   "label2id": {name: i for i, name in enumerate(self.labels)}}
         if self.regression:
@@ -119,13 +132,7 @@ class _LabelledHead(NamedLabels, PreTrainedModel):
     def __init__(self, config: BertConfig, num_labels: int, labels: list[str] | None, regression: bool,
                  role: str) -> None:
         super().__init__()
-        if labels is not None and len(labels) != num_labels:
-            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
-        if regression and num_labels != 1:
-            raise ValueError("a regression head has num_labels=1")
-        self.config, self.num_labels = config, num_labels
-        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
-        self.regression = regression
+        self.set_labels(config, num_labels, labels, regression)
         H = config.hidden_size
         self.spec = SENTENCE_HEADS[config.model_type][role] if role != "token" else None
         style = self.spec.style if self.spec is not None else "token"
@@ -201,13 +208,8 @@ class BertForSequenceClassification(_LabelledHead):
         out = self.bert(input_ids, attention_mask, token_type_ids)
         causal = self.config.causal
         logits = self.sentence_logits(out, attention_mask)  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.regression:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits, (out.last_hidden_state,) if causal else None)
+        return TaskOutput(sequence_loss(logits, labels, self.regression), logits,
+                          (out.last_hidden_state,) if causal else None)
 
     def language_model_logits(self, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
         """The language-model head on last-layer vectors (..., H) -> (..., V), always decoding with this model's own
@@ -241,11 +243,7 @@ class BertForTokenClassification(_LabelledHead):
         """labels: (B, T) label ids, IGNORE_INDEX where no label applies."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(token_loss(logits, labels), logits)
 
 
 class BertForMultipleChoice(_LabelledHead):
@@ -254,18 +252,12 @@ class BertForMultipleChoice(_LabelledHead):
     did for its multiple-choice tasks (the first token sees only itself there)."""
 
     architecture = "BertForMultipleChoice"
+    named_labels = False
 
     def __init__(self, config: BertConfig, num_labels: int = 1, labels: list[str] | None = None,
                  regression: bool = False) -> None:
         super().__init__(config, 1, None, False, "choice")
         self.init_weights()
-
-    def config_extras(self) -> dict:
-        return {}
-
-    @classmethod
-    def kwargs_from_config(cls, raw: dict) -> dict:
-        return {}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
@@ -274,8 +266,7 @@ class BertForMultipleChoice(_LabelledHead):
         mask, types = (None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids))
         out = self.bert(input_ids.reshape(B * C, T), mask, types)
         logits = self.sentence_logits(out, mask).view(B, C)  # (B, C)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(sequence_loss(logits, labels), logits)
 
 
 class BertForQuestionAnswering(PreTrainedModel):

@@ -100,6 +100,24 @@ def checks_values(x: torch.Tensor) -> bool:
     return not x.is_cuda and not exporting()
 
 
+def check_ids(ids: torch.Tensor, name: str = "input_ids", shape: str = "(batch, seq_len)") -> None:
+    """Refuse token ids that are not a 2-d integer tensor, naming the tensor `name` and the `shape` it must have."""
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must be {shape}, got shape {tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an integer tensor, got {ids.dtype}")
+
+
+def check_ids_in_vocabulary(ids: torch.Tensor, vocab_size: int, name: str = "input_ids") -> None:
+    """Refuse token ids outside [0, vocab_size), naming the tensor; only where `checks_values` (a device sync on
+    an accelerator, where an out-of-range id fails loudly anyway)."""
+    if ids.numel() and checks_values(ids):
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} contain id {high if high >= vocab_size else low} outside the vocabulary "
+                             f"[0, {vocab_size}); does the tokenizer match the model?")
+
+
 def attach_host(moved: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
     """Remember `host`, the host tensor `moved` was copied from, on `moved` (returned): a model can then decide
     its layout from the host copy instead of reading the device (a wait for the device's queue on a GPU)."""

@@ -38,12 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import IGNORE_INDEX, ModernBertConfig
-from bertkit.models.bert import BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput, exporting
-from bertkit.models.heads import NamedLabels
+from bertkit.config import ModernBertConfig
+from bertkit.models.bert import (BertOutput, PreTrainedModel, PreTrainingOutput, TaskOutput, exporting, sequence_loss,
+                                 token_loss)
+from bertkit.models.heads import NamedLabels, span_loss
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias,
-                                    varlen_flash, varlen_kernel_available)
+from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias, check_ids,
+                                    check_ids_in_vocabulary, checks_values, varlen_flash, varlen_kernel_available)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -436,10 +437,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         else:
             hidden = out.padded()  # (B, T, H)
         logits = self.mlm(hidden)  # (B, T, V) or (n, V)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
+        loss = token_loss(logits, labels)
         return PreTrainingOutput(loss, logits, None, loss, None, out.hidden_states)
 
 
@@ -450,12 +448,7 @@ class _Labelled(NamedLabels, ModernBertPreTrainedModel):
 
     def __init__(self, config: ModernBertConfig, num_labels: int, labels: list[str] | None, regression: bool) -> None:
         super().__init__()
-        if labels is not None and len(labels) != num_labels:
-            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
-        if regression and num_labels != 1:
-            raise ValueError("a regression head has num_labels=1")
-        self.config, self.num_labels, self.regression = config, num_labels, regression
-        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.set_labels(config, num_labels, labels, regression)
         self.encoder = ModernBertModel(config)
         self.head = PredictionHead(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
@@ -477,13 +470,7 @@ class ModernBertForSequenceClassification(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B,) class ids, or (B,) floats for regression."""
         logits = self.scores(self.encoder.encode(input_ids, attention_mask), attention_mask)  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.regression:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(sequence_loss(logits, labels, self.regression), logits)
 
     def scores(self, out: Encoded, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The encoder's output -> logits (B, num_labels): what `forward` computes after the encoder (distillation
@@ -504,11 +491,7 @@ class ModernBertForTokenClassification(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B, T) label ids, IGNORE_INDEX where no label applies. logits (B, T, num_labels)."""
         logits = self.scores(self.encoder.encode(input_ids, attention_mask), attention_mask)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(token_loss(logits, labels), logits)
 
     def scores(self, out: Encoded, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The encoder's output -> logits (B, T, num_labels), as `forward` computes them after the encoder."""
@@ -521,17 +504,11 @@ class ModernBertForMultipleChoice(_Labelled):
     to one output (transformers' ModernBertForMultipleChoice)."""
 
     architecture = "ModernBertForMultipleChoice"
+    named_labels = False
 
     def __init__(self, config: ModernBertConfig, num_labels: int = 1, labels: list[str] | None = None,
                  regression: bool = False) -> None:
         super().__init__(config, 1, None, False)
-
-    @classmethod
-    def kwargs_from_config(cls, raw: dict) -> dict:
-        return {}
-
-    def config_extras(self) -> dict:
-        return {}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
@@ -542,8 +519,7 @@ class ModernBertForMultipleChoice(_Labelled):
         # transformers pools a choice's first *real* token here (its sequence classifier: position 0).
         pooled = pool(self.config, out, mask, first_real=True)  # (B * C, H)
         logits = self.classifier(self.dropout(self.head(pooled))).view(B, C)  # (B, C)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(sequence_loss(logits, labels), logits)
 
 
 class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
@@ -570,14 +546,7 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         logits (B, T, 2): start scores in [..., 0], end scores in [..., 1]."""
         out = self.encoder.encode(input_ids, attention_mask)
         logits = self.classifier(self.dropout(self.head(out.padded())))  # (B, T, 2)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            T = logits.shape[1]
-            # Positions outside the window are clamped to T and ignored, as in BERT's reference implementation.
-            start, end = start_positions.clamp(0, T), end_positions.clamp(0, T)
-            loss = (F.cross_entropy(logits[..., 0].float(), start, ignore_index=T)
-                    + F.cross_entropy(logits[..., 1].float(), end, ignore_index=T)) / 2
-        return TaskOutput(loss, logits)
+        return TaskOutput(span_loss(logits, start_positions, end_positions), logits)
 
 
 def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | None,
@@ -599,21 +568,15 @@ def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | 
 
 def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
     """Refuse inputs the model cannot take, with a message that says which tensor and why."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+    check_ids(input_ids)
     if input_ids.shape[1] > config.max_position_embeddings:
         raise ValueError(f"sequence length {input_ids.shape[1]} is longer than max_position_embeddings "
                          f"({config.max_position_embeddings}); truncate the input")
     if attention_mask is not None and attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
                          f"{tuple(input_ids.shape)}")
-    if input_ids.numel() and not input_ids.is_cuda and not exporting():  # a device sync on GPU; out-of-range ids
-        low, high = int(input_ids.min()), int(input_ids.max())  # fail loudly there anyway
-        if low < 0 or high >= config.vocab_size:
-            raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
-                             f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
+    check_ids_in_vocabulary(input_ids, config.vocab_size)
+    if input_ids.numel() and checks_values(input_ids):  # a device sync on GPU
         if attention_mask is not None and attention_mask.numel() and int(attention_mask.min()) < 0:
             raise ValueError("attention_mask must hold 1 (real token) and 0 (padding), or for packed rows the "
                              "document number 1, 2, ... of each token; it has negative values")

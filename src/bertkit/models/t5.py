@@ -45,9 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import IGNORE_INDEX, T5Config
-from bertkit.models.bert import PreTrainedModel
+from bertkit.models.bert import PreTrainedModel, token_loss
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import attention_bias
+from bertkit.models.layouts import attention_bias, check_ids, check_ids_in_vocabulary
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -478,18 +478,11 @@ class T5PreTrainedModel(PreTrainedModel):
 
     def _check(self, ids: torch.Tensor, mask: torch.Tensor | None, name: str) -> None:
         """Refuse ids the model cannot embed and masks of another shape, naming the tensor."""
-        if ids.dim() != 2:
-            raise ValueError(f"{name} must be (batch, length), got shape {tuple(ids.shape)}")
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} must be an integer tensor, got {ids.dtype}")
+        check_ids(ids, name, "(batch, length)")
         if mask is not None and mask.shape != ids.shape:
             raise ValueError(f"the attention mask of {name} has shape {tuple(mask.shape)} but {name} has "
                              f"{tuple(ids.shape)}")
-        if ids.numel() and not ids.is_cuda:  # a device sync on GPU, where an out-of-range id fails loudly anyway
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.config.vocab_size:
-                raise ValueError(f"{name} contain id {high if high >= self.config.vocab_size else low} outside the "
-                                 f"vocabulary [0, {self.config.vocab_size}); does the tokenizer match the model?")
+        check_ids_in_vocabulary(ids, self.config.vocab_size, name)
 
 
 class T5EncoderModel(T5PreTrainedModel):
@@ -591,11 +584,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
         self._check(decoder_input_ids, decoder_attention_mask, "decoder_input_ids")
         memory = self.encode(input_ids, attention_mask)
         logits = self.decode(decoder_input_ids, memory, attention_mask, decoder_attention_mask)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return Seq2SeqOutput(loss, logits, memory)
+        return Seq2SeqOutput(token_loss(logits, labels), logits, memory)
 
     def _forward_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                            labels: torch.Tensor) -> Seq2SeqOutput:

@@ -49,13 +49,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import IGNORE_INDEX, XLNetConfig
-from bertkit.models.bert import PreTrainedModel, TaskOutput
+from bertkit.config import XLNetConfig
+from bertkit.models.bert import PreTrainedModel, TaskOutput, sequence_loss, token_loss
 from bertkit.models.heads import NamedLabels, last_real_token, span_loss
 from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models.layouts import check_ids, check_ids_in_vocabulary
 
 NEG_INF = -1e30  # the score of a hidden key (transformers' value: a row with every key hidden comes out uniform)
 
@@ -429,11 +429,7 @@ class XLNetLMHeadModel(XLNetPreTrainedModel):
         out = self.encoder(input_ids, attention_mask, token_type_ids, mems, perm_mask, target_mapping, use_mems,
                            output_hidden_states)
         logits = self.score(out.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return XLNetLMOutput(loss, logits, out.mems, out.hidden_states)
+        return XLNetLMOutput(token_loss(logits, labels), logits, out.mems, out.hidden_states)
 
     def score(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V): the tied embeddings and the bias."""
@@ -474,12 +470,7 @@ class _Labelled(NamedLabels, XLNetPreTrainedModel):
     head_family = "sequence"
 
     def _setup(self, config: XLNetConfig, num_labels: int, labels: list[str] | None, regression: bool) -> None:
-        if labels is not None and len(labels) != num_labels:
-            raise ValueError(f"{len(labels)} label names for num_labels={num_labels}")
-        if regression and num_labels != 1:
-            raise ValueError("a regression head has num_labels=1")
-        self.config, self.num_labels, self.regression = config, num_labels, regression
-        self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+        self.set_labels(config, num_labels, labels, regression)
         self.encoder = XLNetModel(config)
 
 
@@ -502,11 +493,7 @@ class XLNetForSequenceClassification(_Labelled):
         """labels: (B,) class ids, or (B,) floats for regression. logits (B, num_labels)."""
         hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
         logits = self.classifier(self.summary(hidden, attention_mask))
-        loss = None
-        if labels is not None:
-            loss = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.regression
-                    else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX))
-        return TaskOutput(loss, logits)
+        return TaskOutput(sequence_loss(logits, labels, self.regression), logits)
 
 
 class XLNetForTokenClassification(_Labelled):
@@ -526,11 +513,7 @@ class XLNetForTokenClassification(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """labels: (B, T) label ids, IGNORE_INDEX where none applies. logits (B, T, num_labels)."""
         logits = self.classifier(self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(token_loss(logits, labels), logits)
 
 
 class XLNetForMultipleChoice(_Labelled):
@@ -538,6 +521,7 @@ class XLNetForMultipleChoice(_Labelled):
     choices (SWAG); transformers' XLNetForMultipleChoice."""
 
     architecture = "XLNetForMultipleChoice"
+    named_labels = False
 
     def __init__(self, config: XLNetConfig, num_labels: int = 1, labels: list[str] | None = None,
                  regression: bool = False) -> None:
@@ -547,13 +531,6 @@ class XLNetForMultipleChoice(_Labelled):
         self.classifier = Linear(config.d_model, 1)
         self.init_weights()
 
-    @classmethod
-    def kwargs_from_config(cls, raw: dict) -> dict:
-        return {}
-
-    def config_extras(self) -> dict:
-        return {}
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels (B,). logits (B, C)."""
@@ -561,8 +538,7 @@ class XLNetForMultipleChoice(_Labelled):
         flat = [None if x is None else x.reshape(B * C, T) for x in (attention_mask, token_type_ids)]
         hidden = self.encoder(input_ids.reshape(B * C, T), *flat).last_hidden_state
         logits = self.classifier(self.summary(hidden, flat[0])).view(B, C)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-        return TaskOutput(loss, logits)
+        return TaskOutput(sequence_loss(logits, labels), logits)
 
 
 class XLNetForQuestionAnswering(XLNetPreTrainedModel):
@@ -591,10 +567,7 @@ def check_inputs(config: XLNetConfig, input_ids: torch.Tensor, attention_mask: t
                  mems: list[torch.Tensor] | None, perm_mask: torch.Tensor | None,
                  target_mapping: torch.Tensor | None) -> None:
     """Refuse inputs the model cannot take, with a message that says which tensor and why."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+    check_ids(input_ids)
     B, T = input_ids.shape
     if attention_mask is not None and attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has {(B, T)}")
@@ -611,8 +584,4 @@ def check_inputs(config: XLNetConfig, input_ids: torch.Tensor, attention_mask: t
             if tuple(mem.shape) != (B, M, config.d_model):
                 raise ValueError(f"mems[{i}] must be (batch, mem_len, d_model) = {(B, M, config.d_model)}, got "
                                  f"{tuple(mem.shape)}")
-    if input_ids.numel() and not input_ids.is_cuda:
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= config.vocab_size:
-            raise ValueError(f"input_ids contain id {high if high >= config.vocab_size else low} outside the "
-                             f"vocabulary [0, {config.vocab_size}); does the tokenizer match the model?")
+    check_ids_in_vocabulary(input_ids, config.vocab_size)
