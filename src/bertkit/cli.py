@@ -589,7 +589,8 @@ def _add_config_options(group, fields, skip: tuple[str, ...] = (), aliases: dict
 
 def _given(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict:
     """The fields of a config (`config_fields()` rows) that the command line set."""
-    return {name: getattr(args, name) for name, *_ in fields if name not in skip and getattr(args, name, None) is not None}
+    return {name: getattr(args, name) for name, *_ in fields
+            if name not in skip and getattr(args, name, None) is not None}
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:

@@ -72,6 +72,11 @@ def config_fields() -> list[tuple[str, type, Any, str]]:
 MAX_NEW_TOKENS_LIMIT = 512  # what a request may ask a generation to add at most
 
 
+def _needs_serve_extra(err: ModuleNotFoundError) -> ModuleNotFoundError:
+    """The error for a missing starlette or uvicorn; its name travels, so the command line names the extra
+    (bertkit.errors)."""
+    return ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
+                               name=err.name)
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -98,11 +103,8 @@ def parse_request(body: bytes, engine: Engine, config: ServeConfig) -> tuple[lis
             items = [items]
         if not isinstance(items, list):
             raise RequestError(422, f"'inputs' must be a list of input objects, got a {type(items).__name__}")
-        if "top_k" in data and data["top_k"] is not None:
-            k = data["top_k"]
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-                raise RequestError(422, f"'top_k' must be a positive integer, got {k!r}")
-            options["top_k"] = k
+        if compat.positive(data, "top_k") is not None:
+            options["top_k"] = data["top_k"]
         if data.get("max_new_tokens") is not None:
             k = data["max_new_tokens"]
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_NEW_TOKENS_LIMIT:
@@ -250,9 +252,8 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
         from starlette.requests import Request
         from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
         from starlette.routing import Route
-    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
-        raise ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
-                                  name=err.name) from None
+    except ModuleNotFoundError as err:
+        raise _needs_serve_extra(err) from None
 
     config = config or ServeConfig()
     metrics = Metrics()
@@ -462,9 +463,8 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
     flight first, for up to `config.shutdown_timeout` seconds)."""
     try:
         import uvicorn
-    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
-        raise ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
-                                  name=err.name) from None
+    except ModuleNotFoundError as err:
+        raise _needs_serve_extra(err) from None
 
     config = config or ServeConfig()
     engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,

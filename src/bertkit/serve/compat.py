@@ -86,7 +86,8 @@ def _flag(data: dict, name: str, default: bool) -> bool:
     return value
 
 
-def _positive(data: dict, name: str) -> int | None:
+def positive(data: dict, name: str) -> int | None:
+    """The positive integer field `name` of a request (None when absent); RequestError 422 otherwise."""
     value = data.get(name)
     if value is None:
         return None
@@ -102,7 +103,7 @@ def parse_openai_embeddings(data: dict, max_inputs: int, dimension: int) -> tupl
     encoding = data.get("encoding_format") or "float"
     if encoding not in ENCODING_FORMATS:
         raise RequestError(422, f"'encoding_format' must be float or base64, got {encoding!r}")
-    dimensions = _positive(data, "dimensions")
+    dimensions = positive(data, "dimensions")
     if dimensions is not None and dimensions > dimension:
         raise RequestError(422, f"'dimensions' {dimensions} is more than the model's {dimension}")
     if data.get("model") is not None and not isinstance(data["model"], str):
@@ -161,7 +162,7 @@ def parse_rerank(data: dict, max_inputs: int) -> tuple[str, list[str], dict[str,
     documents = _texts(raw, "texts" if style == "tei" else "documents", max_inputs)
     if isinstance(data.get("texts" if style == "tei" else "documents"), str):
         raise RequestError(422, "the documents must be a list of strings")
-    options = {"style": style, "top_n": _positive(data, "top_n"), "raw_scores": _flag(data, "raw_scores", False),
+    options = {"style": style, "top_n": positive(data, "top_n"), "raw_scores": _flag(data, "raw_scores", False),
                "return_text": _flag(data, "return_text" if style == "tei" else "return_documents", False),
                "truncate": _flag(data, "truncate", True), "model": data.get("model")}
     return data["query"], documents, options
@@ -192,46 +193,45 @@ def parse_tokenize(data: dict, max_inputs: int) -> tuple[list[str], bool]:
 _TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
 
 
+def _post(summary: str, required: str, properties: dict[str, Any], answer: str, errors: dict) -> dict[str, Any]:
+    """One POST route's OpenAPI item: a JSON object body of `properties` (`required` among them), no other field."""
+    return {"post": {"summary": summary, "requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "required": [required], "additionalProperties": False,
+                   "properties": properties}}}},
+        "responses": {"200": {"description": answer}, **errors}}}
+
+
 def openapi_paths(kind: str, max_inputs: int, error: dict) -> dict[str, Any]:
     """The OpenAPI path items of the routes this kind serves (/tokenize always)."""
     errors = {"400": {"description": "the body is not JSON", **error},
               "413": {"description": f"more than {max_inputs} inputs, or too large", **error},
               "422": {"description": "the JSON does not fit the schema", **error}}
     texts = {**_TEXTS, "maxItems": max_inputs}
-    paths: dict[str, Any] = {"/tokenize": {"post": {
-        "summary": "The tokens of texts (text-embeddings-inference's /tokenize)",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["inputs"], "additionalProperties": False,
-            "properties": {"inputs": texts, "add_special_tokens": {"type": "boolean", "default": True}}}}}},
-        "responses": {"200": {"description": "per text, its tokens {id, text, special, start, stop}"}, **errors}}}}
+    paths: dict[str, Any] = {"/tokenize": _post(
+        "The tokens of texts (text-embeddings-inference's /tokenize)", "inputs",
+        {"inputs": texts, "add_special_tokens": {"type": "boolean", "default": True}},
+        "per text, its tokens {id, text, special, start, stop}", errors)}
     if kind == "embeddings":
-        paths["/v1/embeddings"] = {"post": {
-            "summary": "OpenAI-compatible embeddings, pooled as the model directory says",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "type": "object", "required": ["input"], "additionalProperties": False,
-                "properties": {"input": texts, "model": {"type": "string"},
-                               "encoding_format": {"type": "string", "enum": list(ENCODING_FORMATS)},
-                               "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"}}}}}},
-            "responses": {"200": {"description": "{object: list, data: [{object: embedding, index, embedding}], "
-                                                 "model, usage: {prompt_tokens, total_tokens}}"}, **errors}}}
-        paths["/embed"] = {"post": {
-            "summary": "text-embeddings-inference's /embed",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "type": "object", "required": ["inputs"], "additionalProperties": False,
-                "properties": {"inputs": texts, "normalize": {"type": "boolean", "default": True},
-                               "truncate": {"type": "boolean", "default": False},
-                               "truncation_direction": {"type": "string", "enum": ["right", "Right"]},
-                               "prompt_name": {"type": "string"}}}}}},
-            "responses": {"200": {"description": "one vector per input"}, **errors}}}
+        paths["/v1/embeddings"] = _post(
+            "OpenAI-compatible embeddings, pooled as the model directory says", "input",
+            {"input": texts, "model": {"type": "string"},
+             "encoding_format": {"type": "string", "enum": list(ENCODING_FORMATS)},
+             "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"}},
+            "{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, "
+            "total_tokens}}", errors)
+        paths["/embed"] = _post(
+            "text-embeddings-inference's /embed", "inputs",
+            {"inputs": texts, "normalize": {"type": "boolean", "default": True},
+             "truncate": {"type": "boolean", "default": False},
+             "truncation_direction": {"type": "string", "enum": ["right", "Right"]}, "prompt_name": {"type": "string"}},
+            "one vector per input", errors)
     if kind == "rerank":
-        schema = {"type": "object", "required": ["query"], "additionalProperties": False, "properties": {
-            "query": {"type": "string"}, "texts": texts, "documents": texts,
-            "top_n": {"type": "integer", "minimum": 1}, "raw_scores": {"type": "boolean"},
-            "return_text": {"type": "boolean"}, "return_documents": {"type": "boolean"},
-            "truncate": {"type": "boolean", "default": True}, "model": {"type": "string"}}}
-        item = {"post": {"summary": "Rank documents for a query with the cross-encoder ('texts': text-embeddings-"
-                                    "inference's answer; 'documents': Cohere's and Jina's)",
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-                         "responses": {"200": {"description": "documents by decreasing score"}, **errors}}}
-        paths["/rerank"] = paths["/v1/rerank"] = item
+        paths["/rerank"] = paths["/v1/rerank"] = _post(
+            "Rank documents for a query with the cross-encoder ('texts': text-embeddings-inference's answer; "
+            "'documents': Cohere's and Jina's)", "query",
+            {"query": {"type": "string"}, "texts": texts, "documents": texts,
+             "top_n": {"type": "integer", "minimum": 1}, "raw_scores": {"type": "boolean"},
+             "return_text": {"type": "boolean"}, "return_documents": {"type": "boolean"},
+             "truncate": {"type": "boolean", "default": True}, "model": {"type": "string"}},
+            "documents by decreasing score", errors)
     return paths
