@@ -65,14 +65,6 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     print(f"wrote a {tok.vocab_size}-token {'cased' if args.cased else 'uncased'} vocabulary to {args.out}")
 
 
-def load_tokenizer(path: str, kind: str | None = None):
-    """A tokenizer from a model directory, a tokenizer directory or a vocabulary file, of any kind
-    (`bertkit.tokenizers.load_tokenizer`)."""
-    from bertkit.tokenizers import load_tokenizer as load
-
-    return load(path, kind=kind)
-
-
 def add_wordpiece_rule_options(parser: argparse.ArgumentParser) -> None:
     """--compat, --cased/--no-cased (or --lowercase true|false), --force-casing: how a WordPiece vocabulary is
     applied (`load_with_rules`)."""
@@ -447,6 +439,7 @@ def cmd_similarity(args: argparse.Namespace) -> None:
 def cmd_features(args: argparse.Namespace) -> None:
     from bertkit.features import extract_features, write_features
     from bertkit.io import lock_directory
+    from bertkit.tokenizers import load_tokenizer
 
     try:
         layers = [int(x) for x in args.layers.split(",") if x.strip()]

@@ -260,6 +260,16 @@ def json_text(item: dict[str, Any], key: str) -> str:
     return value
 
 
+def texts_and_pairs(inputs: Sequence) -> tuple[list[str], list[str | None]]:
+    """The texts and pairs of inputs that are texts or (text, pair) tuples; ValueError when only some have a
+    pair."""
+    texts = [x if isinstance(x, str) else x[0] for x in inputs]
+    pairs = [None if isinstance(x, str) else x[1] for x in inputs]
+    if any(p is not None for p in pairs) and any(p is None for p in pairs):
+        raise ValueError("give either every input a pair or none")
+    return texts, pairs
+
+
 def cut_at(rows: Sequence[Sequence[int]], length: int) -> bool:
     """Whether any of an input's feature rows reached `length` (only then can tokens have been cut)."""
     return any(len(row) >= length for row in rows)
@@ -311,6 +321,22 @@ def read_prediction_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
                 raise DataError.at(path, number, f"index {fields[0]!r} is not an integer") from None
         return [(number, value) for _, number, value in sorted(indexed)]
     return [(number, line.strip()) for number, line in rows]
+
+
+def read_predictions(path: str | os.PathLike, gold: Sequence, data_path,
+                     numbers: bool = False) -> tuple[list[tuple[int, str]], list]:
+    """The rows of a predictions file (`read_prediction_lines`), one per example of the data file (`check_count`),
+    and their values: as written, or (`numbers`) as floats, DataError at the line of one that is not a number."""
+    rows = read_prediction_lines(path)
+    check_count(rows, gold, path, data_path)
+    values: list = [value for _, value in rows]
+    if numbers:
+        for i, (number, value) in enumerate(rows):
+            try:
+                values[i] = float(value)
+            except ValueError:
+                raise DataError.at(path, number, f"prediction {value!r} is not a number") from None
+    return rows, values
 
 
 def check_count(predictions: Sequence, gold: Sequence, predictions_path, data_path) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import (TaskFamily, check_count, cut_at, read_prediction_lines, register, softmax,
+from bertkit.tasks.base import (TaskFamily, cut_at, read_predictions, register, softmax, texts_and_pairs,
                                 utf8_errors)
 
 
@@ -415,10 +415,7 @@ class ClassificationFamily(TaskFamily):
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: texts, or (text, pair) tuples (all of one kind)."""
-        texts = [x if isinstance(x, str) else x[0] for x in inputs]
-        pairs = [None if isinstance(x, str) else x[1] for x in inputs]
-        if any(p is not None for p in pairs) and any(p is None for p in pairs):
-            raise ValueError("give either every input a pair or none")
+        texts, pairs = texts_and_pairs(inputs)
         return self.encode(texts, pairs if pairs[0] is not None else None, tokenizer)
 
     def predictions(self, inputs, features, logits, top_k: int | None = None) -> list[dict[str, Any]]:
@@ -448,15 +445,5 @@ class ClassificationFamily(TaskFamily):
         gold = self.gold_labels(data_path)
         if gold and gold[0] is None:
             raise DataError.at(data_path, None, "the data file has no labels")
-        rows = read_prediction_lines(predictions_path)
-        check_count(rows, gold, predictions_path, data_path)
-        if self.regression:
-            predicted = []
-            for number, value in rows:
-                try:
-                    predicted.append(float(value))
-                except ValueError:
-                    raise DataError.at(predictions_path, number, f"prediction {value!r} is not a number") from None
-        else:
-            predicted = [value for _, value in rows]
+        rows, predicted = read_predictions(predictions_path, gold, data_path, numbers=self.regression)
         return self.score(rows, predicted, gold, predictions_path)

@@ -288,17 +288,12 @@ class EmbedFamily(TaskFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Spearman and Pearson of a file of one cosine per line against an STS file's scores."""
-        from bertkit.tasks.base import check_count, read_prediction_lines
+        from bertkit.tasks.base import read_predictions
         from bertkit.tasks.metrics import pearson, spearman
 
         examples = read_pairs(data_path, *self._columns())
         if examples[0].score is None:
             raise DataError.at(data_path, None, "the data file has no score column")
-        rows = read_prediction_lines(predictions_path)
-        check_count(rows, examples, predictions_path, data_path)
-        try:
-            cos = [float(v) for _, v in rows]
-        except ValueError as err:
-            raise DataError.at(predictions_path, None, f"a prediction is not a number ({err})") from None
+        _, cos = read_predictions(predictions_path, examples, data_path, numbers=True)
         gold = [e.score for e in examples]
         return {"spearman": spearman(cos, gold), "pearson": pearson(cos, gold)}

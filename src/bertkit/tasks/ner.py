@@ -243,11 +243,7 @@ def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence
     import seqeval.metrics
     import seqeval.scheme
 
-    if len(true_tags) != len(pred_tags):
-        raise ValueError(f"{len(true_tags)} gold sentences for {len(pred_tags)} predicted sentences")
-    for i, (t, p) in enumerate(zip(true_tags, pred_tags)):
-        if len(t) != len(p):
-            raise ValueError(f"sentence {i}: {len(t)} gold tags for {len(p)} predicted tags")
+    _check_alignment(true_tags, pred_tags)
     y_true = [list(t) for t in true_tags]
     y_pred = [list(p) for p in pred_tags]
     kwargs: dict = {"zero_division": 0}
@@ -273,15 +269,21 @@ def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence
     }
 
 
-def tag_accuracy(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict:
-    """Token accuracy of plain tags (POS, chunks as tags): {"accuracy": correct words / words, "tokens": words};
-    sentence lengths must match."""
+def _check_alignment(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> None:
+    """ValueError unless both have as many sentences, and each sentence as many tags."""
     if len(true_tags) != len(pred_tags):
         raise ValueError(f"{len(true_tags)} gold sentences for {len(pred_tags)} predicted sentences")
-    correct = total = 0
     for i, (t, p) in enumerate(zip(true_tags, pred_tags)):
         if len(t) != len(p):
             raise ValueError(f"sentence {i}: {len(t)} gold tags for {len(p)} predicted tags")
+
+
+def tag_accuracy(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict:
+    """Token accuracy of plain tags (POS, chunks as tags): {"accuracy": correct words / words, "tokens": words};
+    sentence lengths must match."""
+    _check_alignment(true_tags, pred_tags)
+    correct = total = 0
+    for t, p in zip(true_tags, pred_tags):
         correct += sum(a == b for a, b in zip(t, p))
         total += len(t)
     return {"accuracy": correct / total if total else 0.0, "tokens": total}

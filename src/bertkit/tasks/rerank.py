@@ -183,17 +183,10 @@ class RerankFamily(ClassificationFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """nDCG@10 and MRR@10 of a file of one score per line (the data file's rows, in order)."""
-        from bertkit.tasks.base import check_count, read_prediction_lines
+        from bertkit.tasks.base import read_predictions
 
         query, document, label = self.columns
         examples = read_table(data_path, query, document, label, regression=True)
-        rows = read_prediction_lines(predictions_path)
-        check_count(rows, examples, predictions_path, data_path)
-        scores = []
-        for number, value in rows:
-            try:
-                scores.append(float(value))
-            except ValueError:
-                raise DataError.at(predictions_path, number, f"prediction {value!r} is not a number") from None
+        _, scores = read_predictions(predictions_path, examples, data_path, numbers=True)
         ranked = [g for g in self.ranked(examples, np.asarray(scores)) if any(x > 0 for x in g)]
         return {"ndcg_at_10": ndcg_at_k(ranked), "mrr_at_10": mrr_at_k(ranked)}

@@ -19,8 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import (TaskFamily, check_count, cut_at, json_text, read_prediction_lines, register, softmax,
-                                utf8_errors)
+from bertkit.tasks.base import TaskFamily, cut_at, json_text, read_predictions, register, softmax, utf8_errors
 from bertkit.tasks.classify import SequenceClassificationTask
 
 NUM_CHOICES = 4
@@ -184,8 +183,7 @@ class SwagFamily(TaskFamily):
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Accuracy of one chosen ending index (0-3) per line."""
         gold = [e.label for e in read_swag(data_path)]
-        rows = read_prediction_lines(predictions_path)
-        check_count(rows, gold, predictions_path, data_path)
+        rows, _ = read_predictions(predictions_path, gold, data_path)
         predicted = []
         for number, value in rows:
             if value not in ("0", "1", "2", "3"):

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertkit.tasks.base import TaskFamily, family_for
+from bertkit.tasks.base import TaskFamily, family_for, texts_and_pairs
 
 # Kinds an encoder-decoder is fine-tuned for as text to text; the others (ner, swag) need a head per token or per
 # choice, which T5 does not have.
@@ -318,10 +318,7 @@ class Text2TextFamily(TaskFamily):
             examples = [SquadExample(id=str(i), question=q, context=c, answers=[], is_impossible=False)
                         for i, (q, c) in enumerate(inputs)]
         else:
-            pairs = [None if isinstance(x, str) else x[1] for x in inputs]
-            if any(p is not None for p in pairs) and any(p is None for p in pairs):
-                raise ValueError("give either every input a pair or none")
-            examples = [Example(x if isinstance(x, str) else x[0], p, None, 0) for x, p in zip(inputs, pairs)]
+            examples = [Example(x, p, None, 0) for x, p in zip(*texts_and_pairs(inputs))]
         sources, _ = self._encode([self.source(e) for e in examples], self.max_input_length, tokenizer)
         return [{"input_ids": s, "token_type_ids": [0] * len(s)} for s in sources]
 
