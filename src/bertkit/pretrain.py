@@ -823,18 +823,19 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                              f"{'; '.join(changes)}. Resume with the original settings, or start a new run in "
                              f"another directory")
 
-    evaluate = None
+    # rank 0 evaluates on fixed batches of the held-out split, when there is one
+    held_out = None
+    if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
+        held_out = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
     if d.objective == "elmo":  # word windows in lanes (bertkit.data.lmstream), not masked instances
         from bertkit.data.lmstream import WordWindowStream, fixed_windows
 
         stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
                                   seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size)
-        if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-            held_out = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
+        if held_out is not None:
             eval_stream = WordWindowStream(held_out, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1,
                                            min(d.batch_size, 64), shuffle=False)
             eval_batches = fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
-            evaluate = lambda m: evaluate_pretraining(m, objective, eval_batches)  # noqa: E731 - the fixed batches
     else:
         options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
         special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id,
@@ -843,13 +844,11 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
         stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size,
                                    seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size,
                                    random_ids=random_ids, workers=data_workers(d.workers, device, dist_info))
-
-    if d.objective != "elmo" and "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_corpus = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
-        eval_stream = PretrainingStream(eval_corpus, dataclasses.replace(options, dupe_factor=None), special,
-                                        tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
-        eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
-        evaluate = lambda m: evaluate_pretraining(m, objective, eval_batches)  # noqa: E731 - the fixed batches
+        if held_out is not None:
+            eval_stream = PretrainingStream(held_out, dataclasses.replace(options, dupe_factor=None), special,
+                                            tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+            eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+    evaluate = None if held_out is None else lambda m: evaluate_pretraining(m, objective, eval_batches)
 
     if dist_info.is_main:
         if checkpoint is not None and not resuming:

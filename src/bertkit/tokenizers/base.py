@@ -46,6 +46,7 @@ frame with the file's own post-processor, which is what transformers does with t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -304,6 +305,13 @@ class PieceTokenizer(ABC):
     @abstractmethod
     def vocab_hash(self) -> str:
         """SHA-256 of what decides the ids."""
+
+    def _vocab_digest(self, head: str, tail: Iterable[str] = ()) -> str:
+        """SHA-256 of `head`, then every token in id order and the `tail` lines, each line newline-ended."""
+        digest = hashlib.sha256(head.encode("utf-8"))
+        for line in (*(self._id_to_token[i] for i in range(len(self._id_to_token))), *tail):
+            digest.update(line.encode("utf-8") + b"\n")
+        return digest.hexdigest()
 
     @abstractmethod
     def word_start_flags(self) -> np.ndarray:

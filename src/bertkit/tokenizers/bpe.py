@@ -10,7 +10,6 @@ with RoBERTa's tokens and pair rule, so the result is the same `Encoding` (ids, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -180,13 +179,8 @@ class ByteLevelBPETokenizer(PieceTokenizer):
 
     def vocab_hash(self) -> str:
         """SHA-256 of the vocabulary, the merges and the options: shards and models record it to refuse a mismatch."""
-        digest = hashlib.sha256()
-        digest.update(f"bpe;add_prefix_space={self.add_prefix_space}\n".encode())
-        for i in range(len(self._id_to_token)):
-            digest.update(self._id_to_token[i].encode("utf-8") + b"\n")
-        for a, b in self._merges:
-            digest.update(f"{a} {b}\n".encode("utf-8"))
-        return digest.hexdigest()
+        return self._vocab_digest(f"bpe;add_prefix_space={self.add_prefix_space}\n",
+                                  (f"{a} {b}" for a, b in self._merges))
 
     # ---- encoding --------------------------------------------------------------------------------------------
     def encode_words(self, words: Sequence[Sequence[str]]):

@@ -40,7 +40,6 @@ BERT adds on top, `[CLS] A [SEP] B [SEP]` with token types 0/1 and longest-first
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -656,13 +655,9 @@ class WordPieceTokenizer(PieceTokenizer):
 
     def vocab_hash(self) -> str:
         """SHA-256 of the vocabulary and casing: shards and models record it to refuse a mismatched tokenizer."""
-        digest = hashlib.sha256()
-        digest.update(f"lowercase={self.lowercase};strip_accents={self.strip_accents}\n".encode())
-        if self.compat != "transformers":  # hashes from before the switch (transformers' rules) stay the same
-            digest.update(f"compat={self.compat}\n".encode())
-        for i in range(len(self._id_to_token)):
-            digest.update(self._id_to_token[i].encode("utf-8") + b"\n")
-        return digest.hexdigest()
+        # hashes from before the compat switch (transformers' rules) stay the same
+        compat = f"compat={self.compat}\n" if self.compat != "transformers" else ""
+        return self._vocab_digest(f"lowercase={self.lowercase};strip_accents={self.strip_accents}\n{compat}")
 
     # ---- encoding --------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:
