@@ -19,15 +19,13 @@ It is saved as a transformers `tokenizer.json` + `tokenizer_config.json` (+ `spe
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertkit.tokenizers.base import train_engine
-from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer, load_backend, read_configs
+from bertkit.tokenizers.tokenizer_json import TOKENIZER_FILE, JsonTokenizer
 
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in T5
 # XLNet's special tokens, ids 0 .. 8 as in its released vocabulary; framing `A <sep> <cls>`, `A <sep> B <sep> <cls>`
@@ -71,16 +69,6 @@ class UnigramTokenizer(JsonTokenizer):
     def extra_ids(self) -> int:
         """How many sentinel tokens (`<extra_id_N>`) the vocabulary has."""
         return len(self.sentinel_ids)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "UnigramTokenizer":
-        """Read a Unigram `tokenizer.json` (a directory holding it, or the file) with the configs beside it."""
-        path = Path(directory)
-        file = path if path.is_file() else path / TOKENIZER_FILE
-        if not file.is_file():
-            raise FileNotFoundError(f"{path}: no {TOKENIZER_FILE}")
-        config = read_configs(file.parent) if file.name == TOKENIZER_FILE else {}
-        return cls(load_backend(file), config, source=str(file))
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 32100, *, extra_ids: int = DEFAULT_EXTRA_IDS,

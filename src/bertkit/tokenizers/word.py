@@ -287,26 +287,24 @@ class WordTokenizer(JsonTokenizer):
                 ids[i], tokens[i] = self._open_id(span), span
         return ids, tokens
 
+    def _opened_pieces(self, encodings: list, spans: list[list[str | None]]) -> list:
+        """The engine's encodings as Pieces with their unknown words opened (`_opened`; spans: each one's texts)."""
+        return [Pieces(*self._opened(e.ids, e.tokens, s), [tuple(o) for o in e.offsets], list(e.word_ids))
+                for e, s in zip(encodings, spans)]
+
     def encode_raw(self, texts: Sequence[str]):
         encodings = super().encode_raw(texts)
         if not self.open_vocabulary:
             return encodings
-        out = []
-        for text, e in zip(texts, encodings):
-            ids, tokens = self._opened(e.ids, e.tokens, [text[a:b] for a, b in e.offsets])
-            out.append(Pieces(ids, tokens, [tuple(o) for o in e.offsets], list(e.word_ids)))
-        return out
+        return self._opened_pieces(encodings, [[text[a:b] for a, b in e.offsets] for text, e in zip(texts, encodings)])
 
     def encode_words(self, words: Sequence[Sequence[str]]):
         encodings = super().encode_words(words)
         if not self.open_vocabulary:
             return encodings
-        out = []
-        for item, e in zip(words, encodings):
-            spans = [item[w][a:b] if w is not None else None for w, (a, b) in zip(e.word_ids, e.offsets)]
-            ids, tokens = self._opened(e.ids, e.tokens, spans)
-            out.append(Pieces(ids, tokens, [tuple(o) for o in e.offsets], list(e.word_ids)))
-        return out
+        return self._opened_pieces(encodings, [[item[w][a:b] if w is not None else None
+                                                for w, (a, b) in zip(e.word_ids, e.offsets)]
+                                               for item, e in zip(words, encodings)])
 
     def _encode_many(self, texts: list[str], pairs: list[str] | None, max_length: int | None,
                      truncation: bool) -> list[Encoding]:
