@@ -241,6 +241,7 @@ class PieceTokenizer(ABC):
     unk_id: int | None = None
     mask_id: int | None = None
     special_ids: frozenset = frozenset()
+    decode_keeps_unk = False  # `decode` keeps the unknown token when it drops the special ones
     pair_separators = 1  # [SEP] between A and B; RoBERTa's "</s></s>" is 2
     pair_type_id = 1  # token type of B and its closing separator; RoBERTa has one type, 0
     _vocab: dict[str, int]
@@ -284,9 +285,14 @@ class PieceTokenizer(ABC):
     def encode_words(self, words: Sequence[Sequence[str]]) -> list:
         """The engine's encodings of pre-split words (one list of words per item), without special tokens."""
 
-    @abstractmethod
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Text from ids."""
+        """Text from ids by the engine's decoder (WordPiece: `##` pieces joined to the previous token; byte-level
+        BPE: bytes joined back, so accents and CJK come back whole), special tokens dropped unless asked for
+        (WordPiece keeps [UNK]: `decode_keeps_unk`)."""
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self.special_ids or (self.decode_keeps_unk and i == self.unk_id)]
+        return self.backend.decode(ids, skip_special_tokens=False)
 
     @abstractmethod
     def save(self, directory) -> None:

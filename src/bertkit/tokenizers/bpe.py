@@ -203,12 +203,5 @@ class ByteLevelBPETokenizer(PieceTokenizer):
     def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
         return truncate_pair(n_a, n_b, budget)
 
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Text from ids (bytes joined back, so accents and CJK come back whole), special tokens dropped."""
-        ids = [int(i) for i in ids]
-        if skip_special_tokens:
-            ids = [i for i in ids if i not in self.special_ids]
-        return self.backend.decode(ids, skip_special_tokens=False)
-
     def __repr__(self) -> str:
         return f"ByteLevelBPETokenizer(vocab_size={self.vocab_size}, add_prefix_space={self.add_prefix_space})"

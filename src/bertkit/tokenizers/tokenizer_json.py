@@ -298,13 +298,6 @@ class JsonTokenizer(PieceTokenizer):
                                      f"truncation is off")
         return out
 
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Text from ids by the file's decoder, special tokens (unknown included) dropped unless asked for."""
-        ids = [int(i) for i in ids]
-        if skip_special_tokens:
-            ids = [i for i in ids if i not in self.special_ids]
-        return self.backend.decode(ids, skip_special_tokens=False)
-
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_lock"] = None  # locks do not pickle (data loader workers get copies)

@@ -433,6 +433,7 @@ class WordPieceTokenizer(PieceTokenizer):
     """
 
     kind = "wordpiece"  # as `load_tokenizer` and shard manifests name it
+    decode_keeps_unk = True  # [UNK] stands for text that was there
     cls_token, sep_token, pad_token, unk_token, mask_token = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 
     def __init__(self, vocab: dict[str, int], lowercase: bool = True, strip_accents: bool | None = None,
@@ -747,13 +748,6 @@ class WordPieceTokenizer(PieceTokenizer):
     def _truncate(self, n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
         _, _, n_a, n_b = truncate_longest_first(range(n_a), None if n_b is None else range(n_b), budget)
         return n_a, n_b
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Text from ids: `##` pieces joined to the previous token, special tokens dropped unless asked for."""
-        ids = [int(i) for i in ids]
-        if skip_special_tokens:
-            ids = [i for i in ids if i not in self.special_ids or i == self.unk_id]
-        return self.backend.decode(ids, skip_special_tokens=False)
 
     def __repr__(self) -> str:
         return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
