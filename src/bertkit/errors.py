@@ -28,6 +28,12 @@ EXTRAS = {"seqeval": "tasks", "scipy": "tasks", "sklearn": "tasks", "matplotlib"
           "uvicorn": "serve", "onnx": "serve", "onnxscript": "serve", "onnxruntime": "serve"}
 
 
+def needs_extra(err: ModuleNotFoundError, what: str, extra: str = "serve") -> ModuleNotFoundError:
+    """The error for an optional package a verb needs: `what` ("bertkit serve needs starlette and uvicorn") and the
+    extra that installs it; the missing module's name travels, so the command line names the extra too."""
+    return ModuleNotFoundError(f"{what}: pip install \"bertkit[{extra}]\"", name=err.name)
+
+
 def missing_extra(err: BaseException, verb: str) -> str | None:
     """The one line for `err` when it is an optional dependency that is not installed (a ModuleNotFoundError of a
     module in EXTRAS, however deep the import), else None.

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.errors import needs_extra
+
 OPSET = 18
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -123,9 +125,8 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, kind: str 
 
     try:
         import onnx
-    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
-        raise ModuleNotFoundError("ONNX export needs the onnx and onnxscript packages: pip install "
-                                  "\"bertkit[serve]\"", name=err.name) from None
+    except ModuleNotFoundError as err:
+        raise needs_extra(err, "ONNX export needs the onnx and onnxscript packages") from None
     from bertkit.models import set_fast_paths
 
     model, kind = load_for_export(model_dir, kind)
@@ -168,9 +169,8 @@ def open_session(path: str | os.PathLike, kind: str | None = None, threads: int 
     """An onnxruntime session on an exported file, refusing one whose metadata names another kind than `kind`."""
     try:
         import onnxruntime as ort
-    except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
-        raise ModuleNotFoundError("the ONNX backend needs onnxruntime: pip install \"bertkit[serve]\"",
-                                  name=err.name) from None
+    except ModuleNotFoundError as err:
+        raise needs_extra(err, "the ONNX backend needs onnxruntime") from None
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no ONNX file; write one with `bertkit export onnx --model DIR --out {path}`")

@@ -37,6 +37,7 @@ from importlib import resources
 from typing import Any
 
 from bertkit.config import field_with_help as _f
+from bertkit.errors import needs_extra
 from bertkit.serve import compat
 from bertkit.serve.batching import Batcher, QueueFull
 from bertkit.serve.compat import RequestError
@@ -70,13 +71,6 @@ def config_fields() -> list[tuple[str, type, Any, str]]:
 
 
 MAX_NEW_TOKENS_LIMIT = 512  # what a request may ask a generation to add at most
-
-
-def _needs_serve_extra(err: ModuleNotFoundError) -> ModuleNotFoundError:
-    """The error for a missing starlette or uvicorn; its name travels, so the command line names the extra
-    (bertkit.errors)."""
-    return ModuleNotFoundError("bertkit serve needs starlette and uvicorn: pip install \"bertkit[serve]\"",
-                               name=err.name)
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -253,7 +247,7 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
         from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
         from starlette.routing import Route
     except ModuleNotFoundError as err:
-        raise _needs_serve_extra(err) from None
+        raise needs_extra(err, "bertkit serve needs starlette and uvicorn") from None
 
     config = config or ServeConfig()
     metrics = Metrics()
@@ -464,7 +458,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
     try:
         import uvicorn
     except ModuleNotFoundError as err:
-        raise _needs_serve_extra(err) from None
+        raise needs_extra(err, "bertkit serve needs starlette and uvicorn") from None
 
     config = config or ServeConfig()
     engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,
