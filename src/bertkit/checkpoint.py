@@ -39,11 +39,11 @@ def _linear(theirs: str, ours: str) -> dict[str, str]:
     return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
 
 
-def _embedding_keys(layernorm: str = "LayerNorm") -> dict[str, str]:
-    return {"embeddings.word_embeddings.weight": "embeddings.word.weight",
-            "embeddings.position_embeddings.weight": "embeddings.position.weight",
-            "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
-            **_linear(f"embeddings.{layernorm}", "embeddings.norm")}
+# The embedding rows every BERT-family encoder shares (DistilBERT without token types).
+_EMBEDDING_KEYS = {"embeddings.word_embeddings.weight": "embeddings.word.weight",
+                   "embeddings.position_embeddings.weight": "embeddings.position.weight",
+                   "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
+                   **_linear("embeddings.LayerNorm", "embeddings.norm")}
 
 
 # Our names of a post-LN layer's eight Linear / LayerNorm modules, in the order `_layer_keys` takes theirs.
@@ -59,7 +59,7 @@ def _layer_keys(prefix: str, theirs: str) -> dict[str, str]:
 
 # transformers name (without the "bert." prefix for encoder tensors) -> bertkit name; "{}" is the layer index.
 ENCODER_KEYS: dict[str, str] = {
-    **_embedding_keys(),
+    **_EMBEDDING_KEYS,
     **_layer_keys("encoder.layer.{}.", "attention.self.query attention.self.key attention.self.value "
                                        "attention.output.dense attention.output.LayerNorm intermediate.dense "
                                        "output.dense output.LayerNorm"),
@@ -98,7 +98,7 @@ _ROBERTA_LM = {**_linear("lm_head.dense", "mlm.dense"), **_linear("lm_head.layer
 # ALBERT: one layer per group (inner_group_num 1), so the group index is our weight-set index.
 _ALBERT_LAYER = "encoder.albert_layer_groups.{}.albert_layers.0."
 ALBERT_ENCODER_KEYS: dict[str, str] = {
-    **_embedding_keys(),
+    **_EMBEDDING_KEYS,
     **_linear("encoder.embedding_hidden_mapping_in", "project"),
     **_layer_keys(_ALBERT_LAYER, "attention.query attention.key attention.value attention.dense attention.LayerNorm "
                                  "ffn ffn_output full_layer_layer_norm"),
@@ -117,7 +117,7 @@ _ELECTRA_GENERATOR = {**_linear("generator_predictions.dense", "mlm.dense"),
 # DistilBERT: other names for the same post-LN layer; no token types, no pooler.
 _DISTIL_LAYER = "transformer.layer.{}."
 DISTILBERT_ENCODER_KEYS: dict[str, str] = {
-    **{k: v for k, v in _embedding_keys().items() if "token_type" not in k},
+    **{k: v for k, v in _EMBEDDING_KEYS.items() if "token_type" not in k},
     **_layer_keys(_DISTIL_LAYER, "attention.q_lin attention.k_lin attention.v_lin attention.out_lin sa_layer_norm "
                                  "ffn.lin1 ffn.lin2 output_layer_norm"),
 }

@@ -24,6 +24,7 @@ sentence-transformers and `bertkit serve` pool it as it was trained.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -61,11 +62,7 @@ def records(path: str | os.PathLike) -> tuple[list[str], Iterator[tuple[int, dic
         first = next(rows, None)
         if first is None:
             return [], iter(())
-
-        def all_rows() -> Iterator[tuple[int, dict]]:
-            yield first
-            yield from rows
-        return list(first[1]), all_rows()
+        return list(first[1]), itertools.chain([first], rows)
     rows = delimited_rows(path, *((",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)))
     first = next(rows, None)
     if first is None:

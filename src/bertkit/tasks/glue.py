@@ -38,10 +38,11 @@ how many were dropped and where the first one was. (`read_table`, the reader of 
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -145,12 +146,7 @@ def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool =
     if spec.columns is not None and first_fields != _TEST_HEADER:
         # Headerless train/dev file (CoLA): the first row is data, the column names come from the spec.
         header = list(spec.columns)
-
-        def all_rows() -> Iterator[tuple[int, list[str]]]:
-            yield first
-            yield from rows
-
-        data, header_line = all_rows(), 0
+        data, header_line = itertools.chain([first], rows), 0
     else:
         header, data, header_line = first_fields, rows, first_line
     columns = header_columns(path, header_line, header, spec.text_column, spec.pair_column, spec.label_column,
