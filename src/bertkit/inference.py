@@ -56,6 +56,12 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     else:
         logits = model(ids, torch.ones_like(ids), types).prediction_logits
         probs = logits[0, positions].float().softmax(-1)  # (M, V)
+    return top_candidates(probs, top_k, tokenizer)
+
+
+def top_candidates(probs: torch.Tensor, top_k: int, tokenizer) -> list[list[dict[str, Any]]]:
+    """probs (M, V), one row per mask -> each row's `top_k` {token, id, probability}, most likely first: what
+    `bertkit fill-mask --json` prints (and the server answers) for each mask."""
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[{"token": tokenizer.id_to_token(int(i)), "id": int(i), "probability": float(p)}
              for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]

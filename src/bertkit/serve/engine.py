@@ -441,6 +441,8 @@ class Engine:
         mask token left; the answer is what `bertkit fill-mask --json` prints."""
         import torch
 
+        from bertkit.inference import top_candidates
+
         tok = self.tokenizer
         enc = tok.encode(text, max_length=self.max_length)
         positions = [i for i, t in enumerate(enc.input_ids) if t == tok.mask_id]
@@ -451,10 +453,7 @@ class Engine:
 
         def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
             probs = torch.from_numpy(outputs[0]).float().softmax(-1)  # (M, V)
-            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-            predictions = [[{"token": tok.id_to_token(int(i)), "id": int(i), "probability": float(p)}
-                            for p, i in zip(row_p, row_i)] for row_p, row_i in zip(top.values, top.indices)]
-            answer = {"text": text, "predictions": predictions}
+            answer = {"text": text, "predictions": top_candidates(probs, top_k, tok)}
             return {**answer, "truncated": True} if truncated else answer
 
         return Prepared([Row(enc.input_ids, enc.token_type_ids, positions)], finish)
