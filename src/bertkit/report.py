@@ -77,7 +77,7 @@ def draw_label_efficiency(ax, finetune: dict[str, Any], machine: dict[str, Any] 
     ax.set_xlabel("labelled training examples (log scale)")
     ax.set_ylabel("dev accuracy")
     task = finetune.get("task", {})
-    name = "built-in task" if task.get("name") in ("word-order", "docstring-package") else "your task"
+    name = "built-in task" if task.get("name") in ("word-salad", "word-order", "docstring-package") else "your task"
     where = ""
     if machine:
         where = figure_text(machine.get("gpu") or machine.get("cpu") or "", "")
