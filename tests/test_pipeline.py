@@ -137,7 +137,10 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
     ft = report["finetune"]
     assert ft["train_examples"] == 64 and ft["dev_examples"] == 32 and ft["labels"] == ["blue", "red"]
     assert [p["labels"] for p in ft["curve"]] == [8, 64]  # 40 is more than half the training set
-    assert [p["passes"] for p in ft["curve"]] == [4, 3]  # 32 examples at least; 3 passes at least
+    # 8 labels: a linear head on the frozen encoder, twice the 32 examples at least; all 64: fine-tuned, 3 passes.
+    assert [p["passes"] for p in ft["curve"]] == [8, 3]
+    assert [p["frozen"] for p in ft["curve"]] == [True, False]
+    assert ft["config"]["frozen_max_labels"] == 32 and ft["config"]["frozen_min_examples"] == 64
     # The same architecture from both starting points, both classifying from the mean of the tokens.
     architecture = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
@@ -159,6 +162,8 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
             runs = [json.loads((out / "finetune" / f"{s}-{n}-seed{seed}" / "results.json").read_text())
                     for s in ("pretrained", "scratch")]
             assert runs[0]["config"] == runs[1]["config"] and runs[0]["config"]["seed"] == seed
+            assert runs[0]["config"]["frozen"] is point["frozen"]
+            assert runs[0]["config"]["learning_rate"] == (3e-3 if point["frozen"] else 3e-4)
             assert runs[0]["max_steps"] == runs[1]["max_steps"] and len(runs[0]["epochs"]) == 1  # dev scored once
             for run, start in zip(runs, ("pretrained", "scratch")):
                 assert point[start]["values"][seed] == run["epochs"][-1]["accuracy"]
