@@ -250,6 +250,8 @@ def test_report_page_is_self_contained(pipeline_run):
     for point in report["finetune"]["curve"]:
         for start in ("pretrained", "scratch"):
             assert f"{point[start]['median']:.3f} [{point[start]['q1']:.3f}" in table
+    assert ">8 (frozen encoder)</td>" in table and ">64</td>" in table  # which points read a frozen encoder
+    assert "Label sets of at most 32 examples train only a linear head" in text
     assert report["machine"]["summary"] in text
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage

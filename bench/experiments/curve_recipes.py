@@ -2,7 +2,10 @@
 try tasks and fine-tuning recipes in minutes instead of a whole pipeline run each.
 
     python bench/experiments/curve_recipes.py OUT/run/model OUT/scratch TASK_DIR --labels 32 128 --seeds 5 \
-        --lr 3e-4 --min-examples 2000 [--frozen] [--pair]
+        --lr 3e-4 --min-examples 2000 [--seed-start 10] [--frozen [--layers=-1]] [--pair]
+
+The pipeline's recipe at 32 labels (a linear head on the frozen encoder's last layer):
+--lr 3e-3 --frozen --layers=-1 --min-examples 2000; above: --lr 3e-4 --min-examples 1000.
 
 TASK_DIR holds train.jsonl and dev.jsonl ({"text", "pair"?, "label"}). Both starting points get the same label sets
 (`stratified_order`), passes (`passes_for`), recipe and seeds, as in the pipeline. Prints one JSON line per label
@@ -70,7 +73,9 @@ for n in args.labels:
     point = {"labels": n, "passes": passes, "pretrained": quartiles(got["pretrained"]),
              "scratch": quartiles(got["scratch"])}
     v = curve_verdict(point)
-    print(json.dumps({"task": str(args.task), "labels": n, "seeds": [args.seed_start, args.seed_start + args.seeds - 1], "passes": passes, "lr": args.lr, "frozen": args.frozen and args.layers,
+    print(json.dumps({"task": str(args.task), "labels": n,
+                      "seeds": [args.seed_start, args.seed_start + args.seeds - 1], "passes": passes, "lr": args.lr,
+                      "frozen": args.frozen and args.layers,
                       "pre": [round(point["pretrained"][k], 3) for k in ("median", "q1", "q3")],
                       "scr": [round(point["scratch"][k], 3) for k in ("median", "q1", "q3")],
                       "gap": round(v["gap"], 3), "beyond": v["beyond_spread"], "wins": v["wins"],

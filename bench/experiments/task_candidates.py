@@ -125,6 +125,7 @@ for split, chosen in splits.items():
     for i, sentence in enumerate(chosen):
         words = seen[sentence]
         a, b = " ".join(words), " ".join(shuffle_words(words, r))
-        rows.append({"text": a, "pair": b, "label": "first"} if i in first else {"text": b, "pair": a, "label": "second"})
+        rows.append({"text": a, "pair": b, "label": "first"} if i in first
+                    else {"text": b, "pair": a, "label": "second"})
     (d / f"{split}.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
 print("pair-order", {s: len(c) for s, c in splits.items()})

@@ -30,7 +30,9 @@ its [CLS] vector is close to the mean of the sentence's embeddings, a bag of wor
 So both starting points classify from the mean of the last layer's token vectors (`classifier_pooling` "mean"),
 which the masked-LM training did shape, at a learning rate (3e-4) that moves a pretrained encoder without erasing
 it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
-passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev).
+passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev). Label sets of
+at most `FROZEN_MAX_LABELS` train only a linear head on the frozen encoder instead, for both starting points: a
+few dozen sentences cannot say which of the encoder's weights to move.
 
 The built-in task: is a documentation sentence as written, or as many words drawn at random by their frequency
 in the task's sentences (`build_word_salad_task`)? Every word is as likely in either class, so no label is keyed
