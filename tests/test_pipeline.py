@@ -484,6 +484,11 @@ def test_word_salad_task_from_docstrings(tmp_path):
     for r in train:
         if r["label"] == "random":
             assert r["text"] not in written and set(r["text"].split()) <= train_words
+    # The pipeline's corpus leaves the dev sentences out and keeps the training ones.
+    corpus = default_corpus(tmp_path / "corpus.txt", progress=False, exclude=dev_sentences, roots=[root])
+    lines = set(corpus.read_text().splitlines())
+    assert not lines & dev_sentences
+    assert {written[r["text"]] for r in train if r["label"] == "written"} <= lines
     again = build_word_salad_task(tmp_path / "again", seed=5, stdlib=root, packages=("alpha", "beta", "gamma"),
                                   train_max=60, dev_count=30)
     assert Path(again["train"]).read_text() == Path(info["train"]).read_text()  # seeded
