@@ -88,7 +88,7 @@ CORPUS_SHARE = 0.08  # at most this share of the budget assembles the built-in c
 FINETUNE = {"learning_rate": 3e-4, "batch_size": 16, "dropout": 0.1}
 # Label sets of at most FROZEN_MAX_LABELS examples train only a linear head on the mean and maximum over the tokens
 # of the frozen encoder's last layer (`bertkit.features`; the same for both starting points), at learning rate 3e-3,
-# for FROZEN_EXAMPLES_RATIO times the examples: a few dozen sentences cannot say which of the encoder's 0.5M
+# for FROZEN_EXAMPLES_RATIO times the examples: a few dozen sentences cannot say which of the encoder's
 # weights to move, and fitting them all to those sentences is what spread the pretrained runs. On the word-salad
 # task at 32 labels (a quiet run's models; docs/getting-started/main-job.md), fine-tuned at 1e-3: ahead by 0.031
 # beyond both interquartile ranges for seeds 0-9, by 0.011 inside them for seeds 10-19; frozen: 0.039, 0.048 and
