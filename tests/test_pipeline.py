@@ -12,10 +12,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bertkit.checkpoint import CONFIG_NAME, WEIGHTS_NAME
-from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_order_task, choose_normalisation,
-                              choose_precision, plain_words, shuffle_words,
+from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_order_task, build_word_salad_task,
+                              choose_normalisation, choose_precision, plain_words, random_words, shuffle_words,
                               cpu_bf16_flags, curve_verdict, default_corpus, describe_machine, label_ladder,
                               passes_for, plan_budget, prose_sentences, quartiles, run_pipeline, stratified_order,
                               write_label_set)
@@ -135,7 +137,10 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
     ft = report["finetune"]
     assert ft["train_examples"] == 64 and ft["dev_examples"] == 32 and ft["labels"] == ["blue", "red"]
     assert [p["labels"] for p in ft["curve"]] == [8, 64]  # 40 is more than half the training set
-    assert [p["passes"] for p in ft["curve"]] == [4, 3]  # 32 examples at least; 3 passes at least
+    # 8 labels: a linear head on the frozen encoder, twice the 32 examples at least; all 64: fine-tuned, 3 passes.
+    assert [p["passes"] for p in ft["curve"]] == [8, 3]
+    assert [p["frozen"] for p in ft["curve"]] == [True, False]
+    assert ft["config"]["frozen_max_labels"] == 32 and ft["config"]["frozen_min_examples"] == 64
     # The same architecture from both starting points, both classifying from the mean of the tokens.
     architecture = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
@@ -157,6 +162,8 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
             runs = [json.loads((out / "finetune" / f"{s}-{n}-seed{seed}" / "results.json").read_text())
                     for s in ("pretrained", "scratch")]
             assert runs[0]["config"] == runs[1]["config"] and runs[0]["config"]["seed"] == seed
+            assert runs[0]["config"]["frozen"] is point["frozen"]
+            assert runs[0]["config"]["learning_rate"] == (3e-3 if point["frozen"] else 3e-4)
             assert runs[0]["max_steps"] == runs[1]["max_steps"] and len(runs[0]["epochs"]) == 1  # dev scored once
             for run, start in zip(runs, ("pretrained", "scratch")):
                 assert point[start]["values"][seed] == run["epochs"][-1]["accuracy"]
@@ -243,6 +250,8 @@ def test_report_page_is_self_contained(pipeline_run):
     for point in report["finetune"]["curve"]:
         for start in ("pretrained", "scratch"):
             assert f"{point[start]['median']:.3f} [{point[start]['q1']:.3f}" in table
+    assert ">8 (frozen encoder)</td>" in table and ">64</td>" in table  # which points read a frozen encoder
+    assert "Label sets of at most 32 examples train only a linear head" in text
     assert report["machine"]["summary"] in text
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage
@@ -443,6 +452,86 @@ def test_word_order_task_from_docstrings(tmp_path):
     assert Path(again["train"]).read_text() == Path(info["train"]).read_text()  # seeded
     with pytest.raises(RuntimeError, match="fewer than 100"):
         build_word_order_task(tmp_path / "few", stdlib=root, packages=("gamma",))
+
+
+def test_word_salad_task_from_docstrings(tmp_path):
+    root = _fake_stdlib(tmp_path / "lib")
+    info = build_word_salad_task(tmp_path / "task", seed=5, stdlib=root, packages=("alpha", "beta", "gamma"),
+                                 train_max=60, dev_count=30)
+    assert info["name"] == "word-salad" and info["labels"] == ["random", "written"]
+    train = [json.loads(line) for line in Path(info["train"]).read_text().splitlines()]
+    dev = [json.loads(line) for line in Path(info["dev"]).read_text().splitlines()]
+    # 106 distinct sentences of 6 to 40 words (alpha 30 + 30, beta 40, gamma 5, the shared one once; the 30 under
+    # tests/ are not read): dev takes 30 of them, training the next 60.
+    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 30)
+    for rows in (train, dev):
+        assert sorted(collections.Counter(r["label"] for r in rows).values()) == [len(rows) // 2] * 2
+    written = {" ".join(plain_words(s)): s for p in root.rglob("*.py") if "tests" not in p.parts
+               for s in prose_sentences(p)}
+    dev_sentences = set(info["dev_sentences"])
+    assert len(dev_sentences) == 30 and dev_sentences <= set(written.values())
+    # A random row is as long as the sentence it replaces: the split's rows have its sentences' lengths.
+    assert sorted(len(r["text"].split()) for r in dev) == sorted(len(plain_words(s)) for s in dev_sentences)
+    assert {written[r["text"]] for r in dev if r["label"] == "written"} <= dev_sentences  # dev rows: dev sentences
+    assert not dev_sentences & {written[r["text"]] for r in train if r["label"] == "written"}
+    # A random row's words are drawn from its own split's sentences: dev ones only from the dev sentences, which
+    # pretraining never sees, training ones never from them (the numbers 0-39 tell the sentences apart here).
+    dev_words = {w for s in dev_sentences for w in plain_words(s)}
+    train_words = {w for s in set(written.values()) - dev_sentences for w in plain_words(s)}
+    for r in dev:
+        if r["label"] == "random":
+            assert r["text"] not in written and set(r["text"].split()) <= dev_words
+    for r in train:
+        if r["label"] == "random":
+            assert r["text"] not in written and set(r["text"].split()) <= train_words
+    # The pipeline's corpus leaves the dev sentences out and keeps the training ones.
+    corpus = default_corpus(tmp_path / "corpus.txt", progress=False, exclude=dev_sentences, roots=[root])
+    lines = set(corpus.read_text().splitlines())
+    assert not lines & dev_sentences
+    assert {written[r["text"]] for r in train if r["label"] == "written"} <= lines
+    again = build_word_salad_task(tmp_path / "again", seed=5, stdlib=root, packages=("alpha", "beta", "gamma"),
+                                  train_max=60, dev_count=30)
+    assert Path(again["train"]).read_text() == Path(info["train"]).read_text()  # seeded
+    other = build_word_salad_task(tmp_path / "other", seed=6, stdlib=root, packages=("alpha", "beta", "gamma"),
+                                  train_max=60, dev_count=30)
+    assert Path(other["train"]).read_text() != Path(info["train"]).read_text()
+    with pytest.raises(RuntimeError, match="fewer than 100"):
+        build_word_salad_task(tmp_path / "few", stdlib=root, packages=("alpha", "gamma"))
+
+
+def test_word_salad_and_word_order_tasks_share_their_sentences(tmp_path):
+    # The same seed gives both tasks the same split, so a run's kept models (whose pretraining left out one task's
+    # dev sentences) can be screened on the other (bench/experiments/task_candidates.py relies on it).
+    root = _fake_stdlib(tmp_path / "lib")
+    kw = dict(seed=2, stdlib=root, packages=("alpha", "beta", "gamma"), train_max=60, dev_count=30)
+    assert (build_word_salad_task(tmp_path / "s", **kw)["dev_sentences"]
+            == build_word_order_task(tmp_path / "o", **kw)["dev_sentences"])
+
+
+def test_random_words_draw_by_frequency_from_other_sentences():
+    # Sentence 0 owns "c" x4, sentence 1 owns "a" x3 and "b" x1: drawing for sentence 0 gives "a" with probability
+    # 3/4. Over 4,000 draws the binomial standard deviation of the share is sqrt(0.75 * 0.25 / 4000) = 0.0068;
+    # the bound is four of them.
+    pool, owner = ["c"] * 4 + ["a", "a", "b", "a"], [0] * 4 + [1] * 4
+    drawn = random_words(4000, pool, owner, 0, random.Random(0))
+    assert set(drawn) == {"a", "b"} and abs(drawn.count("a") / 4000 - 0.75) < 4 * 0.0068
+    assert random_words(3, pool, owner, 7, random.Random(0)) == random_words(3, pool, owner, 7, random.Random(0))
+    with pytest.raises(ValueError, match="another sentence"):
+        random_words(1, ["x", "y"], [3, 3], 3, random.Random(0))
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 3)), min_size=1, max_size=30),
+       st.integers(0, 3), st.integers(0, 20), st.integers(0, 1000))
+@settings(max_examples=200, deadline=None)
+def test_random_words_never_take_a_sentences_own_words(occurrences, own, count, seed):
+    pool, owner = [w for w, _ in occurrences], [o for _, o in occurrences]
+    allowed = {w for w, o in occurrences if o != own}
+    if not allowed:
+        with pytest.raises(ValueError):
+            random_words(count, pool, owner, own, random.Random(seed))
+        return
+    drawn = random_words(count, pool, owner, own, random.Random(seed))
+    assert len(drawn) == count and set(drawn) <= allowed
 
 
 def test_plain_words_and_shuffle_words():

@@ -2,7 +2,10 @@
 try tasks and fine-tuning recipes in minutes instead of a whole pipeline run each.
 
     python bench/experiments/curve_recipes.py OUT/run/model OUT/scratch TASK_DIR --labels 32 128 --seeds 5 \
-        --lr 3e-4 --min-examples 2000 [--frozen] [--pair]
+        --lr 3e-4 --min-examples 2000 [--seed-start 10] [--frozen [--layers=-1]] [--pair]
+
+The pipeline's recipe at 32 labels (a linear head on the frozen encoder's last layer):
+--lr 3e-3 --frozen --layers=-1 --min-examples 2000; above: --lr 3e-4 --min-examples 1000.
 
 TASK_DIR holds train.jsonl and dev.jsonl ({"text", "pair"?, "label"}). Both starting points get the same label sets
 (`stratified_order`), passes (`passes_for`), recipe and seeds, as in the pipeline. Prints one JSON line per label
@@ -32,6 +35,7 @@ parser.add_argument("scratch")
 parser.add_argument("task", type=Path)
 parser.add_argument("--labels", type=int, nargs="+", default=[32])
 parser.add_argument("--seeds", type=int, default=5)
+parser.add_argument("--seed-start", type=int, default=0, help="first seed (seeds SEED_START .. SEED_START+SEEDS-1)")
 parser.add_argument("--lr", type=float, default=3e-4)
 parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--min-examples", type=int, default=2000)
@@ -39,13 +43,14 @@ parser.add_argument("--min-passes", type=int, default=3)
 parser.add_argument("--warmup", type=float, default=0.1)
 parser.add_argument("--length", type=int, default=64)
 parser.add_argument("--frozen", action="store_true")
+parser.add_argument("--layers", default="all", help="frozen: the layers the linear head reads (all, or -1 = the last)")
 parser.add_argument("--pair", action="store_true")
 args = parser.parse_args()
 
 base = FinetuneConfig(kind="classify", max_seq_length=args.length, epochs=1.0, learning_rate=args.lr,
                       batch_size=args.batch_size, dropout=0.1, warmup_ratio=args.warmup, precision="fp32",
                       device="cpu", progress=False, pair_column="pair" if args.pair else None, frozen=args.frozen,
-                      **({"layers": "all"} if args.frozen else {}))
+                      **({"layers": args.layers} if args.frozen else {}))
 family = ClassificationFamily(base)
 train = family.read(args.task / "train.jsonl", training=True)
 dev = family.read(args.task / "dev.jsonl", training=False)
@@ -56,7 +61,7 @@ for n in args.labels:
     passes = passes_for(n, args.min_examples, args.min_passes)
     got = {"pretrained": [], "scratch": []}
     began = time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(args.seed_start, args.seed_start + args.seeds):
         train_file = write_label_set(train, stratified_order(labels, seed)[:n], passes, work / f"train-{n}-{seed}.jsonl")
         for name, start in (("pretrained", args.pretrained), ("scratch", args.scratch)):
             ft = work / f"{name}-{n}-{seed}"
@@ -68,7 +73,9 @@ for n in args.labels:
     point = {"labels": n, "passes": passes, "pretrained": quartiles(got["pretrained"]),
              "scratch": quartiles(got["scratch"])}
     v = curve_verdict(point)
-    print(json.dumps({"labels": n, "passes": passes, "lr": args.lr, "frozen": args.frozen,
+    print(json.dumps({"task": str(args.task), "labels": n,
+                      "seeds": [args.seed_start, args.seed_start + args.seeds - 1], "passes": passes, "lr": args.lr,
+                      "frozen": args.frozen and args.layers,
                       "pre": [round(point["pretrained"][k], 3) for k in ("median", "q1", "q3")],
                       "scr": [round(point["scratch"][k], 3) for k in ("median", "q1", "q3")],
                       "gap": round(v["gap"], 3), "beyond": v["beyond_spread"], "wins": v["wins"],

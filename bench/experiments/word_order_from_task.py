@@ -6,7 +6,7 @@ sentences were kept out of that run's pretraining).
 
 Each sentence of 6 to 40 words (punctuation dropped from the edges of the words), every second one shuffled into
 another order (label "shuffled"), the others kept ("original"); seed 0. `bertkit.pipeline.build_word_order_task`
-makes the pipeline's own task the same way from the standard library.
+makes the same task from the standard library (the pipeline's built-in task before the word salad).
 """
 import json, random, re, sys
 from pathlib import Path

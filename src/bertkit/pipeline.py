@@ -18,7 +18,7 @@
                    initialisation fine-tuned on class-balanced label sets of 32, 128, 512, ... examples and on all of
                    them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
                    `stratified_order`, `passes_for`); the task is the user's (`task_train` / `task_dev`, any file
-                   `bertkit finetune classify` reads, pairs included) or the built-in one (`build_word_order_task`)
+                   `bertkit finetune classify` reads, pairs included) or the built-in one (`build_word_salad_task`)
     7 evaluation   fill-mask on held-out sentences by the masked word's frequency band, beside the frequency
                    baseline, and the report: OUT/report.json and OUT/report.html (one self-contained page,
                    `bertkit.report`, the curve at its centre)
@@ -30,17 +30,23 @@ its [CLS] vector is close to the mean of the sentence's embeddings, a bag of wor
 So both starting points classify from the mean of the last layer's token vectors (`classifier_pooling` "mean"),
 which the masked-LM training did shape, at a learning rate (3e-4) that moves a pretrained encoder without erasing
 it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
-passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev).
+passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev). Label sets of
+at most `FROZEN_MAX_LABELS` train only a linear head on the frozen encoder instead, for both starting points: a
+few dozen sentences cannot say which of the encoder's weights to move.
 
-The built-in task: are a documentation sentence's words in their written order, or shuffled
-(`build_word_order_task`)? Both classes hold the same words, so no label is keyed by a word and a bag of words is
-at chance; what it asks for is what masked-LM pretraining teaches (which orders of words the language uses: the
-sources' CoLA in miniature). The earlier built-in task, which of eight standard-library packages a sentence comes
-from (`build_docstring_task`), is topic classification: from random initialisation a mean-pooled model fine-tuned
-on it is a bag of words learning its own embeddings, which a few thousand labels teach in minutes, and a short
-CPU pretraining taught nothing a few labels could use (docs/getting-started/main-job.md has the figures). The
-word-order task's dev sentences are kept out of the pretraining corpus, so neither model has seen them; its training sentences are in
-it, in order and without labels, as in the usual semi-supervised setting.
+The built-in task: is a documentation sentence as written, or as many words drawn at random by their frequency
+in the task's sentences (`build_word_salad_task`)? Every word is as likely in either class, so no label is keyed
+by a word and a bag of words is at chance; what tells them apart is whether the words fit together, which is what
+masked-LM pretraining teaches (ELECTRA's replaced tokens, all of them replaced). Two earlier built-in tasks showed
+less. Which of eight standard-library packages a sentence comes from (`build_docstring_task`) is topic
+classification: from random initialisation a mean-pooled model fine-tuned on it is a bag of words learning its
+own embeddings, which a few thousand labels teach in minutes. Whether a sentence's words are in their written
+order or shuffled (`build_word_order_task`) keeps the bag of words at chance too, but on a quiet run's model 32
+labels put the pretrained model ahead by about 0.01-0.02 only, inside the seeds' spread, where the word salad put
+it ahead by about 0.04, beyond it, for three sets of ten seeds, with a linear head on the frozen encoder at that
+count (docs/getting-started/main-job.md has the figures).
+The task's dev sentences are kept out of the pretraining corpus, so neither model has seen them; its training
+sentences are in it, in order and without labels, as in the usual semi-supervised setting.
 """
 
 from __future__ import annotations
@@ -77,11 +83,19 @@ EVAL_POINTS = 30  # held-out evaluations aimed at: still more than 10 when a sha
 EVAL_INSTANCES = 500  # held-out rows per evaluation (about 6,500 masked tokens)
 EVAL_FRACTION = 0.03  # documents held out of pretraining
 CORPUS_SHARE = 0.08  # at most this share of the budget assembles the built-in corpus (48 s of 10 minutes)
-# Fine-tuning, the same for both starting points. Learning rate 1e-3: on the built-in task it was the best of
-# 1e-4, 3e-4, 1e-3 and 3e-3 for the tiny model from either starting point (3 epochs), and within a point of the
-# best for tiny on SST-2 in the pretrain-vs-scratch experiment. Up to 5 epochs: both starting points still gained
-# from the third epoch to the fifth in those trials.
+# Fine-tuning, the same for both starting points: learning rate 3e-4 moves a small pretrained encoder without
+# erasing it in the hundred-odd steps of a small label set (1e-3 moved it far in the first steps).
 FINETUNE = {"learning_rate": 3e-4, "batch_size": 16, "dropout": 0.1}
+# Label sets of at most FROZEN_MAX_LABELS examples train only a linear head on the mean and maximum over the tokens
+# of the frozen encoder's last layer (`bertkit.features`; the same for both starting points), at learning rate 3e-3,
+# for FROZEN_EXAMPLES_RATIO times the examples: a few dozen sentences cannot say which of the encoder's
+# weights to move, and fitting them all to those sentences is what spread the pretrained runs. On the word-salad
+# task at 32 labels (a quiet run's models; docs/getting-started/main-job.md), fine-tuned at 1e-3: ahead by 0.031
+# beyond both interquartile ranges for seeds 0-9, by 0.011 inside them for seeds 10-19; frozen: 0.039, 0.048 and
+# 0.043 for seeds 0-9, 10-19 and 20-29, all beyond, 28 of the 30 seeds ahead.
+FROZEN_MAX_LABELS = 32
+FROZEN = {"frozen": True, "layers": "-1", "learning_rate": 3e-3}
+FROZEN_EXAMPLES_RATIO = 2
 FINETUNE_SEEDS = 5  # seeds per label count up to 128, each the same for both starting points (fewer above)
 FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
@@ -97,14 +111,15 @@ TASK_PACKAGES = ("asyncio", "email", "http", "importlib", "logging", "tkinter", 
 TASK_TRAIN_PER_CLASS = 400
 TASK_DEV_PER_CLASS = 100
 TASK_MIN_PER_CLASS = 150
-WORD_ORDER_TRAIN = 3000  # the word-order task's training sentences at most (the curve's last point)
-WORD_ORDER_DEV = 1500  # and its dev sentences: a large dev set keeps the evaluation's own noise small
+WORD_ORDER_TRAIN = 3000  # the built-in task's training sentences at most (the curve's last point)
+WORD_ORDER_DEV = 1500  # and its dev sentences (at most a third of them): a large dev set keeps its own noise small
 
 # The label-efficiency curve: fine-tuning on nested, class-balanced label sets of these sizes (and on all labels).
 LABEL_LADDER = (32, 128, 512, 2048, 8192, 32768)
 # Training examples each fine-tuning run sees at least (small label sets: many passes). 1,000, not 2,000: on the
 # word-order task at 32 labels, 2,000 let random initialisation creep above chance (median 0.510 against 0.501)
-# and narrowed the pretrained model's lead from 0.022 to 0.012 (docs/getting-started/main-job.md).
+# and narrowed the pretrained model's lead from 0.022 to 0.012 (docs/getting-started/main-job.md). A frozen
+# encoder's head sees FROZEN_EXAMPLES_RATIO times as many.
 FINETUNE_MIN_EXAMPLES = 1000
 FINETUNE_MIN_PASSES = 3  # passes over a large label set
 
@@ -243,25 +258,14 @@ def shuffle_words(words: list[str], rng: random.Random) -> list[str]:
     return shuffled
 
 
-def build_word_order_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
-                          packages: tuple[str, ...] = TASK_PACKAGES, train_max: int = WORD_ORDER_TRAIN,
-                          dev_count: int = WORD_ORDER_DEV, min_words: int = 6, max_words: int = 40) -> dict[str, Any]:
-    """The built-in labelled task: are a documentation sentence's words in their written order, or shuffled?
-
-    Reads the prose sentences of the packages `packages` under `stdlib` (default this Python's standard library;
-    as `build_docstring_task`), keeps each distinct one of `min_words` to `max_words` words (`plain_words`: the
-    punctuation at the edges of the words is dropped, in both classes), shuffles them with `seed` and gives the
-    first `dev_count` (a third of them when there are fewer than three times that) to dev and the next up to
-    `train_max` to training. In each split, a seeded half of the sentences is shuffled (`shuffle_words`, label
-    "shuffled"), the rest keep their order ("original"); the counts differ by at most one.
-
-    The labels are keyed by no word: both classes hold the same words, so a bag of words is at chance, and the
-    task asks for what a language model learns from unlabelled text: which orders of words a language uses (the
-    sources' CoLA in miniature). Writes OUT/train.jsonl, OUT/dev.jsonl ({"text", "label"}) and OUT/task.json;
-    returns task.json's content, as `build_docstring_task`, with "dev_sentences" the dev sentences as written
-    (to keep out of pretraining). RuntimeError when fewer than 100 sentences qualify.
-    """
-    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
+def _task_sentences(root: Path, packages: tuple[str, ...], min_words: int, max_words: int,
+                    seed: int, dev_count: int, train_max: int) -> tuple[dict[str, list[str]], dict[str, list[str]],
+                                                                      random.Random]:
+    """The built-in tasks' sentences: ({sentence: its `plain_words`}, {"dev": [...], "train": [...]}, the seeded
+    generator after the split, for the corruption that follows). Each distinct prose sentence of `min_words` to
+    `max_words` words (two of them different) of the packages under `root`, shuffled with `seed`; the first
+    `dev_count` (a third of them when there are fewer than three times that) go to dev, the next up to
+    `train_max` to training. RuntimeError when fewer than 100 sentences qualify."""
     by_package = _package_sentences(root, packages)
     seen: dict[str, list[str]] = {}
     for name in packages:
@@ -277,26 +281,100 @@ def build_word_order_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str
     sentences = sorted(seen)
     rng.shuffle(sentences)
     n_dev = min(dev_count, len(sentences) // 3)
-    splits = {"dev": sentences[:n_dev], "train": sentences[n_dev:n_dev + train_max]}
-    out = Path(out_dir)
+    return seen, {"dev": sentences[:n_dev], "train": sentences[n_dev:n_dev + train_max]}, rng
+
+
+def random_words(count: int, pool: list[str], owner: list[int], own: int, rng: random.Random) -> list[str]:
+    """`count` words drawn independently and uniformly from the word occurrences `pool` (so each word by its
+    frequency there), skipping those whose `owner` (the sentence each occurrence comes from) is `own`: a sentence
+    is never rebuilt from its own words. `pool` needs an occurrence owned by another sentence."""
+    if all(o == own for o in owner):
+        raise ValueError("no word of another sentence to draw from")
+    words = []
+    while len(words) < count:
+        j = rng.randrange(len(pool))
+        if owner[j] != own:
+            words.append(pool[j])
+    return words
+
+
+def _write_task(out: Path, rows: dict[str, list[dict[str, str]]], info: dict[str, Any]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    for split, chosen in splits.items():
-        shuffled = set(rng.sample(range(len(chosen)), len(chosen) // 2))
+    for split, chosen in rows.items():
         with open(out / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i, sentence in enumerate(chosen):
-                words = seen[sentence]
-                row = ({"text": " ".join(shuffle_words(words, rng)), "label": "shuffled"} if i in shuffled
-                       else {"text": " ".join(words), "label": "original"})
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    info = {"name": "word-order",
-            "description": "whether a documentation sentence's words are in their written order or shuffled "
-                           f"(2 classes; sentences from the docstrings of {', '.join(packages)} in {root}, "
-                           f"split at random with seed {seed})",
-            "labels": ["original", "shuffled"], "train": str(out / "train.jsonl"), "dev": str(out / "dev.jsonl"),
-            "train_examples": len(splits["train"]), "dev_examples": len(splits["dev"]),
-            "dev_sentences": splits["dev"]}
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen)
+    info = {**info, "train": str(out / "train.jsonl"), "dev": str(out / "dev.jsonl"),
+            "train_examples": len(rows["train"]), "dev_examples": len(rows["dev"])}
+    dev_sentences = info.pop("dev_sentences")
+    info["dev_sentences"] = dev_sentences  # last: the long list
     (out / "task.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return info
+
+
+def build_word_salad_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
+                          packages: tuple[str, ...] = TASK_PACKAGES, train_max: int = WORD_ORDER_TRAIN,
+                          dev_count: int = WORD_ORDER_DEV, min_words: int = 6, max_words: int = 40) -> dict[str, Any]:
+    """The built-in labelled task: is this a documentation sentence as written, or as many words drawn at random?
+
+    The sentences and their split are `build_word_order_task`'s (`_task_sentences`: same packages, sizes and
+    seed). In each split a seeded half of the sentences is replaced by `random_words`: as many words as it has,
+    drawn by frequency from the word occurrences of the split's other sentences (label "random"); the rest stay as
+    written ("written"); the punctuation at the edges of the words is dropped in both classes (`plain_words`).
+    The counts of the classes differ by at most one.
+
+    The labels are keyed by no word: a random row's words are drawn by their frequency in the same sentences the
+    written rows come from, so every word is as likely in either class and a bag of words is at chance (as close
+    as sampling allows). What tells the classes apart is whether the words make a sentence together (order,
+    agreement, which words go with which), what a masked language model learns from unlabelled text (ELECTRA's
+    replaced tokens, all of them replaced). Writes OUT/train.jsonl, OUT/dev.jsonl ({"text", "label"}) and
+    OUT/task.json; returns task.json's content, as `build_docstring_task`, with "dev_sentences" the dev sentences
+    as written (to keep out of pretraining). RuntimeError when fewer than 100 sentences qualify.
+    """
+    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
+    seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
+    rows: dict[str, list[dict[str, str]]] = {}
+    for split, chosen in splits.items():
+        pool = [w for sentence in chosen for w in seen[sentence]]
+        owner = [i for i, sentence in enumerate(chosen) for _ in seen[sentence]]
+        drawn = set(rng.sample(range(len(chosen)), len(chosen) // 2))
+        rows[split] = [{"text": " ".join(random_words(len(seen[sentence]), pool, owner, i, rng)), "label": "random"}
+                       if i in drawn else {"text": " ".join(seen[sentence]), "label": "written"}
+                       for i, sentence in enumerate(chosen)]
+    return _write_task(Path(out_dir), rows, {
+        "name": "word-salad",
+        "description": "whether a documentation sentence is as written or as many words drawn at random by their "
+                       f"frequency (2 classes; sentences from the docstrings of {', '.join(packages)} in {root}, "
+                       f"split at random with seed {seed})",
+        "labels": ["random", "written"], "dev_sentences": splits["dev"]})
+
+
+def build_word_order_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
+                          packages: tuple[str, ...] = TASK_PACKAGES, train_max: int = WORD_ORDER_TRAIN,
+                          dev_count: int = WORD_ORDER_DEV, min_words: int = 6, max_words: int = 40) -> dict[str, Any]:
+    """The earlier built-in task: are a documentation sentence's words in their written order, or shuffled?
+
+    The sentences and split of `_task_sentences` (each distinct prose sentence of the packages `packages` under
+    `stdlib`, default this Python's standard library, of `min_words` to `max_words` words, punctuation at the edges
+    of the words dropped; `dev_count` to dev, up to `train_max` to training). In each split, a seeded half of the
+    sentences is shuffled (`shuffle_words`, label "shuffled"), the rest keep their order ("original"); the counts
+    differ by at most one. Both classes hold the same words, so a bag of words is at chance. Writes
+    OUT/train.jsonl, OUT/dev.jsonl ({"text", "label"}) and OUT/task.json; returns task.json's content, with
+    "dev_sentences" the dev sentences as written. RuntimeError when fewer than 100 sentences qualify.
+    """
+    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
+    seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
+    rows: dict[str, list[dict[str, str]]] = {}
+    for split, chosen in splits.items():
+        shuffled = set(rng.sample(range(len(chosen)), len(chosen) // 2))
+        rows[split] = [{"text": " ".join(shuffle_words(seen[sentence], rng)), "label": "shuffled"} if i in shuffled
+                       else {"text": " ".join(seen[sentence]), "label": "original"}
+                       for i, sentence in enumerate(chosen)]
+    return _write_task(Path(out_dir), rows, {
+        "name": "word-order",
+        "description": "whether a documentation sentence's words are in their written order or shuffled "
+                       f"(2 classes; sentences from the docstrings of {', '.join(packages)} in {root}, "
+                       f"split at random with seed {seed})",
+        "labels": ["original", "shuffled"], "dev_sentences": splits["dev"]})
 
 
 def build_docstring_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
@@ -843,7 +921,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     train_seconds: the pretraining budget in seconds instead (tests and quick looks; every seed then runs).
     preset: tiny, mini or small; default tiny on a CPU, small on a CUDA GPU.
     task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
-        classify` reads); both or neither. Without them the built-in task (`build_word_order_task`) is used.
+        classify` reads); both or neither. Without them the built-in task (`build_word_salad_task`) is used.
     precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
     finetune_seeds: seeds seed, seed + 1, ... at the label counts up to 128 (up to 3 above), the same for both
         starting points; fewer when the budget is short.
@@ -893,7 +971,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # 1. Corpus, and the built-in task (its dev sentences are kept out of the corpus).
     task_info: dict[str, Any]
     if task_train is None:
-        task_info = build_word_order_task(out / "task", seed=seed)
+        task_info = build_word_salad_task(out / "task", seed=seed)
         task_train, task_dev = task_info["train"], task_info["dev"]
         text_column, pair_column, label_column = "text", None, "label"
     else:
@@ -995,7 +1073,11 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                                pair_column="pair" if dev_examples[0].pair is not None else None,
                                label_column="label", **FINETUNE)
     rungs = label_ladder(len(train_examples), len(classes), tuple(ladder))
-    passes = [passes_for(n, min_examples) for n in rungs]
+    # The recipe of each rung: a linear head on the frozen encoder for the fewest labels, fine-tuning above.
+    rung_configs = [dataclasses.replace(ft_config, **FROZEN) if n <= FROZEN_MAX_LABELS else ft_config
+                    for n in rungs]
+    passes = [passes_for(n, min_examples * (FROZEN_EXAMPLES_RATIO if c.frozen else 1))
+              for n, c in zip(rungs, rung_configs)]
     ft_speed = finetune_cost(task_train, task_dev, user_config, tok_dir, speed["tokens_per_s"])
     per_example_s = ft_speed["epoch_s"] / len(train_examples)
     fixed_s = ft_speed["eval_s"] + FINETUNE_OVERHEAD_S
@@ -1041,7 +1123,10 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # 6. The label-efficiency curve: both starting points, same label sets, recipe and seeds.
     say(f"6/7 label-efficiency curve on {task_info['description']}: {len(train_examples):,} training and "
         f"{len(dev_examples):,} dev examples, {len(classes)} classes; pretrained and from random initialisation, "
-        f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run")
+        f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run"
+        + (f"; up to {FROZEN_MAX_LABELS} labels a linear head on the frozen encoder's last layer (lr "
+           f"{FROZEN['learning_rate']:g}, at least {FROZEN_EXAMPLES_RATIO * min_examples:,} examples)"
+           if any(c.frozen for c in rung_configs) else ""))
     orders = {}
     results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
     # The fewest labels' seeds first (cheap, and their spread is the claim), then one seed at every other label
@@ -1072,7 +1157,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
             ft_dir.mkdir(parents=True)
             with open(ft_dir / "log.txt", "w", encoding="utf-8") as log, redirect_stdout(log):
                 got = finetune("classify", start, train_file, dev_file, ft_dir,
-                               dataclasses.replace(ft_config, seed=run_seed), new_heads=True)
+                               dataclasses.replace(rung_configs[i], seed=run_seed), new_heads=True)
             last = got["epochs"][-1]
             results[n][name].append({"seed": run_seed, "accuracy": last["accuracy"],
                                      "macro_f1": last.get("macro_f1"),
@@ -1091,7 +1176,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     for i, n in enumerate(rungs):
         if not results[n]["pretrained"]:
             continue  # every run of this label count was skipped: out of time
-        point = {"labels": n, "passes": plan.passes[i]}
+        point = {"labels": n, "passes": plan.passes[i], "frozen": rung_configs[i].frozen}
         for name in ("pretrained", "scratch"):
             runs = results[n][name]
             point[name] = {**quartiles([r["accuracy"] for r in runs]), "runs": runs}
@@ -1145,7 +1230,10 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                      "pairs": dev_examples[0].pair is not None, "labels": classes, "majority_label": majority,
                      "majority_accuracy": sum(str(e.label) == majority for e in dev_examples) / len(dev_examples),
                      "config": {**FINETUNE, "max_seq_length": length, "precision": precision,
-                                "min_examples": min_examples, "min_passes": FINETUNE_MIN_PASSES},
+                                "min_examples": min_examples, "min_passes": FINETUNE_MIN_PASSES,
+                                "frozen_max_labels": FROZEN_MAX_LABELS, "frozen_layers": FROZEN["layers"],
+                                "frozen_learning_rate": FROZEN["learning_rate"],
+                                "frozen_min_examples": FROZEN_EXAMPLES_RATIO * min_examples},
                      "curve": curve,
                      "models": {name: str(path) for name, path in kept.items()}},
         "fill_mask": fill,
@@ -1180,7 +1268,7 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
     commands = []
     if not corpus_given:
         commands.append(("corpus and built-in task", f"python -c \"from pathlib import Path; from bertkit.pipeline "
-                         f"import build_word_order_task, default_corpus; t = build_word_order_task('{out / 'task'}', "
+                         f"import build_word_salad_task, default_corpus; t = build_word_salad_task('{out / 'task'}', "
                          f"seed={seed}); default_corpus(Path('{corpus}'), exclude=set(t['dev_sentences']))\""))
     commands += [
         ("vocabulary (" + norm["why"] + ")", f"python -c \"from bertkit.data.corpus import CorpusLines; from "
@@ -1197,14 +1285,25 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
                                   f"--out {scratch_dir}"),
     ]
     c = ft["config"]
+
+    def point_command(start: Path, name: str, lr: float, more: str = "") -> str:
+        return (f"bertkit finetune classify --model {start} --train {sets_dir}/train-N-seedS.jsonl --dev "
+                f"{sets_dir}/dev.jsonl{' --pair-column pair' if ft['pairs'] else ''} --out "
+                f"{out / 'finetune' / name}-N-seedS --epochs 1 --lr {lr:g} --batch-size "
+                f"{c['batch_size']} --max-seq-length {c['max_seq_length']} --dropout {c['dropout']} --seed S "
+                f"--precision {c['precision']} --new-head{more}")
+
+    frozen = c.get("frozen_max_labels") and any(p.get("frozen") for p in ft["curve"])
     for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
-        commands.append((f"one point of the curve ({'pretrained' if name == 'pretrained' else 'random initialisation'}"
-                         f"), for N labels and seed S (the label set's file repeats it for the run's passes)",
-                         f"bertkit finetune classify --model {start} --train {sets_dir}/train-N-seedS.jsonl --dev "
-                         f"{sets_dir}/dev.jsonl{' --pair-column pair' if ft['pairs'] else ''} --out "
-                         f"{out / 'finetune' / name}-N-seedS --epochs 1 --lr {c['learning_rate']:g} --batch-size "
-                         f"{c['batch_size']} --max-seq-length {c['max_seq_length']} --dropout {c['dropout']} --seed S "
-                         f"--precision {c['precision']} --new-head"))
+        who = "pretrained" if name == "pretrained" else "random initialisation"
+        commands.append((f"one point of the curve ({who}), for N labels and seed S (the label set's file repeats it "
+                         f"for the run's passes)" + (f"; N above {c['frozen_max_labels']}" if frozen else ""),
+                         point_command(start, name, c["learning_rate"])))
+        if frozen:
+            commands.append((f"a point of at most {c['frozen_max_labels']} labels ({who}): a linear head on the "
+                             f"frozen encoder's last layer",
+                             point_command(start, name, c["frozen_learning_rate"],
+                                           f" --frozen --layers={c['frozen_layers']}")))
     example = report["fill_mask"]["examples"][0]["prompt"] if report["fill_mask"]["examples"] else "[MASK]"
     commands += [("fill-mask", f"bertkit fill-mask --model {run_dir / 'model'} \"{example}\""),
                  ("serve the fine-tuned classifier", report["serve"]),

@@ -77,7 +77,7 @@ def draw_label_efficiency(ax, finetune: dict[str, Any], machine: dict[str, Any] 
     ax.set_xlabel("labelled training examples (log scale)")
     ax.set_ylabel("dev accuracy")
     task = finetune.get("task", {})
-    name = "built-in task" if task.get("name") in ("word-order", "docstring-package") else "your task"
+    name = "built-in task" if task.get("name") in ("word-salad", "word-order", "docstring-package") else "your task"
     where = ""
     if machine:
         where = figure_text(machine.get("gpu") or machine.get("cpu") or "", "")
@@ -232,7 +232,8 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
     def cell(s: dict[str, Any]) -> str:
         return f"{s['median']:.3f} [{s['q1']:.3f}–{s['q3']:.3f}]"
 
-    rows = [[p["labels"], p["passes"], p["seeds"], cell(p["pretrained"]), cell(p["scratch"]),
+    rows = [[f"{p['labels']:,}" + (" (frozen encoder)" if p.get("frozen") else ""), p["passes"], p["seeds"],
+             cell(p["pretrained"]), cell(p["scratch"]),
              f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
              Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
     claim = ("pretraining helps most when labels are few" if first["beyond_spread"] and first["gap"] > 0
@@ -250,7 +251,14 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               f"{config['batch_size']}, dropout {config['dropout']}, length {config['max_seq_length']}, "
               f"{_e(config['precision'])}, at least {config['min_examples']:,} examples seen per run (so "
               f"{first['passes']} passes over {first['labels']:,} labels, {last['passes']} over all), the dev set "
-              f"scored once at the end (no epoch picked on dev). A point is the median over the seeds, with the "
+              f"scored once at the end (no epoch picked on dev)."
+              + (f" Label sets of at most {config['frozen_max_labels']:,} examples train only a linear head on the "
+                 f"mean and maximum over the tokens of the frozen encoder's last layer, for both starting points "
+                 f"(learning rate {config['frozen_learning_rate']:g}, at least {config['frozen_min_examples']:,} "
+                 f"examples seen): "
+                 f"so few sentences cannot say which of the encoder's weights to move."
+                 if any(p.get("frozen") for p in curve) else "")
+              + f" A point is the median over the seeds, with the "
               f"interquartile range in brackets. Measured on {where}.</p>",
               _figure("label_efficiency", figures),
               _table(["labels", "passes", "seeds", "pretrained: median [IQR]", "random init: median [IQR]",
