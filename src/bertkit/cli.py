@@ -881,8 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "fill-mask accuracy on held-out text, and write OUT/report.html, all within "
                                         "--minutes. Without --corpus, a corpus is assembled from the docstrings of "
                                         "the Python sources installed on this machine; without --task-train/"
-                                        "--task-dev, the task is built in (which standard-library package a "
-                                        "documentation sentence comes from).")
+                                        "--task-dev, the task is built in (is a documentation sentence as "
+                                        "written, or words drawn at random by their frequency?).")
     pipe.add_argument("--corpus", nargs="+", help="your corpus: files, directories or globs (text, JSON Lines, .gz)")
     pipe.add_argument("--out", default="runs/pipeline", help="output directory (default runs/pipeline)")
     pipe.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
