@@ -12,7 +12,8 @@ A task run, as `bertkit.finetune.finetune` and `bertkit.distill.distill_task` dr
                         finetune.json) plus the dev predictions; RUN/results.json and config.yaml throughout
 
 `EpochBatches` is the resumable, per-epoch-shuffled, length-bucketed batch stream the trainer consumes, `collate`
-its dynamic padding; the families (`bertkit.tasks`) never see torch: they get logits as numpy arrays.
+its dynamic padding (in worker processes with `workers`, in pinned memory on a GPU); the features are made once,
+before training; the families (`bertkit.tasks`) never see torch: they get logits as numpy arrays.
 """
 
 from __future__ import annotations
@@ -268,6 +269,11 @@ class EpochBatches:
     The stream is endless (the trainer stops it) unless `stop_after_steps` is given. Every micro-batch carries
     under "_state" the position just after it; `load_state_dict` seeks there (an epoch's batches are a pure
     function of the seed, the epoch and the settings, so any position can be resumed).
+
+    With `workers` > 0 the micro-batches are collated by worker processes (`bertkit.data.loader.worker_items`,
+    the pretraining stream's hand-over), outside the process that runs the model; a rank's workers collate only
+    that rank's rows, and the batches are the same as with 0 workers. A dead worker ends the run with one line
+    (`DataError`); `--resume` continues exactly.
     """
 
     def __init__(self, features: Sequence[dict[str, Any]], pad_id: int, batch_size: int, seed: int,
@@ -341,20 +347,23 @@ class EpochBatches:
                     epoch, step = epoch + 1, 0
             yield indices, {"epoch": epoch, "step": step, "micro": micro}
 
-    def make(self, indices: np.ndarray, position: dict[str, int]) -> dict[str, Any]:
-        """The micro-batch of `indices` (`collate`), carrying `position` under "_state"."""
+    def make(self, indices: np.ndarray, position: dict[str, int], pin: bool = False) -> dict[str, Any]:
+        """The micro-batch of `indices` (`collate`), carrying `position` under "_state"; `pin`: its tensors in
+        pinned memory (a copy to the GPU from pageable memory may wait for the device's queue to drain)."""
         batch = collate([self.features[i] for i in indices], self.pad_id)
+        if pin:
+            batch = {k: v.pin_memory() for k, v in batch.items()}
         batch["_state"] = dict(position)
         return batch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This rank's micro-batches from the current position on: collated here, or with `workers` > 0 by worker
-        processes (micro-batch k by worker k mod workers, handed over as one flat array each, in pinned memory
-        when `pin_memory`), the same batches either way."""
+        processes (micro-batch k by worker k mod workers, handed over as one flat array each), the same batches
+        either way; in pinned memory when `pin_memory` (a CUDA run: the trainer's copy is then non-blocking)."""
         if self.workers > 0:
             made: Iterator[dict[str, Any]] = self._from_workers()
         else:
-            made = (self.make(indices, position) for indices, position in self.planned())
+            made = (self.make(indices, position, self.pin_memory) for indices, position in self.planned())
         try:
             for batch in made:
                 self.position = dict(batch["_state"])
