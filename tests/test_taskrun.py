@@ -167,3 +167,34 @@ def test_a_killed_worker_ends_the_run_with_one_line(tmp_path):
     message = str(caught.value)
     assert "worker process" in message and "--resume" in message and "\n" not in message
     assert not multiprocessing.active_children()  # the other worker was shut down with the stream
+
+
+def test_a_killed_run_leaves_its_directory_free_for_resume_at_once(tmp_path):
+    # A run holds its directory's lock; its worker processes are forked with a copy of the lock's file. SIGKILLed,
+    # the run's orphaned workers live on for seconds (until they notice): they must not keep the directory locked,
+    # or an immediate --resume is refused as "in use by another bertkit process".
+    import subprocess
+    import sys
+
+    from bertkit.io import lock_directory
+
+    script = f"""
+import sys, time
+from bertkit.io import lock_directory
+from bertkit.taskrun import EpochBatches
+features = [{{"input_ids": [2, 5 + i % 7, 3], "token_type_ids": [0, 0, 0], "label": i % 2}} for i in range(64)]
+with lock_directory({str(tmp_path)!r}):
+    batches = iter(EpochBatches(features, 0, 4, seed=0, workers=2))
+    next(batches)
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with lock_directory(tmp_path):  # at once: DirectoryLockedError if a worker still held the lock
+            pass
+    finally:
+        proc.kill()

@@ -597,6 +597,12 @@ def _as_is(item: Any) -> Any:
     return item
 
 
+def _worker_start(worker_id: int) -> None:
+    from bertkit.io import close_inherited_locks
+
+    close_inherited_locks()
+
+
 def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefetch: int, seed: int,
                  rank: int) -> Iterator[tuple[np.ndarray, list, dict[str, Any]]]:
     """The items (`pack_batch`ed batches, or shares of one) that `workers` processes make from `dataset`, in
@@ -611,9 +617,11 @@ def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefet
     # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
     # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
     # collate_fn: the items are packed already (`pack_batch`); the default would walk every position list in them
+    # worker_init_fn: a worker holds no copy of the run directory's lock, so a killed run's directory is free
+    # for `--resume` at once (not when its orphaned workers notice, seconds later)
     loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
                         prefetch_factor=max(prefetch, 1), persistent_workers=False,
-                        generator=torch.Generator().manual_seed(seed))
+                        generator=torch.Generator().manual_seed(seed), worker_init_fn=_worker_start)
     items = iter(loader)
     try:
         yield from items
