@@ -198,3 +198,22 @@ with lock_directory({str(tmp_path)!r}):
             pass
     finally:
         proc.kill()
+
+
+def test_collate_pads_each_field_to_the_batch_s_longest_row():
+    rows = [{"input_ids": [2, 7, 3], "token_type_ids": [0, 0, 1], "labels": [-100, 4, -100]},
+            {"input_ids": [2], "token_type_ids": [0], "labels": [-1]},
+            {"input_ids": [2, 9], "token_type_ids": [0, 1], "labels": [-100, 0]}]
+    batch = taskrun.collate(rows, pad_id=5)
+    assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 5, 5], [2, 9, 5]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0], [0, 1, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert batch["labels"].tolist() == [[-100, 4, -100], [-1, -100, -100], [-100, 0, -100]]
+    assert {v.dtype for v in batch.values()} == {torch.int64}
+    targets = taskrun.collate([{"input_ids": [2, 3], "token_type_ids": [0, 0], "target_ids": [8, 1]},
+                               {"input_ids": [2], "token_type_ids": [0], "target_ids": [9, 9, 1]}], pad_id=0)
+    assert targets["labels"].tolist() == [[8, 1, -100], [9, 9, 1]]  # padded to the longest target, not T
+    choice = taskrun.collate([{"input_ids": [[2, 3], [2, 4, 3]], "token_type_ids": [[0, 0], [0, 0, 1]], "label": 1}],
+                             pad_id=0)
+    assert choice["input_ids"].tolist() == [[[2, 3, 0], [2, 4, 3]]] and choice["labels"].tolist() == [1]
+    assert choice["attention_mask"].tolist() == [[[1, 1, 0], [1, 1, 1]]]
