@@ -138,10 +138,12 @@ def test_epoch_batches_are_deterministic_and_resumable():
     assert any(not torch.equal(b["labels"], next(other)["labels"]) for b in batches[:10])
 
 
-def test_resume_repeats_the_uninterrupted_run(pretrained, tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_repeats_the_uninterrupted_run(pretrained, tmp_path, workers):
     train = write_csv(tmp_path / "train.csv", classify_rows(24, 3))
     dev = write_csv(tmp_path / "dev.csv", classify_rows(8, 4))
-    config = FinetuneConfig(epochs=2, dropout=0.1, **QUICK)  # dropout on: the RNG state must be restored too
+    # dropout on: the RNG state must be restored too; workers: the resumed run's batches come from new processes
+    config = FinetuneConfig(epochs=2, dropout=0.1, workers=workers, **QUICK)
     full = finetune("classify", pretrained, train, dev, tmp_path / "full", config)
     finetune("classify", pretrained, train, dev, tmp_path / "split", config, stop_after_steps=4)
     assert (tmp_path / "split" / "checkpoints" / "step-00000004.pt").is_file()
@@ -156,6 +158,64 @@ def test_resume_repeats_the_uninterrupted_run(pretrained, tmp_path):
     a = BertForSequenceClassification.from_pretrained(tmp_path / "full" / "model").state_dict()
     b = BertForSequenceClassification.from_pretrained(tmp_path / "split" / "model").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def run_losses(run_dir: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def test_worker_processes_train_exactly_as_the_training_process(pretrained, tmp_path):
+    # The same run with batches collated in the training process, by 1 worker and by 2 workers: the same
+    # losses at every step and the same weights, bit for bit (dropout on: the workers leave the RNG alone).
+    train = write_csv(tmp_path / "train.csv", classify_rows(40, 3))
+    dev = write_csv(tmp_path / "dev.csv", classify_rows(8, 4))
+    runs = {}
+    for workers in (0, 1, 2):
+        config = FinetuneConfig(epochs=2, dropout=0.1, grad_accumulation=2, workers=workers, **QUICK)
+        results = finetune("classify", pretrained, train, dev, tmp_path / f"w{workers}", config)
+        runs[workers] = (run_losses(tmp_path / f"w{workers}"), results["epochs"],
+                         BertForSequenceClassification.from_pretrained(tmp_path / f"w{workers}" / "model").state_dict())
+    losses, epochs, weights = runs[0]
+    assert len(losses) == 10
+    for workers in (1, 2):
+        assert runs[workers][0] == losses and runs[workers][1] == epochs
+        assert all(torch.equal(weights[k], runs[workers][2][k]) for k in weights)
+
+
+@pytest.mark.slow  # three CLI processes (a full run, a killed one, its resumption); in-process: the test above
+def test_sigkilled_run_with_workers_resumes_bit_identically(pretrained, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    train = write_csv(tmp_path / "train.csv", classify_rows(96, 3))
+    dev = write_csv(tmp_path / "dev.csv", classify_rows(8, 4))
+
+    def command(out: Path, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "bertkit.cli", "finetune", "classify", "--model", str(pretrained), "--train",
+                str(train), "--dev", str(dev), "--out", str(out), "--epochs", "2", "--batch-size", "8",
+                "--learning-rate", "3e-3", "--max-seq-length", "24", "--log-every", "1", "--save-every", "3",
+                "--quiet", "--workers", "2", *extra]
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(command(full), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not any(int(p.stem.split("-")[1]) >= 6 for p in (killed / "checkpoints").glob("step-*.pt")):
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.01)
+    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary point after that checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert max(run_losses(killed), default=0) < 24, "the run finished before the kill; nothing was tested"
+    subprocess.run(command(killed, "--resume"), check=True, env=env, capture_output=True)
+    assert run_losses(killed) == run_losses(full) and len(run_losses(full)) == 24  # every step, bit for bit
+    assert (json.loads((killed / "results.json").read_text())["epochs"]
+            == json.loads((full / "results.json").read_text())["epochs"])
 
 
 def test_optimizer_settings_reach_the_optimizer(pretrained, tmp_path):

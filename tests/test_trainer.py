@@ -373,3 +373,89 @@ def test_electra_through_the_loop_reads_nothing_from_the_device(tmp_path, monkey
                              tmp_path / name)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+@pytest.mark.parametrize("head", ["classification", "regression", "tokens", "mlm"])
+def test_distillation_steps_read_nothing_from_the_device(tmp_path, monkeypatch, head):
+    # Teacher and student on padded rows (the unpadded layout), every loss term on (soft, hard, logits, hidden
+    # states through a projection), transfer-set rows without gold labels among the labelled ones: the compared
+    # positions and the labelled ones are weights or host-known indices, so a longer run reads the device no more.
+    from bertkit.distill import UNLABELLED, DistillationStudent, DistillationTask, DistillConfig, layer_map
+    from bertkit.models import (IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification,
+                                BertForTokenClassification, layouts)
+    from conftest import tiny_config
+
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)  # the batch plays the device's
+    g = torch.Generator().manual_seed(0)
+
+    def batch():
+        ids = torch.randint(5, 90, (4, 12), generator=g)
+        mask = (torch.arange(12)[None, :] < torch.tensor([12, 9, 5, 7])[:, None]).long()
+        chosen = (torch.rand(4, 12, generator=g) < 0.4) & (mask != 0)
+        chosen[:, 1] = True  # every row has a compared position
+        if head == "classification":
+            labels = torch.tensor([0, 2, IGNORE_INDEX, 1])  # a transfer-set row: no gold label
+        elif head == "regression":
+            labels = torch.tensor([0.5, float("nan"), 1.0, -0.25])
+        elif head == "tokens":
+            tags = torch.randint(0, 3, (4, 12), generator=g)
+            tags[2] = UNLABELLED  # a transfer-set sentence: its words are distilled, never scored on gold tags
+            labels = torch.where(chosen, tags, torch.full_like(tags, IGNORE_INDEX))
+        else:
+            labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids), "labels": labels}
+
+    def run(steps, name):
+        torch.manual_seed(0)
+        batches = [batch() for _ in range(steps)]
+        cls, kwargs = {"classification": (BertForSequenceClassification, {"num_labels": 3}),
+                       "regression": (BertForSequenceClassification, {"num_labels": 1}),
+                       "tokens": (BertForTokenClassification, {"num_labels": 3}),
+                       "mlm": (BertForMaskedLM, {})}[head]
+        quiet = dict(vocab_size=90, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        teacher = cls(tiny_config(**quiet), **kwargs)
+        student = cls(tiny_config(**quiet, num_hidden_layers=1, hidden_size=16, num_attention_heads=2), **kwargs)
+        pairs = layer_map("uniform", 1, 2)
+        model = DistillationStudent(student, pairs, teacher.config.hidden_size)  # 16 -> 32 projections
+        task = DistillationTask(teacher, DistillConfig(alpha_logits=0.5, alpha_hidden=1.0), head, pairs)
+        return lambda: train(model, task, batches, config(max_steps=steps, log_every=1000), tmp_path / name)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+def test_a_fine_tuning_run_reads_the_device_only_at_log_eval_and_save_steps(tmp_path, monkeypatch):
+    # `bertkit.finetune` end to end (task files, features, EpochBatches with dynamic padding and bucketing, the
+    # family's loss, BERT on the unpadded layout, dev evaluation and best-model saving at the epoch's end): one
+    # epoch of 2 steps and one of 6 steps read the device equally often (the end's log line, evaluation, save).
+    import random
+
+    from bertkit import BertForPreTraining, WordPieceTokenizer
+    from bertkit.finetune import FinetuneConfig, finetune
+    from bertkit.models import layouts
+    from conftest import tiny_config
+
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)  # the batch plays the device's
+    words = "the film plot actor was very quite story scene music fun long short".split()
+    rng = random.Random(0)
+
+    def rows(n):
+        out = []
+        for i in range(n):
+            text = [rng.choice(words) for _ in range(rng.randint(2, 9))] + ["good" if i % 2 else "bad"]
+            out.append(f"{' '.join(text)},{'pos' if i % 2 else 'neg'}\n")
+        return "text,label\n" + "".join(out)
+
+    tokenizer = WordPieceTokenizer.train(texts=words + ["good bad"], vocab_size=60, min_frequency=1,
+                                         show_progress=False)
+    BertForPreTraining(tiny_config(vocab_size=tokenizer.vocab_size)).save_pretrained(tmp_path / "model",
+                                                                                     tokenizer=tokenizer)
+    (tmp_path / "dev.csv").write_text(rows(8), encoding="utf-8")
+    settings = FinetuneConfig(kind="classify", epochs=1, batch_size=4, log_every=1000, progress=False,
+                              max_seq_length=16, bucket_window=2, device="cpu")
+
+    def run(steps, name):
+        (tmp_path / f"{name}.csv").write_text(rows(4 * steps), encoding="utf-8")
+        return lambda: finetune("classify", tmp_path / "model", tmp_path / f"{name}.csv", tmp_path / "dev.csv",
+                                tmp_path / name, settings)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)

@@ -739,6 +739,79 @@ def check_no_sync_steps(ctx: Context, measured: dict) -> None:
     summary(measured, f"MLM+NSP and ELECTRA: {steps - 1} steps each under sync debug mode 'error', no device wait")
 
 
+def check_no_sync_task_steps(ctx: Context, measured: dict) -> None:
+    """Fine-tuning and distillation steps wait for the device only at log, eval and save steps: 4 steps each
+    through `bertkit.trainer.train`, the first 3 under `torch.cuda.set_sync_debug_mode("error")`, on the batches
+    a task run makes (`bertkit.taskrun.EpochBatches`: dynamic padding, length bucketing, collated by a worker
+    process into pinned memory), dropout 0.1 (the recipe's):
+      finetune_classify    BertForSequenceClassification + the classification family's loss
+                           (`bertkit.tasks.classify.SequenceClassificationTask`)
+      distill_classify     a 1-layer student of a 2-layer teacher (`bertkit.distill.DistillationTask`: soft, hard,
+                           logits and hidden-state losses through a projection), transfer rows without labels
+    Every run is tried; the check fails naming each run that waited (the operation's error line). CUDA only: on
+    the CPU tests/test_trainer.py counts the same runs' device reads."""
+    if not ctx.cuda:
+        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_trainer.py counts the task "
+                   "runs' device reads")
+    import numpy as np
+
+    from bertkit import BertConfig
+    from bertkit.distill import DistillationStudent, DistillationTask, DistillConfig, layer_map
+    from bertkit.models import IGNORE_INDEX, BertForSequenceClassification
+    from bertkit.taskrun import EpochBatches
+    from bertkit.tasks.classify import SequenceClassificationTask
+    from bertkit.trainer import TrainConfig, train
+
+    steps, rng = 4, np.random.default_rng(16)
+    features = []
+    for i in range(64):
+        ids = [2] + [int(x) for x in rng.integers(5, 120, rng.integers(2, 15))] + [3]
+        label = IGNORE_INDEX if i % 5 == 4 else i % 2  # every fifth: a transfer-set row (distillation only)
+        features.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "label": label})
+    labelled = [f for f in features if f["label"] != IGNORE_INDEX]
+
+    def batches(rows):
+        stream = EpochBatches(rows, 0, 8, seed=0, bucket_window=2, workers=1, pin_memory=True)
+        it = iter(stream)
+        try:
+            return [next(it) for _ in range(steps)]
+        finally:
+            it.close()
+
+    def finetune_run():
+        model = BertForSequenceClassification(BertConfig(**TINY), num_labels=2)
+        return model, SequenceClassificationTask(), batches(labelled)
+
+    def distill_run():
+        teacher = BertForSequenceClassification(BertConfig(**TINY), num_labels=2).to(ctx.device)
+        student = BertForSequenceClassification(BertConfig(**{**TINY, "num_hidden_layers": 1, "hidden_size": 16,
+                                                               "num_attention_heads": 2}), num_labels=2)
+        pairs = layer_map("uniform", 1, 2)
+        task = DistillationTask(teacher, DistillConfig(alpha_logits=0.5, alpha_hidden=1.0), "classification", pairs)
+        return DistillationStudent(student, pairs, teacher.config.hidden_size), task, batches(features)
+
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, build in (("finetune_classify", finetune_run), ("distill_classify", distill_run)):
+            torch.manual_seed(17)
+            model, task, made = build()
+            source = SyncChecked([{k: v for k, v in b.items() if k != "_state"} for b in made], checked=steps - 1)
+            config = TrainConfig(max_steps=steps, warmup_steps=0, learning_rate=1e-3, progress=False,
+                                 device=str(ctx.device), precision="fp32", log_every=1000, save_every=1000,
+                                 max_grad_norm=1.0)
+            try:
+                train(model, task, source, config, Path(tmp) / name)
+                measured[f"{name}_steps_checked"] = steps - 1
+            except RuntimeError as err:  # the sync debug mode's error, naming the operation that waited
+                measured[f"{name}_error"] = str(err).splitlines()[0][:300]
+                failed.append(name)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    assert not failed, f"waited for the device between log steps: {', '.join(failed)} (see *_error)"
+    summary(measured, f"fine-tuning and distillation: {steps - 1} steps each under sync debug mode 'error', no "
+                      f"device wait")
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The families against transformers
 # ------------------------------------------------------------------------------------------------------------------
@@ -1041,6 +1114,7 @@ CHECKS = [
     ("model_directory", check_model_directory),
     ("exact_resume", check_exact_resume),
     ("no_sync_steps", check_no_sync_steps),
+    ("no_sync_task_steps", check_no_sync_task_steps),
     *[(f"family_{kind}", check_family(kind)) for kind in ("bert", "roberta", "albert", "electra", "causal")],
     ("family_distilbert", check_distilbert),
     ("family_t5", check_t5),

@@ -59,6 +59,7 @@ from bertkit.errors import DataError
 from bertkit.io import atomic_write
 from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
                             ModelDir)
+from bertkit.models.layouts import mark_host, positions
 
 TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
@@ -266,38 +267,45 @@ class DistillationTask:
             p.requires_grad_(False)
         self.config, self.head, self.pairs = config, head, list(pairs)
 
-    # Which outputs are compared, and which of them have gold labels.
-    def _positions(self, labels: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """(positions of the sequence the logits are compared at or None for every row, labelled mask there)."""
-        if self.head == "mlm":
-            at = labels != IGNORE_INDEX
-            return at, labels[at] != IGNORE_INDEX
+    # Which outputs are compared, and which of them have gold labels. The masks come from the batch: with the host
+    # copies the trainer's move attaches (`mark_host`), the positions they select are known on the host and
+    # indexing with them reads nothing from the device (a boolean-mask index would wait for it every step).
+    def _positions(self, labels: torch.Tensor) -> torch.Tensor | None:
+        """The (B, T) bool mask of the positions compared (MLM: the masked tokens; tokens: the distilled words),
+        or None where every row is compared once (classification, regression)."""
+        if self.head in ("mlm", "tokens"):
+            return mark_host(labels != IGNORE_INDEX, labels, _compared)
+        return None
+
+    def _labelled(self, gold: torch.Tensor) -> torch.Tensor:
+        """Which compared outputs have a gold label: (N,) bool (transfer-set rows and words have none)."""
         if self.head == "tokens":
-            at = labels != IGNORE_INDEX
-            return at, labels[at] >= 0
+            return gold >= 0  # UNLABELLED (-1) marks a transfer-set word
         if self.head == "regression":
-            return None, ~torch.isnan(labels)
-        return None, labels != IGNORE_INDEX
+            return ~torch.isnan(gold)
+        return gold != IGNORE_INDEX
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         c = self.config
-        at, labelled = self._positions(batch["labels"])
-        n = float(at.sum()) if at is not None else float(batch["labels"].shape[0])
+        labels = batch["labels"]
+        at = self._positions(labels)
+        gold = labels[at] if at is not None else labels  # host arrays: the batch before it moves
+        n = float(gold.shape[0])
         counts = {}
         if c.alpha_soft > 0:
             counts["soft_loss"] = n
         if c.alpha_hard > 0:
-            counts["hard_loss"] = float(labelled.sum())
+            counts["hard_loss"] = float(self._labelled(gold).sum())
         if c.alpha_logits > 0:
             counts["logits_loss"] = n
         if c.alpha_hidden > 0 and self.pairs:
-            counts["hidden_loss"] = float(batch["attention_mask"].sum()) * len(self.pairs)
+            counts["hidden_loss"] = float((batch["attention_mask"] == 1).sum()) * len(self.pairs)
         return counts
 
     def __call__(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         c = self.config
         ids, mask, types, labels = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"]
-        at, labelled = self._positions(labels)
+        at = self._positions(labels)
         sparse = at if self.head == "mlm" else None  # MLM: both models project to the vocabulary at `at` only
         hidden = c.alpha_hidden > 0 and bool(self.pairs)
         device = ids.device
@@ -306,38 +314,59 @@ class DistillationTask:
         with torch.no_grad():
             t_logits, t_hidden = logits_and_hidden(self.teacher, ids, mask, types, sparse, hidden)
         s_logits, s_mapped = model(ids, mask, types, sparse)
-        if self.head == "tokens":  # (B, T, C) -> (N, C) at the distilled words
-            s_logits, t_logits = s_logits[at], t_logits[at]
+        if at is not None:
+            index = positions(at)  # (N,) flat positions, from the host copy of the labels
+            gold = labels.reshape(-1).index_select(0, index)
+            if self.head == "tokens":  # (B, T, C) -> (N, C) at the distilled words
+                s_logits = s_logits.flatten(0, 1).index_select(0, index)
+                t_logits = t_logits.flatten(0, 1).index_select(0, index)
+        else:
+            gold = labels
         s, t = s_logits.float(), t_logits.float()  # (N, C)
-        gold = labels[at] if at is not None else labels
+        labelled = self._labelled(gold)  # (N,) bool, on the device: weights, never an index
+        weight = labelled.to(s.dtype)
         # Counts as device values (a fill, a sum): a host read here would wait for the device every step
         n = torch.full((), float(s.shape[0]), dtype=s.dtype, device=s.device)
-        m = labelled.sum().to(s.dtype)
+        m = weight.sum()
         out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         if self.head == "regression":
             if c.alpha_soft > 0:
                 out["soft_loss"] = (c.alpha_soft * ((s[:, 0] - t[:, 0]) ** 2).sum(), n)
             if c.alpha_hard > 0:
-                out["hard_loss"] = (c.alpha_hard * ((s[labelled, 0] - gold[labelled].float()) ** 2).sum(), m)
+                # A transfer row's NaN target becomes 0 before the product, so neither it nor its gradient is NaN
+                diff = (s[:, 0] - torch.nan_to_num(gold.float(), nan=0.0)) * weight
+                out["hard_loss"] = (c.alpha_hard * (diff ** 2).sum(), m)
         else:
+            target = torch.where(labelled, gold, torch.full_like(gold, IGNORE_INDEX))  # the ignored index elsewhere
             if c.alpha_soft > 0:
                 out["soft_loss"] = (c.alpha_soft * soft_cross_entropy(s, t, c.temperature).sum(), n)
             if c.alpha_hard > 0:
-                out["hard_loss"] = (c.alpha_hard * F.cross_entropy(s[labelled], gold[labelled], reduction="sum"), m)
+                hard = F.cross_entropy(s, target, ignore_index=IGNORE_INDEX, reduction="sum")
+                out["hard_loss"] = (c.alpha_hard * hard, m)
             with torch.no_grad():
+                top = s.argmax(-1)
                 out["kl"] = (soft_kl(s, t, c.temperature).sum(), n)
-                out["agreement"] = ((s.argmax(-1) == t.argmax(-1)).sum().float(), n)
-                out["accuracy"] = ((s[labelled].argmax(-1) == gold[labelled]).sum().float(), m)
+                out["agreement"] = ((top == t.argmax(-1)).sum().float(), n)
+                out["accuracy"] = (((top == gold) & labelled).sum().float(), m)
         if c.alpha_logits > 0:
             out["logits_loss"] = (c.alpha_logits * ((s - t) ** 2).mean(-1).sum(), n)
         if hidden:
-            real = mask == 1  # (B, T): padding is not distilled
+            real = positions(mark_host(mask == 1, mask, _real_token))  # (M,): padding is not distilled
             total = s.new_zeros(())
             for (_, j), h in zip(self.pairs, s_mapped):
-                diff = h.float()[real] - t_hidden[j].float()[real]  # (M, H_t)
+                diff = (h.float().flatten(0, 1).index_select(0, real)
+                        - t_hidden[j].float().flatten(0, 1).index_select(0, real))  # (M, H_t)
                 total = total + (diff ** 2).mean(-1).sum()
-            out["hidden_loss"] = (c.alpha_hidden * total, real.sum().to(s.dtype) * len(self.pairs))
+            out["hidden_loss"] = (c.alpha_hidden * total, n.new_full((), float(real.numel() * len(self.pairs))))
         return out
+
+
+def _compared(labels: torch.Tensor) -> torch.Tensor:
+    return labels != IGNORE_INDEX
+
+
+def _real_token(attention_mask: torch.Tensor) -> torch.Tensor:
+    return attention_mask == 1
 
 
 # ------------------------------------------------------------------------------------------------------------------

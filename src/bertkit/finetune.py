@@ -252,7 +252,7 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
 def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
     """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
     only changes how a run is shown or checkpointed does not count)."""
-    ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size")
+    ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size", "workers")
     for key, value in wanted.items():
         if key not in ignored and key in done and done[key] != value:
             raise ValueError(f"{run_dir} holds a finished run with {key} {done[key]!r}, not {value!r}; give the "

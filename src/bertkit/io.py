@@ -246,6 +246,19 @@ def lock_directory(directory: str | os.PathLike, name: str = LOCK_NAME) -> Itera
                 directory.rmdir()
 
 
+def close_inherited_locks() -> None:
+    """In a process forked from a lock holder (a data loader worker): close its copies of the holder's lock files.
+
+    A forked child shares each lock (flock belongs to the open file, which the child's copy of the descriptor
+    keeps open), so a holder killed by SIGKILL would leave its directory locked until its children noticed and
+    ended, and an immediate `--resume` would be refused. Closing the copies (never unlocking: that would free the
+    holder's lock too) leaves the lock to the holder alone."""
+    for fd, _ in _HELD.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
 def writer_lock(directory: str | os.PathLike, is_main: bool = True) -> contextlib.AbstractContextManager:
     """`lock_directory(directory)` in the process that writes (`is_main`: rank 0 of a torchrun job, whose ranks
     are one writer), a no-op context in the others."""

@@ -577,6 +577,13 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
            eval_at_start: bool) -> TrainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     model.to(device)
+    if device.type == "cpu":
+        # The CPU matmul kernel of bertkit's layers is chosen by timing both once per process (about a second on
+        # busy cores): here, with the set-up, rather than inside the first step, whose time the first log reports
+        from bertkit.models.kernels import Linear, linear_choice
+
+        if any(isinstance(m, Linear) and m.onednn == "auto" for m in model.modules()):
+            linear_choice()
     bf16 = use_bf16(config.precision, device)
     optimizer = make_optimizer(model, config)
     step, tokens, elapsed_before = 0, 0, 0.0

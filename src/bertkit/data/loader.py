@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import itertools
 import math
 import threading
 from queue import Full, Queue
@@ -497,48 +498,24 @@ class PretrainingStream:
     # ---- worker processes -------------------------------------------------------------------------------------
     def _from_workers(self) -> Iterator[dict[str, Any]]:
         """Batches made by `workers` processes, each a contiguous share of the rows, joined in pinned memory."""
-        from torch.utils.data import DataLoader
-
         n = self.workers
-        # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
-        # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
-        # collate_fn: the items are packed already (`_pack`); the default would walk every position list in them
-        loader = DataLoader(_WorkerShares(self, n), batch_size=None, num_workers=n, collate_fn=_as_is,
-                            prefetch_factor=max(self.prefetch, 1), persistent_workers=False,
-                            generator=torch.Generator().manual_seed(self.seed))
         pin = torch.cuda.is_available()
-        parts_iter = iter(loader)
+        items = worker_items(_WorkerShares(self, n), n, self.prefetch, self.seed, self.rank)
         carried = self.carried_mems
         try:
             while True:
-                parts = []
-                for _ in range(n):
-                    try:
-                        parts.append(next(parts_iter))
-                    except StopIteration:
-                        return
+                parts = list(itertools.islice(items, n))
+                if len(parts) < n:
+                    return
                 if pin and n == 1:  # one copy of the flat tensor into pinned memory; the fields are views of it
-                    flat, layout, rest = parts[0]
-                    batch = _unpack((torch.from_numpy(flat).pin_memory(), layout, rest))
+                    batch = unpack_pinned(parts[0])
                 else:
-                    batch = _join([_unpack(p) for p in parts], self.lanes, pin)
+                    batch = _join([unpack_batch(p) for p in parts], self.lanes, pin)
                 if carried is not None:
                     batch["mems"], carried = carried, None
                 yield batch
-        except (RuntimeError, ConnectionError, EOFError) as err:
-            # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
-            # the read; what a live worker raises comes through as itself
-            if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
-                raise
-            why = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise DataError(f"a data loader worker process of rank {self.rank} died ({why}); continue from the "
-                            f"last checkpoint with --resume") from None
         finally:
-            # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
-            # watch over them, which raises wherever the process then is) alive
-            shutdown = getattr(parts_iter, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+            items.close()  # the workers end now, not when the generator is collected
 
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
                 rows: slice = slice(None)) -> dict[str, Any]:
@@ -613,15 +590,66 @@ class _WorkerShares(torch.utils.data.IterableDataset):
         w = 0 if info is None else info.id
         share = np.array_split(np.arange(self.stream.micro_batch_size), self.workers)[w]
         for batch in self.stream._batches(range(int(share[0]), int(share[-1]) + 1)):
-            yield _pack(batch)
+            yield pack_batch(batch)
 
 
 def _as_is(item: Any) -> Any:
     return item
 
 
-def _pack(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int]],
-                                         dict[str, Any]]:
+def _worker_start(worker_id: int) -> None:
+    from bertkit.io import close_inherited_locks
+
+    close_inherited_locks()
+
+
+def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefetch: int, seed: int,
+                 rank: int) -> Iterator[tuple[np.ndarray, list, dict[str, Any]]]:
+    """The items (`pack_batch`ed batches, or shares of one) that `workers` processes make from `dataset`, in
+    round-robin order: item k comes from worker k mod `workers` (torch's DataLoader keeps that order). The one way
+    batches leave worker processes, for the pretraining stream and the fine-tuning batches
+    (`bertkit.taskrun.EpochBatches`) alike.
+
+    A worker that dies ends the iteration with one line (`DataError` naming the rank); what a live worker raises
+    comes through as itself. Closing the generator shuts the workers down at once."""
+    from torch.utils.data import DataLoader
+
+    # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
+    # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
+    # collate_fn: the items are packed already (`pack_batch`); the default would walk every position list in them
+    # worker_init_fn: a worker holds no copy of the run directory's lock, so a killed run's directory is free
+    # for `--resume` at once (not when its orphaned workers notice, seconds later)
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
+                        prefetch_factor=max(prefetch, 1), persistent_workers=False,
+                        generator=torch.Generator().manual_seed(seed), worker_init_fn=_worker_start)
+    items = iter(loader)
+    try:
+        yield from items
+    except (RuntimeError, ConnectionError, EOFError) as err:
+        # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
+        # the read; what a live worker raises comes through as itself
+        if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
+            raise
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DataError(f"a data loader worker process of rank {rank} died ({why}); continue from the "
+                        f"last checkpoint with --resume") from None
+    finally:
+        # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
+        # watch over them, which raises wherever the process then is) alive
+        shutdown = getattr(items, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def unpack_pinned(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
+    """`unpack_batch` after one copy of the item's flat array into pinned memory: every field is a pinned view, so
+    the trainer's copy to the GPU (non_blocking) waits for nothing."""
+    flat, layout, rest = item
+    return unpack_batch((torch.from_numpy(flat).pin_memory(), layout, rest))
+
+
+def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int]],
+                                              dict[str, Any]]:
     """A batch as one flat byte array, its layout (name, dtype, shape, offset) and the rest (positions, flags).
 
     Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
@@ -640,8 +668,8 @@ def _pack(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtyp
     return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
 
 
-def _unpack(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """The batch `_pack` made: views into its flat tensor (no copy), in the original key order."""
+def unpack_batch(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
+    """The batch `pack_batch` made: views into its flat tensor (no copy), in the original key order."""
     flat, layout, rest = item
     flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
     out: dict[str, Any] = {}
