@@ -185,7 +185,7 @@ from bertkit.taskrun import EpochBatches
 features = [{{"input_ids": [2, 5 + i % 7, 3], "token_type_ids": [0, 0, 0], "label": i % 2}} for i in range(64)]
 with lock_directory({str(tmp_path)!r}):
     batches = iter(EpochBatches(features, 0, 4, seed=0, workers=2))
-    next(batches)
+    next(batches), next(batches)  # batch k comes from worker k mod 2: both workers have started
     print("ready", flush=True)
     time.sleep(120)
 """

@@ -459,3 +459,42 @@ def test_a_fine_tuning_run_reads_the_device_only_at_log_eval_and_save_steps(tmp_
                                 tmp_path / name, settings)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+@pytest.mark.parametrize("head", ["tokens", "language-model"])
+def test_task_losses_index_host_known_positions(tmp_path, monkeypatch, head):
+    # NER's labelled tokens and the auxiliary language-model loss's real positions come from the host copies of
+    # the labels and the attention mask (index_select), so a longer run reads the device no more often: indexing
+    # with a mask computed on the device (logits[labels != -100]) would read it every step.
+    from bertkit.models import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification, layouts
+    from bertkit.tasks.classify import SequenceClassificationTask
+    from bertkit.tasks.ner import TokenClassificationTask
+    from conftest import tiny_config
+
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)  # the batch plays the device's
+    g = torch.Generator().manual_seed(0)
+
+    def batch():
+        ids = torch.randint(5, 90, (4, 12), generator=g)
+        mask = (torch.arange(12)[None, :] < torch.tensor([12, 9, 5, 7])[:, None]).long()
+        if head == "tokens":
+            tags = torch.randint(0, 3, (4, 12), generator=g)
+            labels = torch.where((torch.rand(4, 12, generator=g) < 0.5) & (mask != 0), tags,
+                                 torch.full_like(tags, IGNORE_INDEX))
+        else:
+            labels = torch.randint(0, 2, (4,), generator=g)
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids), "labels": labels}
+
+    def run(steps, name):
+        torch.manual_seed(0)
+        batches = [batch() for _ in range(steps)]
+        quiet = tiny_config(vocab_size=90, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                            causal=head == "language-model")  # GPT-1's auxiliary loss needs a causal model
+        if head == "tokens":
+            model, task = BertForTokenClassification(quiet, num_labels=3), TokenClassificationTask()
+        else:
+            model = BertForSequenceClassification(quiet, num_labels=2)
+            task = SequenceClassificationTask().with_language_model(0.5)
+        return lambda: train(model, task, batches, config(max_steps=steps, log_every=1000), tmp_path / name)
+
+    assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)

@@ -143,6 +143,12 @@ def positions(where: torch.Tensor) -> torch.Tensor:
     return _to_device(host.reshape(-1).nonzero().squeeze(1), where.device)
 
 
+def host_count(n: int, device: torch.device) -> torch.Tensor:
+    """A count known on the host as a 0-d float32 tensor on `device`, made there by a fill: a copy of a Python
+    number from pageable memory to a GPU (`new_tensor(float(n))`) waits for the device's queue first."""
+    return torch.full((), float(n), dtype=torch.float32, device=device)
+
+
 def mark_host(derived: torch.Tensor, source: torch.Tensor, fn) -> torch.Tensor:
     """`derived` (returned), computed on the device as fn(source), remembering fn(the host copy of source) when
     `source` has one: e.g. the mask `labels != -100` of labels moved from the host."""

@@ -259,10 +259,12 @@ class SequenceClassificationTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
+        from bertkit.models.layouts import host_count
+
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         logits = out.logits.float()
         labels = batch["labels"]
-        n = logits.new_tensor(float(labels.shape[0]))
+        n = host_count(labels.shape[0], logits.device)
         if self.regression:
             terms = {f"{self.name}_loss": (F.mse_loss(logits.squeeze(-1), labels.float(), reduction="sum"), n)}
         else:
@@ -277,15 +279,19 @@ class SequenceClassificationTask:
         import torch.nn.functional as F
 
         from bertkit.checkpoint import unwrap
+        from bertkit.models.layouts import host_count, mark_host, positions
 
-        ids, mask = batch["input_ids"], batch["attention_mask"].ne(0)
-        keep = mask[:, 1:] & mask[:, :-1]  # (B, T-1): position t predicts the real token t + 1
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        # (B, T-1): position t predicts the real token t + 1; its positions from the host copy of the mask
+        at = positions(mark_host(mask[:, 1:].ne(0) & mask[:, :-1].ne(0), mask,
+                                 lambda m: m[:, 1:].ne(0) & m[:, :-1].ne(0)))
         head = self.lm_head
         if head is not None and head.bias.device != hidden.device:
             head.to(hidden.device)  # not part of the model, so the trainer does not move it
-        lm_logits = unwrap(model).language_model_logits(hidden[:, :-1][keep], head)  # (N, V) only where scored
-        loss = F.cross_entropy(lm_logits.float(), ids[:, 1:][keep], reduction="sum")
-        return self.lm_weight * loss, loss.new_tensor(float(keep.sum()))
+        scored = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, at)  # (N, H) only where scored
+        lm_logits = unwrap(model).language_model_logits(scored, head)  # (N, V)
+        loss = F.cross_entropy(lm_logits.float(), ids[:, 1:].reshape(-1).index_select(0, at), reduction="sum")
+        return self.lm_weight * loss, host_count(at.numel(), loss.device)
 
 
 def classification_metrics(predictions: Sequence, gold: Sequence, regression: bool) -> dict[str, float]:

@@ -142,6 +142,8 @@ class MultipleNegativesRankingLoss:
         import torch
         import torch.nn.functional as F
 
+        from bertkit.models.layouts import host_count
+
         emb = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()  # (B, C, D)
         B = emb.shape[0]
         emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
@@ -153,7 +155,7 @@ class MultipleNegativesRankingLoss:
         if self.symmetric:
             backward = self.scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
             loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
-        return {"mnrl_loss": (loss, loss.new_tensor(float(B)))}
+        return {"mnrl_loss": (loss, host_count(B, loss.device))}
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

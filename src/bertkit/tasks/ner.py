@@ -350,11 +350,15 @@ class TokenClassificationTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
+        from bertkit.models.layouts import host_count, mark_host, positions
+
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         labels = batch["labels"]
-        keep = labels != IGNORE_INDEX
-        n = keep.sum().float()
-        scores, gold = logits[keep], labels[keep]  # (N, num_labels), (N,)
+        # the labelled positions from the host copy of the labels: indexing them reads nothing from the device
+        at = positions(mark_host(labels != IGNORE_INDEX, labels, lambda y: y != IGNORE_INDEX))
+        n = host_count(at.numel(), logits.device)
+        scores = logits.reshape(-1, logits.shape[-1]).index_select(0, at)  # (N, num_labels)
+        gold = labels.reshape(-1).index_select(0, at)  # (N,)
         return {"ner_loss": (F.cross_entropy(scores, gold, reduction="sum"), n),
                 "ner_accuracy": ((scores.argmax(-1) == gold).sum().float(), n)}
 

@@ -68,10 +68,12 @@ class RerankLoss:
     def __call__(self, model, batch):
         import torch.nn.functional as F
 
+        from bertkit.models.layouts import host_count
+
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         labels = batch["labels"].float()
         loss = F.binary_cross_entropy_with_logits(logits[:, 0], labels, reduction="sum")
-        return {"rerank_loss": (loss, logits.new_tensor(float(labels.shape[0])))}
+        return {"rerank_loss": (loss, host_count(labels.shape[0], loss.device))}
 
 
 @register("rerank")

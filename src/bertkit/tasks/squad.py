@@ -725,11 +725,13 @@ class SpanTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
+        from bertkit.models.layouts import host_count
+
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         start, end = batch["start_positions"], batch["end_positions"]
         loss = (F.cross_entropy(logits[..., 0], start, reduction="sum")
                 + F.cross_entropy(logits[..., 1], end, reduction="sum")) / 2
-        return {"span_loss": (loss, logits.new_tensor(float(start.shape[0])))}
+        return {"span_loss": (loss, host_count(start.shape[0], loss.device))}
 
 
 def answer_text_for(tokenizer) -> Callable[[SquadWindow, int, int], str] | None:

@@ -101,12 +101,14 @@ class Seq2SeqTask:
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
         from bertkit.config import IGNORE_INDEX
+        from bertkit.models.layouts import host_count, mark_host, positions
 
         labels = batch["labels"]
         # The logits at the real labels only (packed on the model's fast path): (N, V), (N,).
         scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
-        targets = labels[labels != IGNORE_INDEX]
-        n = scores.new_tensor(float(targets.numel()))
+        at = positions(mark_host(labels != IGNORE_INDEX, labels, lambda y: y != IGNORE_INDEX))
+        targets = labels.reshape(-1).index_select(0, at)  # row-major, as the model packs its logits
+        n = host_count(at.numel(), scores.device)
         return {"seq2seq_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "seq2seq_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
 
