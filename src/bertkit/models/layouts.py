@@ -330,7 +330,19 @@ def _torch_varlen():
     return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
 
 
-torch_varlen = _torch_varlen()
+def __getattr__(name: str):
+    """`layouts.torch_varlen`, resolved on first use (PEP 562): importing torch.nn.attention.varlen pulls in
+    torch._dynamo, about 2 s of every command's start on a CPU that never calls it. Tests and the GPU suite
+    replace the attribute; the model reads it through `_varlen_kernel`."""
+    if name == "torch_varlen":
+        globals()[name] = _torch_varlen()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _varlen_kernel():
+    """PyTorch's variable-length kernel (or what replaced `torch_varlen`), resolving it the first time."""
+    return globals()["torch_varlen"] if "torch_varlen" in globals() else __getattr__("torch_varlen")
 
 
 def use_flash_attn(q: torch.Tensor) -> bool:
@@ -340,7 +352,7 @@ def use_flash_attn(q: torch.Tensor) -> bool:
 
 def varlen_kernel_available(t: torch.Tensor) -> bool:
     """Whether a variable-length FlashAttention kernel exists for tensors on t's device (dtype aside)."""
-    return t.is_cuda and (flash_attn_varlen is not None or torch_varlen is not None)
+    return t.is_cuda and (flash_attn_varlen is not None or _varlen_kernel() is not None)
 
 
 def varlen_flash(qkv: torch.Tensor, num_heads: int, cu_seqlens: torch.Tensor, max_len: int, dropout: float,
@@ -358,7 +370,7 @@ def varlen_flash(qkv: torch.Tensor, num_heads: int, cu_seqlens: torch.Tensor, ma
         extra = {} if window is None else {"window_size": (window, window)}
         context = flash_attn_varlen(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, dropout_p=dropout,
                                     causal=causal, **extra)
-    elif torch_varlen is not None and dropout == 0.0 and D % 8 == 0 and D <= 256:
+    elif (torch_varlen := _varlen_kernel()) is not None and dropout == 0.0 and D % 8 == 0 and D <= 256:
         if window is not None:
             span = (window, 0 if causal else window)
         else:
