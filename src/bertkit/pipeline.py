@@ -1210,10 +1210,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         "tokens_per_s": round(result.tokens / max(result.elapsed, 1e-9), 1),
         "eval_points": len(evals),
         "evaluations": [{k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_perplexity") if k in r} for r in evals],
-        "mlm_accuracy_before": evals[0].get("eval_mlm_accuracy") if evals else None,
-        "mlm_accuracy_after": evals[-1].get("eval_mlm_accuracy") if evals else None,
-        "perplexity_before": evals[0].get("eval_perplexity") if evals else None,
-        "perplexity_after": evals[-1].get("eval_perplexity") if evals else None,
+        **{f"{key}_{when}": evals[at].get(f"eval_{key}") if evals else None
+           for key in ("mlm_accuracy", "perplexity") for when, at in (("before", 0), ("after", -1))},
         "finetune": {"task": {k: v for k, v in task_info.items() if k != "dev_sentences"},
                      "train_examples": len(train_examples), "dev_examples": len(dev_examples),
                      "pairs": dev_examples[0].pair is not None, "labels": classes, "majority_label": majority,
