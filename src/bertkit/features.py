@@ -312,10 +312,6 @@ class ScalarMix(nn.Module):
 
 TASK_MODELS = ("linear", "bilstm")
 TASK_COMBINE = ("concat", "sum", "scalar-mix")
-# The BERT paper's table 7 (feature-based NER on frozen BERT) as --layers / --combine settings.
-TABLE7 = {"embeddings": ("0", "concat"), "second-to-last": ("-2", "concat"), "last": ("-1", "concat"),
-          "weighted-sum-last-four": ("-1,-2,-3,-4", "scalar-mix"), "concat-last-four": ("-1,-2,-3,-4", "concat"),
-          "weighted-sum-all": ("all", "scalar-mix")}
 
 
 class FeatureCache:

@@ -409,8 +409,3 @@ def read_json_lines(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], Tor
             what = err.msg if isinstance(err, json.JSONDecodeError) else "invalid UTF-8"
             raise DataError.at(path, i + 1, f"not valid JSON ({what})") from None
     return out, None
-
-
-def truncate_torn_line(path: str | os.PathLike, torn: TornLine) -> None:
-    """Cut `path` back to just before its torn last line (truncation frees space: it works on a full disk)."""
-    os.truncate(path, torn.offset)

@@ -64,7 +64,7 @@ import sysconfig
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # The pretraining recipe: `mini-fast` plus the settings of the pretrain-vs-scratch experiment
 # (docs/experiments/finetuning.md, "Measured: does a short CPU pretraining help fine-tuning?"): masked LM on packed rows of isolated documents, 20% of the
@@ -122,8 +122,6 @@ LABEL_LADDER = (32, 128, 512, 2048, 8192, 32768)
 # encoder's head sees FROZEN_EXAMPLES_RATIO times as many.
 FINETUNE_MIN_EXAMPLES = 1000
 FINETUNE_MIN_PASSES = 3  # passes over a large label set
-
-DEFAULT_PROBES: list[str] = []  # extra fill-mask sentences of the user's (--probe); the evaluation needs none
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -305,10 +303,34 @@ def _write_task(out: Path, rows: dict[str, list[dict[str, str]]], info: dict[str
             handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen)
     info = {**info, "train": str(out / "train.jsonl"), "dev": str(out / "dev.jsonl"),
             "train_examples": len(rows["train"]), "dev_examples": len(rows["dev"])}
-    dev_sentences = info.pop("dev_sentences")
-    info["dev_sentences"] = dev_sentences  # last: the long list
+    for key in ("per_class", "dev_sentences"):  # last: the long list
+        if key in info:
+            info[key] = info.pop(key)
     (out / "task.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return info
+
+
+def _two_class_task(out_dir: str | os.PathLike, seed: int, stdlib: str | os.PathLike | None,
+                    packages: tuple[str, ...], sizes: tuple[int, int, int, int], labels: tuple[str, str],
+                    corrupt: Callable[[list[list[str]], random.Random], Callable[[int], list[str]]], name: str,
+                    what: str) -> dict[str, Any]:
+    """The word tasks' common part: the sentences and split of `_task_sentences` (`sizes`: min_words, max_words,
+    dev_count, train_max); in each split a seeded half of the sentences become `corrupt(the split's sentences'
+    words, rng)(their index)` with label `labels[0]`, the rest keep their words with label `labels[1]`."""
+    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
+    min_words, max_words, dev_count, train_max = sizes
+    seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
+    rows: dict[str, list[dict[str, str]]] = {}
+    for split, chosen in splits.items():
+        words = [seen[sentence] for sentence in chosen]
+        corrupted = corrupt(words, rng)
+        drawn = set(rng.sample(range(len(chosen)), len(chosen) // 2))
+        rows[split] = [{"text": " ".join(corrupted(i)), "label": labels[0]} if i in drawn
+                       else {"text": " ".join(words[i]), "label": labels[1]} for i in range(len(chosen))]
+    return _write_task(Path(out_dir), rows, {
+        "name": name, "description": f"{what} (2 classes; sentences from the docstrings of {', '.join(packages)} "
+                                     f"in {root}, split at random with seed {seed})",
+        "labels": sorted(labels), "dev_sentences": splits["dev"]})
 
 
 def build_word_salad_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
@@ -330,22 +352,15 @@ def build_word_salad_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str
     OUT/task.json; returns task.json's content, as `build_docstring_task`, with "dev_sentences" the dev sentences
     as written (to keep out of pretraining). RuntimeError when fewer than 100 sentences qualify.
     """
-    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
-    seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
-    rows: dict[str, list[dict[str, str]]] = {}
-    for split, chosen in splits.items():
-        pool = [w for sentence in chosen for w in seen[sentence]]
-        owner = [i for i, sentence in enumerate(chosen) for _ in seen[sentence]]
-        drawn = set(rng.sample(range(len(chosen)), len(chosen) // 2))
-        rows[split] = [{"text": " ".join(random_words(len(seen[sentence]), pool, owner, i, rng)), "label": "random"}
-                       if i in drawn else {"text": " ".join(seen[sentence]), "label": "written"}
-                       for i, sentence in enumerate(chosen)]
-    return _write_task(Path(out_dir), rows, {
-        "name": "word-salad",
-        "description": "whether a documentation sentence is as written or as many words drawn at random by their "
-                       f"frequency (2 classes; sentences from the docstrings of {', '.join(packages)} in {root}, "
-                       f"split at random with seed {seed})",
-        "labels": ["random", "written"], "dev_sentences": splits["dev"]})
+    def salad(words: list[list[str]], rng: random.Random) -> Callable[[int], list[str]]:
+        pool = [w for sentence in words for w in sentence]
+        owner = [i for i, sentence in enumerate(words) for _ in sentence]
+        return lambda i: random_words(len(words[i]), pool, owner, i, rng)
+
+    return _two_class_task(out_dir, seed, stdlib, packages, (min_words, max_words, dev_count, train_max),
+                           ("random", "written"), salad, "word-salad",
+                           "whether a documentation sentence is as written or as many words drawn at random by "
+                           "their frequency")
 
 
 def build_word_order_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
@@ -361,20 +376,10 @@ def build_word_order_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str
     OUT/train.jsonl, OUT/dev.jsonl ({"text", "label"}) and OUT/task.json; returns task.json's content, with
     "dev_sentences" the dev sentences as written. RuntimeError when fewer than 100 sentences qualify.
     """
-    root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
-    seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
-    rows: dict[str, list[dict[str, str]]] = {}
-    for split, chosen in splits.items():
-        shuffled = set(rng.sample(range(len(chosen)), len(chosen) // 2))
-        rows[split] = [{"text": " ".join(shuffle_words(seen[sentence], rng)), "label": "shuffled"} if i in shuffled
-                       else {"text": " ".join(seen[sentence]), "label": "original"}
-                       for i, sentence in enumerate(chosen)]
-    return _write_task(Path(out_dir), rows, {
-        "name": "word-order",
-        "description": "whether a documentation sentence's words are in their written order or shuffled "
-                       f"(2 classes; sentences from the docstrings of {', '.join(packages)} in {root}, "
-                       f"split at random with seed {seed})",
-        "labels": ["original", "shuffled"], "dev_sentences": splits["dev"]})
+    return _two_class_task(out_dir, seed, stdlib, packages, (min_words, max_words, dev_count, train_max),
+                           ("shuffled", "original"), lambda words, rng: lambda i: shuffle_words(words[i], rng),
+                           "word-order", "whether a documentation sentence's words are in their written order or "
+                           "shuffled")
 
 
 def build_docstring_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str | os.PathLike | None = None,
@@ -419,20 +424,12 @@ def build_docstring_task(out_dir: str | os.PathLike, seed: int = 0, stdlib: str 
                            f"and --task-dev")
     rng.shuffle(train)
     rng.shuffle(dev)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for split, rows in (("train", train), ("dev", dev)):
-        with open(out / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    info = {"name": "docstring-package",
-            "description": "which standard-library package a documentation sentence comes from "
-                           f"({len(per_class)} classes: {', '.join(per_class)}); sentences from the docstrings "
-                           f"of {root}, split at random per package with seed {seed}",
-            "labels": list(per_class), "train": str(out / "train.jsonl"), "dev": str(out / "dev.jsonl"),
-            "train_examples": len(train), "dev_examples": len(dev), "per_class": per_class,
-            "dev_sentences": [row["text"] for row in dev]}
-    (out / "task.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return info
+    return _write_task(Path(out_dir), {"train": train, "dev": dev}, {
+        "name": "docstring-package",
+        "description": "which standard-library package a documentation sentence comes from "
+                       f"({len(per_class)} classes: {', '.join(per_class)}); sentences from the docstrings "
+                       f"of {root}, split at random per package with seed {seed}",
+        "labels": list(per_class), "per_class": per_class, "dev_sentences": [row["text"] for row in dev]})
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -502,12 +499,10 @@ def stratified_order(labels: list[str], seed: int) -> list[int]:
     return order
 
 
-def passes_for(labels: int, min_examples: int = None, min_passes: int = None) -> int:
+def passes_for(labels: int, min_examples: int = FINETUNE_MIN_EXAMPLES, min_passes: int = FINETUNE_MIN_PASSES) -> int:
     """Passes over a label set of this size: `min_passes` (a few epochs, as usual when labels are plenty), more
     for a small set so that every run takes at least `min_examples` training examples in all (32 labels get
     ~100 passes)."""
-    min_examples = FINETUNE_MIN_EXAMPLES if min_examples is None else min_examples
-    min_passes = FINETUNE_MIN_PASSES if min_passes is None else min_passes
     return max(min_passes, math.ceil(min_examples / labels))
 
 
@@ -535,21 +530,29 @@ def write_label_set(examples: list, indices: list[int], passes: int, path: Path)
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
+def _cpuinfo() -> str:
+    """/proc/cpuinfo's text ("" where there is none, as on macOS or Windows)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _cpu_flags(wanted: tuple[str, ...], cpuinfo: str | None) -> list[str]:
+    """Those of `wanted` in the first `flags` (or `Features`) line of `cpuinfo` (default: read /proc/cpuinfo)."""
+    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [flag for flag in wanted if flag in present]
+    return []
+
+
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
     """The native-bf16 instruction flags (AMX-BF16, AVX512-BF16) in /proc/cpuinfo's first `flags` line.
 
     cpuinfo: the file's text (default: read it; [] where there is none, as on macOS or Windows)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            present = set(value.split())
-            return [flag for flag in BF16_FLAGS if flag in present]
-    return []
+    return _cpu_flags(BF16_FLAGS, cpuinfo)
 
 
 def choose_precision(device_type: str, cpuinfo: str | None = None) -> tuple[str, str]:
@@ -566,12 +569,9 @@ def choose_precision(device_type: str, cpuinfo: str | None = None) -> tuple[str,
 
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo ("" where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
     return ""
 
 
@@ -583,18 +583,7 @@ def describe_machine(device=None, cpuinfo: str | None = None) -> dict[str, Any]:
     "gpu" (name, or None), "device", "summary" (one line)}."""
     import torch
 
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
-    flags: list[str] = []
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            present = set(value.split())
-            flags = [f for f in CPU_FLAGS if f in present]
-            break
+    flags = _cpu_flags(CPU_FLAGS, cpuinfo)
     cpu = cpu_name() or "an unnamed CPU"
     gpu = torch.cuda.get_device_name(device) if device is not None and getattr(device, "type", "") == "cuda" else None
     threads = torch.get_num_threads()
@@ -1221,10 +1210,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         "tokens_per_s": round(result.tokens / max(result.elapsed, 1e-9), 1),
         "eval_points": len(evals),
         "evaluations": [{k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_perplexity") if k in r} for r in evals],
-        "mlm_accuracy_before": evals[0].get("eval_mlm_accuracy") if evals else None,
-        "mlm_accuracy_after": evals[-1].get("eval_mlm_accuracy") if evals else None,
-        "perplexity_before": evals[0].get("eval_perplexity") if evals else None,
-        "perplexity_after": evals[-1].get("eval_perplexity") if evals else None,
+        **{f"{key}_{when}": evals[at].get(f"eval_{key}") if evals else None
+           for key in ("mlm_accuracy", "perplexity") for when, at in (("before", 0), ("after", -1))},
         "finetune": {"task": {k: v for k, v in task_info.items() if k != "dev_sentences"},
                      "train_examples": len(train_examples), "dev_examples": len(dev_examples),
                      "pairs": dev_examples[0].pair is not None, "labels": classes, "majority_label": majority,

@@ -71,6 +71,7 @@ def config_fields() -> list[tuple[str, type, Any, str]]:
 
 
 MAX_NEW_TOKENS_LIMIT = 512  # what a request may ask a generation to add at most
+UNAUTHORISED = "missing or wrong API key (Authorization: Bearer KEY)"  # the 401's message
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -281,8 +282,7 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
             start = time.perf_counter()
             try:
                 if not authorised(request):
-                    raise RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                       {"WWW-Authenticate": "Bearer"})
+                    raise RequestError(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
                 response = await handler(request)
             except RequestError as err:
                 response = error(err.status, err.message, err.headers)
@@ -416,7 +416,7 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
 
     async def model(request: Request) -> Response:
         if not authorised(request):
-            return error(401, "missing or wrong API key (Authorization: Bearer KEY)", {"WWW-Authenticate": "Bearer"})
+            return error(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
         return JSONResponse(description)
 
     @contextlib.asynccontextmanager
@@ -431,18 +431,12 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
             while tokenizers:
                 tokenizers.pop().shutdown(wait=False)
 
-    routes = [Route("/v1/predict", handled("/v1/predict", _predict), methods=["POST"]),
-              Route("/v1/embeddings", handled("/v1/embeddings", _openai_embeddings), methods=["POST"]),
-              Route("/embed", handled("/embed", _embed), methods=["POST"]),
-              Route("/rerank", handled("/rerank", _rerank), methods=["POST"]),
-              Route("/v1/rerank", handled("/v1/rerank", _rerank), methods=["POST"]),
-              Route("/tokenize", handled("/tokenize", _tokenize), methods=["POST"]),
-              Route("/v1/model", counted("/v1/model", model), methods=["GET"]),
-              Route("/healthz", counted("/healthz", healthz), methods=["GET"]),
-              Route("/metrics", counted("/metrics", metrics_route), methods=["GET"]),
-              Route("/openapi.json", counted("/openapi.json", openapi), methods=["GET"]),
-              Route("/docs", counted("/docs", docs), methods=["GET"]),
-              Route("/", counted("/", index), methods=["GET"])]
+    posts = {"/v1/predict": _predict, "/v1/embeddings": _openai_embeddings, "/embed": _embed, "/rerank": _rerank,
+             "/v1/rerank": _rerank, "/tokenize": _tokenize}
+    gets = {"/v1/model": model, "/healthz": healthz, "/metrics": metrics_route, "/openapi.json": openapi,
+            "/docs": docs, "/": index}
+    routes = ([Route(path, handled(path, handler), methods=["POST"]) for path, handler in posts.items()]
+              + [Route(path, counted(path, handler), methods=["GET"]) for path, handler in gets.items()])
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.engine, app.state.batcher, app.state.metrics, app.state.config = engine, batcher, metrics, config
     return app

@@ -60,27 +60,22 @@ USE_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 ROW_OUTPUTS = {"sequence": "sequence", "token": "token", "qa": "token", "choice": "choice"}
 
 
+def _weighted_mean(x: np.ndarray) -> np.ndarray:
+    weights = np.arange(1, len(x) + 1, dtype=np.float32)
+    return (x * weights[:, None]).sum(axis=0) / weights.sum()
+
+
+# Each pooling mode on one text's token vectors (T, H) without padding; any other mode is lasttoken's.
+_POOL_TOKENS = {"cls": lambda x: x[0], "max": lambda x: x.max(axis=0), "mean": lambda x: x.sum(axis=0) / len(x),
+                "mean_sqrt_len_tokens": lambda x: x.sum(axis=0) / np.sqrt(np.float32(len(x))),
+                "weightedmean": _weighted_mean}
+
+
 def pool_tokens(vectors: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
     """One text's token vectors (T, H), no padding, pooled as `bertkit.models.pooling.pool` pools a padded row:
     (len(modes) * H,) float32."""
     x = vectors.astype(np.float32, copy=False)
-    T = len(x)
-    parts = []
-    for mode in modes:
-        if mode == "cls":
-            parts.append(x[0])
-        elif mode == "max":
-            parts.append(x.max(axis=0))
-        elif mode == "mean":
-            parts.append(x.sum(axis=0) / T)
-        elif mode == "mean_sqrt_len_tokens":
-            parts.append(x.sum(axis=0) / np.sqrt(np.float32(T)))
-        elif mode == "weightedmean":
-            weights = np.arange(1, T + 1, dtype=np.float32)
-            parts.append((x * weights[:, None]).sum(axis=0) / weights.sum())
-        else:  # lasttoken
-            parts.append(x[-1])
-    return np.concatenate(parts)
+    return np.concatenate([_POOL_TOKENS.get(mode, lambda v: v[-1])(x) for mode in modes])
 
 
 def _with_precision(model, device: str, dtype: str, quantize: str | None, calibration=None):
