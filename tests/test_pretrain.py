@@ -176,17 +176,18 @@ OBJECTIVE_ARGS = {
 }
 
 
-@pytest.mark.slow  # two torchrun processes per objective: a minute on a busy 2-core machine
+@pytest.mark.slow  # two or four torchrun processes per objective: a minute or two on a busy 2-core machine
+@pytest.mark.parametrize("processes", [2, 4])
 @pytest.mark.parametrize("objective", list(OBJECTIVE_ARGS))
-def test_every_objective_on_two_gloo_processes_equals_one_process(data_dir, tmp_path, objective):
+def test_every_objective_on_gloo_processes_equals_one_process(data_dir, tmp_path, objective, processes):
     common = [*OBJECTIVE_ARGS[objective], "--max-steps", "4", "--save-every", "100", "--hidden-dropout-prob", "0",
               "--attention-probs-dropout-prob", "0"]
     one, two = tmp_path / "one", tmp_path / "two"
     proc = subprocess.run(_cli(*_pretrain_args(data_dir, one, *common, "--batch-size", "8")), env=_env(),
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", "4")]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", str(8 // processes))]
     proc = subprocess.run(torchrun, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = losses(one), losses(two)
