@@ -368,8 +368,14 @@ def test_plan_budget_splits_the_time():
     # A fixed pretraining time: every seed and pass, whatever they cost.
     fixed = plan_budget(0.0, seeds=[2, 2, 2, 2], pretrain_s=3.0, **{**cost, "example_s": 60.0})
     assert (fixed.pretrain_s, fixed.seeds, fixed.passes, fixed.short) == (3.0, (2, 2, 2, 2), (63, 16, 4, 3), False)
+    # A cost per example for each label count (a frozen encoder's first rung costs next to nothing per pass).
+    per_rung = plan_budget(1500.0, seeds=[5, 5, 3, 3], **{**cost, "example_s": [0.0001, 0.005, 0.005, 0.005]})
+    assert per_rung.run_s == pytest.approx([32 * 63 * 0.0001 + 1.0] + run_s[1:])
+    assert per_rung.pretrain_s == pytest.approx(plan.pretrain_s + 10 * (run_s[0] - per_rung.run_s[0]))
     with pytest.raises(ValueError):
         plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 0.0})
+    with pytest.raises(ValueError):
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "example_s": [0.005, 0.005]})  # one per label count
 
 
 def _fake_stdlib(root: Path) -> Path:
@@ -419,6 +425,12 @@ def test_builtin_task_from_docstrings(tmp_path):
     assert {r["text"] for r in train} <= lines
     assert len(lines - {""}) == sum(len(prose_sentences(p)) for p in root.rglob("*.py")
                                     if "tests" not in p.parts) - len(dev) - 1  # the shared sentence: one line
+    # Parsed in one process or in several, the corpus is the same file (written in the files' order).
+    alone = default_corpus(tmp_path / "alone.txt", progress=False, exclude=set(info["dev_sentences"]), roots=[root],
+                           processes=1)
+    pooled = default_corpus(tmp_path / "pooled.txt", progress=False, exclude=set(info["dev_sentences"]),
+                            roots=[root], processes=3)
+    assert alone.read_bytes() == pooled.read_bytes() == corpus.read_bytes()
     # Out of time: it stops once it has two documents (modules), whatever is left.
     quick = default_corpus(tmp_path / "quick.txt", progress=False, roots=[root], max_seconds=0.0)
     assert quick.read_text().count("\n\n") == 2 and len(quick.read_text()) < len(corpus.read_text())
