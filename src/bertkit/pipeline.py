@@ -106,7 +106,7 @@ FINETUNE = {"learning_rate": 3e-4, "batch_size": 16, "dropout": 0.1}
 FROZEN_MAX_LABELS = 32
 FROZEN = {"frozen": True, "layers": "-1", "learning_rate": 3e-3}
 FROZEN_EXAMPLES_RATIO = 2
-FINETUNE_SEEDS = 5  # seeds per label count up to 128, each the same for both starting points (fewer above)
+FINETUNE_SEEDS = 5  # seeds at the fewest labels, each the same for both starting points (3 at the larger counts)
 FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
 FILL_MASK_PROMPTS = 1000
@@ -1097,8 +1097,9 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # thread), and those minutes were taken from pretraining and left unused at the end.
     example_s = [per_example_s / 3 / p if c.frozen else per_example_s for p, c in zip(passes, rung_configs)]
     fixed_s = ft_speed["eval_s"] + FINETUNE_OVERHEAD_S
-    # The fewest labels, where the spread is widest and the claim is made, get the most seeds.
-    wanted = [finetune_seeds if n <= 128 else min(finetune_seeds, 3) for n in rungs]
+    # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the others three at
+    # most, so that the minutes go to pretraining, which the whole curve stands on.
+    wanted = [finetune_seeds if i == 0 else min(finetune_seeds, 3) for i in range(len(rungs))]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
