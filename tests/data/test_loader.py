@@ -74,19 +74,19 @@ def test_each_rank_creates_and_masks_a_quarter_of_the_rows(monkeypatch):
     # size 4 each rank creates (and masks) exactly a quarter of what world size 1 does for the same batches.
     docs = ListDocuments([[np.arange(10, 10 + n) for n in (7, 5, 9)] for _ in range(17)])
     counts = {"masked": 0, "created": 0}
-    mask, pack = loader.mask_tokens, loader.pack_full_sentences
+    mask, pack = loader.mask_tokens, loader.packed_rows
 
     def counting_mask(ids, *args, **kwargs):
         counts["masked"] += ids.shape[0]
         return mask(ids, *args, **kwargs)
 
     def counting_pack(*args, **kwargs):
-        rows = list(pack(*args, **kwargs))
-        counts["created"] += len(rows)
+        rows = pack(*args, **kwargs)
+        counts["created"] += len(rows["input_ids"])
         return rows
 
     monkeypatch.setattr(loader, "mask_tokens", counting_mask)
-    monkeypatch.setattr(loader, "pack_full_sentences", counting_pack)
+    monkeypatch.setattr(loader, "packed_rows", counting_pack)
 
     def made(batch, rank, world):
         counts.update(masked=0, created=0)

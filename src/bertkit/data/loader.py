@@ -51,8 +51,7 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    CachedDocuments, DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
-    pack_doc_sentences, pack_full_sentences, pad_instances,
+    CachedDocuments, DocumentSource, Instance, SpecialIds, nsp_pairs, packed_rows, pair_rows, sentence_pairs, sop_pairs,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
@@ -62,6 +61,7 @@ from bertkit.data.permutation import plm_example, row_segments, split_a_b
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
 LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
+ROW_FIELDS = ("input_ids", "labels", "attention_mask", "token_type_ids")  # a lane chunk's (n, T) fields, in order
 _END = object()  # end-of-stream marker of the prefetch queue
 
 
@@ -128,19 +128,6 @@ class StreamOptions:
     def spans_per_sequence(self) -> int:
         """The most noise spans a sequence gets (each needs a sentinel of its own)."""
         return noise_counts(max(self.span_lengths[0], 2), self.noise_density, self.mean_noise_span_length)[1]
-
-
-class _Subset:
-    """The documents `indices` of `docs`, as a DocumentSource (for packing one chunk at a time)."""
-
-    def __init__(self, docs: DocumentSource, indices: Sequence[int]) -> None:
-        self.docs, self.indices = docs, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def document(self, i: int):
-        return self.docs.document(int(self.indices[i]))
 
 
 class PretrainingStream:
@@ -218,9 +205,10 @@ class PretrainingStream:
         return out
 
     def lane_chunk(self, lane: int, m: int, group: int | None = None) -> dict[str, np.ndarray]:
-        """The rows of the lane chunk of `lane` that starts at its m-th document, made, masked and padded to max_seq_length, in their shuffled order:
-        (n, T) arrays input_ids (masked), labels, attention_mask, token_type_ids, and (n,) next_sentence_label for
-        pair tasks, and "_documents": how many documents the chunk read ({} rows when it makes none).
+        """The rows of the lane chunk of `lane` that starts at its m-th document, made, masked and padded to
+        max_seq_length, in their shuffled order: "rows" (4, n, T) int64, the fields ROW_FIELDS (input_ids masked,
+        labels, attention_mask, token_type_ids), "next_sentence_label" (n,) for pair tasks, and "_documents": how
+        many documents the chunk read (no "rows" when it makes none).
 
         A document's pair instances are masked together with `[seed, 6, e, d]`, a packed chunk's rows with
         `[seed, 6, e, G, lane, m]` (e: the epoch, or e mod dupe_factor under static masking): a row's mask depends
@@ -229,46 +217,53 @@ class PretrainingStream:
         G = group or self.group
         members = self.lane_documents(lane, m, G)
         static = o.dupe_factor is not None
-        units: list[tuple[list[Instance], list[int]]] = []  # (instances, masking seed words) per masking unit
+        units: list[tuple[int, int, list[int]]] = []  # (first row, end row, masking seed words) per masking unit
         if o.instances in ("nsp", "sop", "sentence-pair"):
+            pairs: list[tuple[np.ndarray, np.ndarray, int]] = []
             for d, e in members:
                 ce = self._creation_epoch(e)
                 rng = np.random.default_rng([self.seed, 2, ce, d])
                 if o.instances == "sentence-pair":
-                    made = create_sentence_pair_instances(self.docs, d, o.max_seq_length, rng, self.special)
+                    made = sentence_pairs(self.docs, d, o.max_seq_length, rng)
                 else:
-                    create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
-                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng, self.special)
-                units.append((made, [self.seed, 6, ce if static else e, d]))
+                    create = nsp_pairs if o.instances == "nsp" else sop_pairs
+                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng)
+                if made:
+                    units.append((len(pairs), len(pairs) + len(made), [self.seed, 6, ce if static else e, d]))
+                    pairs.extend(made)
+            arrays = pair_rows(pairs, o.max_seq_length, self.special) if pairs else None
         else:
-            pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
             e = members[0][1]
-            rows = list(pack(_Subset(self.docs, [d for d, _ in members]), o.max_seq_length, None,
-                             special=self.special))
-            units.append((rows, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
-        parts = [self._masked_rows(made, words) for made, words in units if made]
-        if not parts:
+            arrays = packed_rows([self.docs.flat(d) for d, _ in members], o.max_seq_length, self.special,
+                                 cross_documents=o.instances == "full-sentences")
+            if arrays is not None:
+                n = len(arrays["input_ids"])
+                units.append((0, n, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
+        if arrays is None:
             return {"_documents": len(members)}
-        chunk = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-        perm = np.random.default_rng([self.seed, 4, G, lane, m]).permutation(len(chunk["input_ids"]))
-        return {**{name: value[perm] for name, value in chunk.items()}, "_documents": len(members)}
+        rows = self._masked_rows(arrays, units)
+        perm = np.random.default_rng([self.seed, 4, G, lane, m]).permutation(rows.shape[1])
+        chunk = {"rows": rows[:, perm], "_documents": len(members)}
+        if "next_sentence_label" in arrays:
+            chunk["next_sentence_label"] = arrays["next_sentence_label"][perm]
+        return chunk
 
-    def _masked_rows(self, instances: list[Instance], seed_words: list[int]) -> dict[str, np.ndarray]:
-        """Pad `instances` to max_seq_length and mask them with the generator of `seed_words`."""
+    def _masked_rows(self, arrays: dict[str, np.ndarray], units: list[tuple[int, int, list[int]]]) -> np.ndarray:
+        """(len(ROW_FIELDS), n, T) int64: the laid-out rows `arrays` (`pair_rows`, `packed_rows`) with each unit
+        of rows lo..hi-1 masked by the generator of its seed words (in the fields' order, ROW_FIELDS)."""
         o = self.options
-        arrays = pad_instances(instances, o.max_seq_length, self.special.pad)
-        ids, labels = mask_tokens(arrays["input_ids"], arrays["special_mask"], np.random.default_rng(seed_words),
-                                  vocab_size=self.vocab_size, mask_id=self.special.mask, mask_prob=o.mask_prob,
-                                  max_predictions=o.max_predictions_per_seq, whole_word=o.whole_word_masking,
-                                  word_starts=arrays["word_starts"], random_ids=self._replacement_ids())
+        rows = np.empty((len(ROW_FIELDS),) + arrays["input_ids"].shape, dtype=np.int64)
+        for lo, hi, words in units:
+            rows[0, lo:hi], rows[1, lo:hi] = mask_tokens(
+                arrays["input_ids"][lo:hi], arrays["special_mask"][lo:hi], np.random.default_rng(words),
+                vocab_size=self.vocab_size, mask_id=self.special.mask, mask_prob=o.mask_prob,
+                max_predictions=o.max_predictions_per_seq, whole_word=o.whole_word_masking,
+                word_starts=arrays["word_starts"][lo:hi], random_ids=self._replacement_ids())
         attention = arrays["attention_mask"]
         if o.isolate_documents:  # documents 1, 2, ... within each row; 0 stays padding
             attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
-        out = {"input_ids": ids, "labels": labels, "attention_mask": attention,
-               "token_type_ids": arrays["token_type_ids"]}
-        if "next_sentence_label" in arrays:
-            out["next_sentence_label"] = arrays["next_sentence_label"]
-        return out
+        rows[2], rows[3] = attention, arrays["token_type_ids"]
+        return rows
 
     def _replacement_ids(self) -> np.ndarray:
         """The ids random replacements draw from: `random_ids`, or every id but the special ones."""
@@ -465,7 +460,7 @@ class PretrainingStream:
                     cached = chunks.get(lane)
                     if cached is None or cached[0] != k:
                         cached = chunks[lane] = (k, self.lane_chunk(lane, k))
-                    if offset < len(cached[1].get("input_ids", ())):
+                    if "rows" in cached[1] and offset < cached[1]["rows"].shape[1]:
                         break
                     k, offset, skipped = k + cached[1]["_documents"], 0, skipped + 1
                     if skipped > len(self.docs):
@@ -480,9 +475,16 @@ class PretrainingStream:
 
     @staticmethod
     def collate_rows(items: list[tuple[dict[str, np.ndarray], int]]) -> dict[str, Any]:
-        """Stack rows (lane chunk arrays, row) into a batch of tensors."""
-        batch: dict[str, Any] = {name: torch.from_numpy(np.stack([chunk[name][r] for chunk, r in items]))
-                                 for name in items[0][0] if name != "_documents"}
+        """Rows (lane chunk, row) as a batch: one (fields, B, T) block, each row copied into it once, whose
+        fields (ROW_FIELDS, then next_sentence_label for pair tasks) are (B, T) tensors viewing it."""
+        first = items[0][0]["rows"]
+        block = np.empty((first.shape[0], len(items), first.shape[2]), dtype=first.dtype)
+        for i, (chunk, r) in enumerate(items):
+            block[:, i] = chunk["rows"][:, r]
+        batch: dict[str, Any] = {name: torch.from_numpy(block[f]) for f, name in enumerate(ROW_FIELDS)}
+        if "next_sentence_label" in items[0][0]:
+            batch["next_sentence_label"] = torch.tensor([chunk["next_sentence_label"][r] for chunk, r in items],
+                                                        dtype=torch.int64)
         return batch
 
     def first_rows(self, max_instances: int) -> list[tuple[dict[str, np.ndarray], int]]:
@@ -491,7 +493,7 @@ class PretrainingStream:
         k = 0
         while len(out) < max_instances and self.lane_documents(0, k, group=1)[0][1] == 0:
             chunk = self.lane_chunk(0, k, group=1)
-            out.extend((chunk, r) for r in range(len(chunk.get("input_ids", ()))))
+            out.extend((chunk, r) for r in range(chunk["rows"].shape[1] if "rows" in chunk else 0))
             k += chunk["_documents"]
         return out[:max_instances]
 

@@ -61,17 +61,22 @@ def _select(candidates: np.ndarray, word: np.ndarray, counts: np.ndarray, rng: n
     keys = rng.random((b, w))
     keys[lengths == 0] = 2.0  # absent words sort last
     order = np.argsort(keys, axis=1, kind="stable")  # (B, W) a random visiting order of each row's words
-    sorted_lengths = np.take_along_axis(lengths, order, axis=1)
-    taken_sorted = np.zeros((b, w), dtype=bool)
-    total = np.zeros(b, dtype=np.int64)
-    # Sequential over words, vectorised over rows. Google breaks once the count is reached; continuing is the same,
-    # since every further word has ≥ 1 piece and would overflow.
-    for k in range(w):
-        fits = (sorted_lengths[:, k] > 0) & (total + sorted_lengths[:, k] <= counts)
-        taken_sorted[:, k] = fits
-        total += np.where(fits, sorted_lengths[:, k], 0)
-        if (total >= counts).all():  # every row is full: no later word can fit (each has >= 1 piece)
-            break
+    if lengths.max(initial=0) <= 1:
+        # Words of one piece (no whole-word masking): the loop below takes the first counts[i] words of the order
+        # (the present words come first, and counts <= the words present), so that is the selection
+        taken_sorted = np.arange(w) < counts[:, None]
+    else:
+        sorted_lengths = np.take_along_axis(lengths, order, axis=1)
+        taken_sorted = np.zeros((b, w), dtype=bool)
+        total = np.zeros(b, dtype=np.int64)
+        # Sequential over words, vectorised over rows. Google breaks once the count is reached; continuing is the
+        # same, since every further word has ≥ 1 piece and would overflow.
+        for k in range(w):
+            fits = (sorted_lengths[:, k] > 0) & (total + sorted_lengths[:, k] <= counts)
+            taken_sorted[:, k] = fits
+            total += np.where(fits, sorted_lengths[:, k], 0)
+            if (total >= counts).all():  # every row is full: no later word can fit (each has >= 1 piece)
+                break
     taken = np.zeros((b, w), dtype=bool)
     np.put_along_axis(taken, order, taken_sorted, axis=1)
     return candidates & taken[rows, np.maximum(word, 0)]
