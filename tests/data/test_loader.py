@@ -3,6 +3,7 @@ with N times the batch; positions resume exactly; worker processes make the same
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -102,15 +103,17 @@ def test_each_rank_creates_and_masks_a_quarter_of_the_rows(monkeypatch):
 @pytest.mark.parametrize("kind", ["nsp", "spans", "xlnet"])
 def test_each_rank_masks_only_its_rows(monkeypatch, kind):
     # Whatever the documents: what the ranks create and mask adds up to world size 1's, never world size x it.
+    # (spans: full-length sequences are corrupted together, `span_corruption_rows`, a shorter one alone)
     seen = {"rows": 0}
-    targets = {"nsp": "mask_tokens", "spans": "span_corruption", "xlnet": "plm_example"}[kind]
-    original = getattr(loader, targets)
+    targets = {"nsp": ["mask_tokens"], "spans": ["span_corruption", "span_corruption_rows"],
+               "xlnet": ["plm_example"]}[kind]
 
-    def counting(*args, **kwargs):
-        seen["rows"] += args[0].shape[0] if kind == "nsp" else 1
+    def counting(original, *args, **kwargs):
+        seen["rows"] += args[0].shape[0] if np.ndim(args[0]) == 2 else 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(loader, targets, counting)
+    for target in targets:
+        monkeypatch.setattr(loader, target, functools.partial(counting, getattr(loader, target)))
 
     def rows(batch, rank, world):
         seen["rows"] = 0
@@ -181,3 +184,21 @@ def test_the_eval_rows_are_epoch_0_in_document_order_masked_once():
     again = loader.fixed_batches(stream("nsp", 2), 10, 4)  # the training batch size does not matter
     for a, b in zip(batches, again):
         same_rows(a, [b])
+
+
+def test_packed_batches_arrive_with_their_values_and_dtypes():
+    # Integer fields travel narrowed (int8/16/32 by their values) and arrive widened: equal values, equal dtypes
+    batch = {"input_ids": torch.tensor([[5, 30000, 2]]), "big": torch.tensor([2**40, -3]),
+             "negative": torch.tensor([[-100, 7]]), "int32": torch.tensor([70000], dtype=torch.int32),
+             "mask": torch.tensor([True, False]), "float": torch.tensor([0.5, -1.0]),
+             "empty": torch.zeros(0, 3, dtype=torch.int64), "_state": {"group": 3}}
+    flat, layout, rest = loader.pack_batch(batch)
+    assert [wire for *_, wire in layout] == [torch.int16, torch.int64, torch.int8, torch.int32, torch.bool,
+                                             torch.float32, torch.int64]
+    out = loader.unpack_batch((flat, layout, rest))
+    assert list(out) == list(batch)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            assert out[key].dtype == value.dtype and torch.equal(out[key], value), key
+        else:
+            assert out[key] == value

@@ -56,7 +56,7 @@ from bertkit.data.instances import (
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
 from bertkit.errors import DataError
-from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, split_tokens
+from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, span_corruption_rows
 from bertkit.data.permutation import plm_example, row_segments, split_a_b
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
@@ -286,26 +286,33 @@ class PretrainingStream:
         members = self._order(epoch)[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
         rng = np.random.default_rng([self.seed, 2, e, chunk])
         if o.instances == "xlnet":
-            return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
-                              self.group)
+            if not hasattr(self.docs, "flat_document"):
+                return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
+                                  self.group)
+            flats = [self.docs.flat_document(int(d)) for d in members]
+            if not any(len(ids) for ids, _, _ in flats):
+                return []
+            return _xlnet_rows(np.concatenate([f[0] for f in flats]), np.concatenate([f[1] for f in flats]),
+                               o.max_seq_length, o.reuse_len, self.group)
         if o.instances != "spans":
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
-        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
-        out: list[Instance] = []
-        documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
-                                    or [np.zeros(0, dtype=np.int64)]) for d in members]
-        sequences = split_tokens(documents, o.span_lengths[0])
-        # Every rank cuts the whole chunk (it corrupts only its own rows): the per-sequence fields corruption does
-        # not read are views of three shared read-only arrays, not three new arrays per sequence
-        width = max((len(ids) for ids in sequences), default=0)
-        zeros, ones, no = np.zeros(width, dtype=np.int64), np.ones(width, dtype=bool), np.zeros(width, dtype=bool)
+        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation), in
+        # a seeded order. Every rank cuts the whole chunk but uses only its own rows, so the sequences are
+        # made when asked for (`LazyRows`): a rank's work per batch does not grow with the world size.
+        stream = _document_tokens(self.docs, members)
+        length = o.span_lengths[0]
+        count = -(-len(stream) // length)
+        perm = rng.permutation(count)  # the order of split_tokens(documents, length)
+        # The per-sequence fields corruption does not read are views of three shared read-only arrays
+        zeros, ones, no = np.zeros(length, dtype=np.int64), np.ones(length, dtype=bool), np.zeros(length, dtype=bool)
         for shared in (zeros, ones, no):
             shared.flags.writeable = False
-        for ids in sequences:
+
+        def sequence(k: int) -> Instance:
+            ids = stream[int(perm[k]) * length:(int(perm[k]) + 1) * length]
             n = len(ids)
-            out.append(Instance(ids, zeros[:n], ones[:n], no[:n], -1))
-        perm = rng.permutation(len(out))
-        return [out[i] for i in perm]
+            return Instance(ids, zeros[:n], ones[:n], no[:n], -1)
+        return LazyRows(count, sequence)
 
     def mask(self, input_ids: np.ndarray, special_mask: np.ndarray, word_starts: np.ndarray, epoch: int,
              index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -534,9 +541,23 @@ class PretrainingStream:
         inputs (pad id) to max_seq_length and the targets (IGNORE_INDEX) to T5's target length (or the longest,
         should a row be longer), as tensors: input_ids and attention_mask (B, S), labels (B, T)."""
         o = self.options
-        pairs = [span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
-                                 o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
-                 for inst, epoch, index in items[rows]]
+        chosen = items[rows]
+        pairs: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(chosen)
+        # Rows of the full sequence length are corrupted together (`span_corruption_rows`), the others one by one
+        length = o.span_lengths[0]
+        full = [i for i, (inst, _, _) in enumerate(chosen) if len(inst.input_ids) == length] if length >= 2 else []
+        if full:
+            inputs, targets = span_corruption_rows(
+                np.stack([chosen[i][0].input_ids for i in full]),
+                [masking_rng(self.seed, chosen[i][1], chosen[i][2], o.dupe_factor) for i in full],
+                o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
+            for k, i in enumerate(full):
+                pairs[i] = (inputs[k], targets[k])
+        for i, (inst, epoch, index) in enumerate(chosen):
+            if pairs[i] is None:
+                pairs[i] = span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
+                                           o.first_sentinel_id, self.special.sep, o.noise_density,
+                                           o.mean_noise_span_length)
         width = max([o.max_seq_length] + [len(p[0]) for p in pairs])
         target_width = max([o.span_lengths[1]] + [len(p[1]) for p in pairs])
         ids = np.full((len(pairs), width), self.special.pad, dtype=np.int64)
@@ -644,40 +665,72 @@ def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefet
 
 
 def unpack_pinned(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """`unpack_batch` after one copy of the item's flat array into pinned memory: every field is a pinned view, so
-    the trainer's copy to the GPU (non_blocking) waits for nothing."""
-    flat, layout, rest = item
-    return unpack_batch((torch.from_numpy(flat).pin_memory(), layout, rest))
+    """`unpack_batch` into pinned memory (one block for the whole batch): every field is a pinned view, so the
+    trainer's copy to the GPU (non_blocking) waits for nothing."""
+    return _unpacked(item, pin=True)
 
 
-def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int]],
-                                              dict[str, Any]]:
-    """A batch as one flat byte array, its layout (name, dtype, shape, offset) and the rest (positions, flags).
+_NARROW = (torch.int8, torch.int16, torch.int32)  # integer dtypes a field travels in, narrowest first
+
+
+def _wire_dtype(value: torch.Tensor) -> torch.dtype:
+    """The narrowest integer dtype that holds every value of an int64/int32 tensor (its own dtype otherwise)."""
+    if value.dtype not in (torch.int64, torch.int32) or value.numel() == 0:
+        return value.dtype
+    low, high = (int(x) for x in torch.aminmax(value))
+    for dtype in _NARROW:
+        info = torch.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return dtype if dtype.itemsize < value.dtype.itemsize else value.dtype
+    return value.dtype
+
+
+def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int,
+                                                                       torch.dtype]], dict[str, Any]]:
+    """A batch as one flat byte array, its layout (name, dtype, shape, offset, dtype on the wire) and the rest
+    (positions, flags). Integer fields travel in the narrowest dtype that holds their values (token ids in 16
+    or 32 bits, masks in 8) and `unpack_batch` widens them back: the same values and dtypes arrive.
 
     Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
     descriptor and mapped again per item (about a millisecond each, measured), which cost more than making the
-    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side)."""
+    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side), and a
+    narrow one fits the pipe's buffer in one write (a 256-row batch of int64s took a dozen reads, each waiting
+    for the worker's next write)."""
     tensors = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
     layout, offset = [], 0
     for name, value in tensors:
-        layout.append((name, value.dtype, tuple(value.shape), offset))
-        offset += -(-value.numel() * value.element_size() // 8) * 8  # 8-byte aligned, so every view is aligned
+        wire = _wire_dtype(value)
+        layout.append((name, value.dtype, tuple(value.shape), offset, wire))
+        offset += -(-value.numel() * wire.itemsize // 8) * 8  # 8-byte aligned, so every view is aligned
     flat = np.empty(offset, dtype=np.uint8)
     view = torch.from_numpy(flat)
-    for (name, value), (_, dtype, shape, start) in zip(tensors, layout):
-        size = value.numel() * value.element_size()
-        view[start:start + size].view(dtype).copy_(value.reshape(-1))
+    for (name, value), (_, dtype, shape, start, wire) in zip(tensors, layout):
+        size = value.numel() * wire.itemsize
+        view[start:start + size].view(wire).copy_(value.reshape(-1))
     return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
 
 
 def unpack_batch(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """The batch `pack_batch` made: views into its flat tensor (no copy), in the original key order."""
+    """The batch `pack_batch` made, in the original key order: views into its flat tensor where a field travelled
+    in its own dtype, widened copies where it travelled narrower."""
+    return _unpacked(item, pin=False)
+
+
+def _unpacked(item: tuple[np.ndarray, list, dict[str, Any]], pin: bool) -> dict[str, Any]:
     flat, layout, rest = item
     flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
-    out: dict[str, Any] = {}
-    for name, dtype, shape, start in layout:
-        size = math.prod(shape) * dtype.itemsize
-        out[name] = flat[start:start + size].view(dtype).view(shape)
+    fields = [(name, flat[start:start + math.prod(shape) * wire.itemsize].view(wire).view(shape), dtype)
+              for name, dtype, shape, start, wire in layout]
+    if not pin and all(value.dtype == dtype for _, value, dtype in fields):
+        out: dict[str, Any] = {name: value for name, value, _ in fields}
+    else:  # widen into one block (pinned when asked), each field a view of it
+        sizes = [-(-value.numel() * dtype.itemsize // 8) * 8 for _, value, dtype in fields]
+        block = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=pin)
+        out, start = {}, 0
+        for (name, value, dtype), size in zip(fields, sizes):
+            target = block[start:start + value.numel() * dtype.itemsize].view(dtype).view(value.shape)
+            target.copy_(value)
+            out[name], start = target, start + size
     out.update(rest)
     return out
 
@@ -706,23 +759,61 @@ def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]
     return out
 
 
-def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> list["XLNetSegment"]:
+class LazyRows(Sequence):
+    """A chunk's rows made when indexed: `make(k)` is row k of `count` (an int index gives a row, a slice a
+    list). Every rank cuts a whole-corpus chunk but reads only its own rows of each group, so making all of them
+    would cost a rank in proportion to the global batch."""
+
+    def __init__(self, count: int, make) -> None:
+        self.count, self.make = count, make
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.make(i) for i in range(*k.indices(self.count))]
+        if k < 0:
+            k += self.count
+        if not 0 <= k < self.count:
+            raise IndexError(f"row {k} of {self.count}")
+        return self.make(k)
+
+
+def _document_tokens(docs: DocumentSource, members: Sequence[int]) -> np.ndarray:
+    """The documents `members` end to end, as one int64 array (empty sentences and documents add nothing); read
+    whole where the source can (`ShardedCorpus.flat_document`)."""
+    if hasattr(docs, "flat_document"):
+        parts = [docs.flat_document(int(d))[0] for d in members]
+    else:
+        parts = [np.asarray(x, dtype=np.int64) for d in members for x in docs.document(int(d))[0]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequence["XLNetSegment"]:
     """A chunk's XLNet segments in batch order: the documents end to end cut into `rows` equal streams, each read
     segment after segment (`row_segments`); group j of `rows` segments holds segment j of every stream, so
-    consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled."""
+    consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled; made when
+    indexed (`LazyRows`)."""
     ids = [np.asarray(x, dtype=np.int64) for doc in documents for x in doc[0]]
     starts = [np.asarray(x, dtype=bool) for doc in documents for x in doc[1]]
     if not ids:
         return []
     tokens, word_starts = np.concatenate(ids), np.concatenate(starts)
+    return _xlnet_rows(tokens, word_starts, seq_len, reuse_len, rows)
+
+
+def _xlnet_rows(tokens: np.ndarray, word_starts: np.ndarray, seq_len: int, reuse_len: int,
+                rows: int) -> Sequence["XLNetSegment"]:
+    """`xlnet_rows` of the documents' tokens and word starts end to end."""
     width = len(tokens) // rows
     offsets = row_segments(tokens[:width], seq_len, reuse_len)
-    out = []
-    for j, start in enumerate(offsets):
-        for r in range(rows):
-            out.append(XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
-                                    start, j == 0))
-    return out
+
+    def segment(k: int) -> XLNetSegment:
+        j, r = divmod(k, rows)
+        return XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
+                            offsets[j], j == 0)
+    return LazyRows(len(offsets) * rows, segment)
 
 
 @dataclass(frozen=True)
