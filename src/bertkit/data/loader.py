@@ -591,8 +591,13 @@ class PretrainingStream:
             examples.append(plm_example(seg.tokens[s:s + R], a, b, is_next, ws, self.special.sep, self.special.cls,
                                         o.max_predictions_per_seq, rng, o.partial_k))
         stack = lambda name: torch.from_numpy(np.stack([getattr(e, name) for e in examples]))  # noqa: E731
+        # perm_mask as float32 in one pass (each row's bools converted as they are copied in), not stacked and then
+        # converted: (B, S, S) is most of the batch's bytes
+        perm_mask = np.empty((len(examples),) + examples[0].perm_mask.shape, dtype=np.float32)
+        for i, e in enumerate(examples):
+            perm_mask[i] = e.perm_mask
         batch: dict[str, Any] = {"input_ids": stack("input_ids"), "token_type_ids": stack("token_type_ids"),
-                                 "perm_mask": stack("perm_mask").float(), "target_mapping": stack("target_mapping"),
+                                 "perm_mask": torch.from_numpy(perm_mask), "target_mapping": stack("target_mapping"),
                                  "labels": stack("labels"), "first_segment": items[0][0].first}
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
         if state is not None:
