@@ -202,3 +202,65 @@ def test_packed_batches_arrive_with_their_values_and_dtypes():
             assert out[key].dtype == value.dtype and torch.equal(out[key], value), key
         else:
             assert out[key] == value
+
+
+@pytest.mark.parametrize("kind", ["nsp", "sop", "sentence-pair", "full-sentences", "full-sentences-isolated",
+                                  "doc-sentences"])
+def test_lane_chunks_are_the_plain_rules_padded_masked_and_shuffled(kind):
+    # The loader lays a lane chunk out at once (pair_rows, packed_rows, one block of fields); built here from the
+    # plain functions instead, one instance at a time, as the module docstring states the rule: a document's
+    # pairs with [seed, 2, e, d] masked with [seed, 6, e, d]; a chunk's packed rows masked with
+    # [seed, 6, e, G, lane, m]; the rows shuffled with [seed, 4, G, lane, m].
+    from bertkit.data.instances import (create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
+                                        pack_doc_sentences, pack_full_sentences, pad_instances)
+    from bertkit.data.masking import mask_tokens
+
+    s = stream(kind, 3, rank=1, world=2)
+    o, G, seed = s.options, s.group, s.seed
+    replacement = np.setdiff1d(np.arange(VOCAB), [SPECIAL.cls, SPECIAL.sep, SPECIAL.pad, SPECIAL.mask])
+    checked = 0
+    for lane, m in ((0, 0), (4, 0), (5, 3), (2, 7), (1, 30)):  # m 30: epoch 7, past NSP's dupe_factor 3
+        members = s.lane_documents(lane, m)
+        units = []
+        if kind in ("nsp", "sop", "sentence-pair"):
+            for d, e in members:
+                e = e % o.dupe_factor if o.dupe_factor else e  # static masking: the dupe_factor fixed copies
+                rng = np.random.default_rng([seed, 2, e, d])
+                if kind == "nsp":
+                    made = create_nsp_instances(s.docs.docs, d, 24, o.short_seq_prob, rng, SPECIAL)
+                elif kind == "sop":
+                    made = create_sop_instances(s.docs.docs, d, 24, o.short_seq_prob, rng, SPECIAL)
+                else:
+                    made = create_sentence_pair_instances(s.docs.docs, d, 24, rng, SPECIAL)
+                units.append((made, [seed, 6, e, d]))
+        else:
+            pack = pack_doc_sentences if kind == "doc-sentences" else pack_full_sentences
+            subset = ListDocuments([s.docs.docs.document(d)[0] for d, _ in members],
+                                   [s.docs.docs.document(d)[1] for d, _ in members])
+            units.append((list(pack(subset, 24, special=SPECIAL)), [seed, 6, members[0][1], G, lane, m]))
+        fields = []
+        for made, words in units:
+            if not made:
+                continue
+            arrays = pad_instances(made, 24, SPECIAL.pad)
+            ids, labels = mask_tokens(arrays["input_ids"], arrays["special_mask"], np.random.default_rng(words),
+                                      vocab_size=VOCAB, mask_id=SPECIAL.mask, mask_prob=o.mask_prob,
+                                      max_predictions=o.max_predictions_per_seq, random_ids=replacement)
+            attention = arrays["attention_mask"]
+            if kind == "full-sentences-isolated":
+                attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
+            fields.append((ids, labels, attention, arrays["token_type_ids"], arrays.get("next_sentence_label")))
+        chunk = s.lane_chunk(lane, m)
+        assert chunk["_documents"] == len(members)
+        if not fields:
+            assert "rows" not in chunk
+            continue
+        expected = [np.concatenate([f[k] for f in fields]) for k in range(4)]
+        perm = np.random.default_rng([seed, 4, G, lane, m]).permutation(len(expected[0]))
+        assert chunk["rows"].dtype == np.int64
+        for k in range(4):
+            assert np.array_equal(chunk["rows"][k], expected[k][perm]), loader.ROW_FIELDS[k]
+        if kind in ("nsp", "sop", "sentence-pair"):
+            assert np.array_equal(chunk["next_sentence_label"], np.concatenate([f[4] for f in fields])[perm])
+        checked += 1
+    assert checked >= 3
