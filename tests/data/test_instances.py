@@ -430,3 +430,69 @@ def test_pad_instances_packed_batch_and_errors():
     pairs = create_sop_instances(docs, 0, 10, 0.0, np.random.default_rng(0), SPECIAL)
     with pytest.raises(ValueError, match="pair label"):
         pad_instances(rows + pairs, 10, SPECIAL.pad)
+
+
+# ------------------------------------------------------------------------ layouts of many rows at once
+# The loader lays a lane chunk's rows out at once (`pair_rows`, `packed_rows`) from the rules' plans; they must be
+# the plain functions' instances padded by `pad_instances`, array for array, on any corpus (empty documents and
+# sentences, sentences longer than a row, partial word starts included).
+
+corpora = st.lists(  # documents of sentences of (length, word-start probability)
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0.0, 0.5, 1.0])), min_size=0, max_size=7),
+    min_size=2, max_size=7)
+
+
+def _corpus(shape, seed: int) -> ListDocuments:
+    rng = np.random.default_rng(seed)
+    ids = [[rng.integers(FIRST_ID, 90, size=n) for n, _ in doc] for doc in shape]
+    starts = [[rng.random(n) < p for n, p in doc] for doc in shape]
+    return ListDocuments(ids, starts)
+
+
+def _assert_same_arrays(expected: dict, got: dict) -> None:
+    assert sorted(expected) == sorted(got)
+    for key in expected:
+        assert got[key].dtype == expected[key].dtype and np.array_equal(got[key], expected[key]), key
+
+
+@settings(max_examples=150, deadline=None)
+@given(corpora, st.integers(3, 60), st.booleans(), st.integers(0, 2**16))
+def test_packed_rows_equal_the_padded_packer(shape, max_seq_length, cross, seed):
+    from bertkit.data.instances import CachedDocuments, packed_rows
+
+    docs = _corpus(shape, seed)
+    pack = pack_full_sentences if cross else pack_doc_sentences
+    plain = list(pack(docs, max_seq_length, special=SPECIAL))
+    cached = CachedDocuments(docs)
+    fast = packed_rows([cached.flat(d) for d in range(len(docs))], max_seq_length, SPECIAL, cross)
+    if not plain:
+        assert fast is None
+        return
+    _assert_same_arrays(pad_instances(plain, max_seq_length, SPECIAL.pad), fast)
+
+
+@settings(max_examples=150, deadline=None)
+@given(corpora, st.integers(5, 60), st.sampled_from(["nsp", "sop", "sentence-pair"]), st.integers(0, 2**16))
+def test_pair_rows_equal_the_padded_instances(shape, max_seq_length, kind, seed):
+    from bertkit.data.instances import (
+        CachedDocuments, create_sentence_pair_instances, nsp_pairs, pair_rows, sentence_pairs, sop_pairs,
+    )
+
+    docs = _corpus(shape, seed)
+    if sum(1 for doc in shape if any(n for n, _ in doc)) < 2:
+        return  # NSP's random next segments need two non-empty documents (the error is tested above)
+    cached = CachedDocuments(docs)
+    for d in range(len(docs)):
+        if kind == "nsp":
+            plain = create_nsp_instances(docs, d, max_seq_length, 0.3, np.random.default_rng(seed), SPECIAL)
+            pairs = nsp_pairs(cached, d, max_seq_length, 0.3, np.random.default_rng(seed))
+        elif kind == "sop":
+            plain = create_sop_instances(docs, d, max_seq_length, 0.3, np.random.default_rng(seed), SPECIAL)
+            pairs = sop_pairs(cached, d, max_seq_length, 0.3, np.random.default_rng(seed))
+        else:
+            plain = create_sentence_pair_instances(docs, d, max_seq_length, np.random.default_rng(seed), SPECIAL)
+            pairs = sentence_pairs(cached, d, max_seq_length, np.random.default_rng(seed))
+        assert len(pairs) == len(plain)
+        if plain:
+            _assert_same_arrays(pad_instances(plain, max_seq_length, SPECIAL.pad),
+                                pair_rows(pairs, max_seq_length, SPECIAL))

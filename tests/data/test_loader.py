@@ -3,6 +3,7 @@ with N times the batch; positions resume exactly; worker processes make the same
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -74,19 +75,19 @@ def test_each_rank_creates_and_masks_a_quarter_of_the_rows(monkeypatch):
     # size 4 each rank creates (and masks) exactly a quarter of what world size 1 does for the same batches.
     docs = ListDocuments([[np.arange(10, 10 + n) for n in (7, 5, 9)] for _ in range(17)])
     counts = {"masked": 0, "created": 0}
-    mask, pack = loader.mask_tokens, loader.pack_full_sentences
+    mask, pack = loader.mask_tokens, loader.packed_rows
 
     def counting_mask(ids, *args, **kwargs):
         counts["masked"] += ids.shape[0]
         return mask(ids, *args, **kwargs)
 
     def counting_pack(*args, **kwargs):
-        rows = list(pack(*args, **kwargs))
-        counts["created"] += len(rows)
+        rows = pack(*args, **kwargs)
+        counts["created"] += len(rows["input_ids"])
         return rows
 
     monkeypatch.setattr(loader, "mask_tokens", counting_mask)
-    monkeypatch.setattr(loader, "pack_full_sentences", counting_pack)
+    monkeypatch.setattr(loader, "packed_rows", counting_pack)
 
     def made(batch, rank, world):
         counts.update(masked=0, created=0)
@@ -102,15 +103,17 @@ def test_each_rank_creates_and_masks_a_quarter_of_the_rows(monkeypatch):
 @pytest.mark.parametrize("kind", ["nsp", "spans", "xlnet"])
 def test_each_rank_masks_only_its_rows(monkeypatch, kind):
     # Whatever the documents: what the ranks create and mask adds up to world size 1's, never world size x it.
+    # (spans: full-length sequences are corrupted together, `span_corruption_rows`, a shorter one alone)
     seen = {"rows": 0}
-    targets = {"nsp": "mask_tokens", "spans": "span_corruption", "xlnet": "plm_example"}[kind]
-    original = getattr(loader, targets)
+    targets = {"nsp": ["mask_tokens"], "spans": ["span_corruption", "span_corruption_rows"],
+               "xlnet": ["plm_example"]}[kind]
 
-    def counting(*args, **kwargs):
-        seen["rows"] += args[0].shape[0] if kind == "nsp" else 1
+    def counting(original, *args, **kwargs):
+        seen["rows"] += args[0].shape[0] if np.ndim(args[0]) == 2 else 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(loader, targets, counting)
+    for target in targets:
+        monkeypatch.setattr(loader, target, functools.partial(counting, getattr(loader, target)))
 
     def rows(batch, rank, world):
         seen["rows"] = 0
@@ -181,3 +184,85 @@ def test_the_eval_rows_are_epoch_0_in_document_order_masked_once():
     again = loader.fixed_batches(stream("nsp", 2), 10, 4)  # the training batch size does not matter
     for a, b in zip(batches, again):
         same_rows(a, [b])
+
+
+def test_packed_batches_arrive_with_their_values_and_dtypes():
+    # Integer fields travel narrowed (int8/16/32 by their values) and arrive widened: equal values, equal dtypes
+    batch = {"input_ids": torch.tensor([[5, 30000, 2]]), "big": torch.tensor([2**40, -3]),
+             "negative": torch.tensor([[-100, 7]]), "int32": torch.tensor([70000], dtype=torch.int32),
+             "mask": torch.tensor([True, False]), "float": torch.tensor([0.5, -1.0]),
+             "zero_one": torch.tensor([[0.0, 1.0], [1.0, 1.0]]), "minus_zero": torch.tensor([1.0, -0.0]),
+             "empty": torch.zeros(0, 3, dtype=torch.int64), "_state": {"group": 3}}
+    flat, layout, rest = loader.pack_batch(batch)
+    assert [wire for *_, wire in layout] == [torch.int16, torch.int64, torch.int8, torch.int32, torch.bool,
+                                             torch.float32, torch.bool, torch.float32, torch.int64]
+    out = loader.unpack_batch((flat, layout, rest))
+    assert list(out) == list(batch)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):  # equal bit for bit (-0.0 stays -0.0)
+            assert out[key].dtype == value.dtype and out[key].shape == value.shape, key
+            assert out[key].numpy().tobytes() == value.numpy().tobytes(), key
+        else:
+            assert out[key] == value
+
+
+@pytest.mark.parametrize("kind", ["nsp", "sop", "sentence-pair", "full-sentences", "full-sentences-isolated",
+                                  "doc-sentences"])
+def test_lane_chunks_are_the_plain_rules_padded_masked_and_shuffled(kind):
+    # The loader lays a lane chunk out at once (pair_rows, packed_rows, one block of fields); built here from the
+    # plain functions instead, one instance at a time, as the module docstring states the rule: a document's
+    # pairs with [seed, 2, e, d] masked with [seed, 6, e, d]; a chunk's packed rows masked with
+    # [seed, 6, e, G, lane, m]; the rows shuffled with [seed, 4, G, lane, m].
+    from bertkit.data.instances import (create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
+                                        pack_doc_sentences, pack_full_sentences, pad_instances)
+    from bertkit.data.masking import mask_tokens
+
+    s = stream(kind, 3, rank=1, world=2)
+    o, G, seed = s.options, s.group, s.seed
+    replacement = np.setdiff1d(np.arange(VOCAB), [SPECIAL.cls, SPECIAL.sep, SPECIAL.pad, SPECIAL.mask])
+    checked = 0
+    for lane, m in ((0, 0), (4, 0), (5, 3), (2, 7), (1, 30)):  # m 30: epoch 7, past NSP's dupe_factor 3
+        members = s.lane_documents(lane, m)
+        units = []
+        if kind in ("nsp", "sop", "sentence-pair"):
+            for d, e in members:
+                e = e % o.dupe_factor if o.dupe_factor else e  # static masking: the dupe_factor fixed copies
+                rng = np.random.default_rng([seed, 2, e, d])
+                if kind == "nsp":
+                    made = create_nsp_instances(s.docs.docs, d, 24, o.short_seq_prob, rng, SPECIAL)
+                elif kind == "sop":
+                    made = create_sop_instances(s.docs.docs, d, 24, o.short_seq_prob, rng, SPECIAL)
+                else:
+                    made = create_sentence_pair_instances(s.docs.docs, d, 24, rng, SPECIAL)
+                units.append((made, [seed, 6, e, d]))
+        else:
+            pack = pack_doc_sentences if kind == "doc-sentences" else pack_full_sentences
+            subset = ListDocuments([s.docs.docs.document(d)[0] for d, _ in members],
+                                   [s.docs.docs.document(d)[1] for d, _ in members])
+            units.append((list(pack(subset, 24, special=SPECIAL)), [seed, 6, members[0][1], G, lane, m]))
+        fields = []
+        for made, words in units:
+            if not made:
+                continue
+            arrays = pad_instances(made, 24, SPECIAL.pad)
+            ids, labels = mask_tokens(arrays["input_ids"], arrays["special_mask"], np.random.default_rng(words),
+                                      vocab_size=VOCAB, mask_id=SPECIAL.mask, mask_prob=o.mask_prob,
+                                      max_predictions=o.max_predictions_per_seq, random_ids=replacement)
+            attention = arrays["attention_mask"]
+            if kind == "full-sentences-isolated":
+                attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
+            fields.append((ids, labels, attention, arrays["token_type_ids"], arrays.get("next_sentence_label")))
+        chunk = s.lane_chunk(lane, m)
+        assert chunk["_documents"] == len(members)
+        if not fields:
+            assert "rows" not in chunk
+            continue
+        expected = [np.concatenate([f[k] for f in fields]) for k in range(4)]
+        perm = np.random.default_rng([seed, 4, G, lane, m]).permutation(len(expected[0]))
+        assert chunk["rows"].dtype == np.int64
+        for k in range(4):
+            assert np.array_equal(chunk["rows"][k], expected[k][perm]), loader.ROW_FIELDS[k]
+        if kind in ("nsp", "sop", "sentence-pair"):
+            assert np.array_equal(chunk["next_sentence_label"], np.concatenate([f[4] for f in fields])[perm])
+        checked += 1
+    assert checked >= 3

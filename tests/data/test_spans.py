@@ -7,6 +7,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bertkit.data.spans import (noise_counts, noise_span_to_unique_sentinel, nonnoise_span_to_unique_sentinel,
                                 random_spans_helper, random_spans_noise_mask, span_corruption,
@@ -168,3 +170,23 @@ def test_refuses_impossible_settings():
         random_spans_noise_mask(10, rng, noise_density=0.0)
     with pytest.raises(ValueError, match="one sequence"):
         span_corruption(np.zeros((2, 3), dtype=np.int64), rng, FIRST_SENTINEL, EOS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 140), st.integers(1, 6), st.sampled_from([0.15, 0.3, 0.5]), st.integers(0, 2**16))
+def test_rows_corrupted_together_equal_each_corrupted_alone(length, rows, density, seed):
+    from bertkit.data.spans import span_corruption_rows
+
+    tokens = np.random.default_rng(seed).integers(0, 90, size=(rows, length))
+    try:
+        alone = [span_corruption(row, np.random.default_rng([seed, i]), 99, 1, density, 3.0)
+                 for i, row in enumerate(tokens)]
+    except ValueError as err:  # a density too high for the span length: the same error together
+        with pytest.raises(ValueError, match=str(err)[:30]):
+            span_corruption_rows(tokens, [np.random.default_rng([seed, i]) for i in range(rows)], 99, 1, density, 3.0)
+        return
+    inputs, targets = span_corruption_rows(tokens, [np.random.default_rng([seed, i]) for i in range(rows)], 99, 1,
+                                           density, 3.0)
+    assert inputs.dtype == alone[0][0].dtype and targets.dtype == alone[0][1].dtype
+    assert np.array_equal(inputs, np.stack([a for a, _ in alone]))
+    assert np.array_equal(targets, np.stack([t for _, t in alone]))

@@ -95,10 +95,13 @@ def test_xlnet_objective_and_architecture_go_together(tmp_path, capsys):
         StreamOptions(instances="xlnet", max_seq_length=44, reuse_len=40)
 
 
+# Four processes: five process start-ups and a gloo rendezvous, a minute or more on a 2-core machine
 @pytest.mark.slow  # three process start-ups and a gloo rendezvous
-def test_two_gloo_processes_equal_one_process(data, tmp_path):
-    """Each rank reads its own rows of every group of segments and keeps their memory: 2 processes with half the
-    batch log the losses of 1 process (no dropout, so the random streams of the ranks do not matter)."""
+@pytest.mark.parametrize("processes", [2, 4])
+def test_gloo_processes_equal_one_process(data, tmp_path, processes):
+    """Each rank reads its own rows of every group of segments and keeps their memory: 2 (4) processes with half
+    (a quarter of) the batch log the losses of 1 process (no dropout, so the random streams of the ranks do not
+    matter)."""
     import sys
 
     def command(run: Path, batch: str) -> list[str]:
@@ -109,9 +112,9 @@ def test_two_gloo_processes_equal_one_process(data, tmp_path):
     one = subprocess.run([sys.executable, "-m", "bertkit.cli", *command(tmp_path / "one", "4")], env=environ,
                          capture_output=True, text=True)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "bertkit.cli", *command(tmp_path / "two", "2")], env=environ, capture_output=True,
-                         text=True)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                          str(processes), "-m", "bertkit.cli", *command(tmp_path / "two", str(4 // processes))],
+                         env=environ, capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "global_batch_size: 4" in (tmp_path / "two" / "config.yaml").read_text()
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")

@@ -26,6 +26,7 @@ the `rng` argument, in an order fixed by the code, so a seeded pipeline is repro
 from __future__ import annotations
 
 from dataclasses import dataclass
+import itertools
 from collections import OrderedDict
 from typing import Iterator, Protocol, Sequence, runtime_checkable
 
@@ -125,12 +126,13 @@ class CachedDocuments:
         # An OrderedDict: a plain dict's first key, after many pops from the front, is found by scanning the
         # deleted slots before it (measured: most of a cache miss)
         self._cache: OrderedDict[int, tuple[list[np.ndarray], list[np.ndarray]]] = OrderedDict()
+        self._flats: OrderedDict[int, _Flat] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.docs)
 
     def __getstate__(self) -> dict:  # a worker process starts with an empty cache
-        return {"docs": self.docs, "size": self.size, "_cache": OrderedDict()}
+        return {"docs": self.docs, "size": self.size, "_cache": OrderedDict(), "_flats": OrderedDict()}
 
     def document(self, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         i = int(i)
@@ -147,6 +149,20 @@ class CachedDocuments:
             if len(self._cache) >= self.size:
                 self._cache.popitem(last=False)  # the least recently used
         self._cache[i] = hit
+        return hit
+
+    def flat(self, i: int) -> "_Flat":
+        """Document i's sentences as one (2, L) stack and their offsets (`_Flat`), kept beside the document: pair
+        instances cut their segments from it as views, packed rows copy whole runs of it."""
+        i = int(i)
+        hit = self._flats.get(i)
+        if hit is None:
+            hit = _Flat(*self.document(i))
+            if len(self._flats) >= self.size:
+                self._flats.popitem(last=False)
+            self._flats[i] = hit
+        else:
+            self._flats.move_to_end(i)
         return hit
 
 
@@ -195,13 +211,14 @@ def _target_length(max_num_tokens: int, short_seq_prob: float, rng: np.random.Ge
     return max_num_tokens
 
 
-def _chunks(ids: list[np.ndarray], target: int):
-    """Google's chunk loop as a coroutine: yields (start, stop) sentence ranges that reach `target` tokens or end
-    the document; the caller may `send(k)` to put the last k sentences of the chunk back (NSP's rewind)."""
-    i, start, length = 0, 0, 0
-    while i < len(ids):
-        length += len(ids[i])
-        if i == len(ids) - 1 or length >= target:
+def _chunks(lengths: list[int], target: int):
+    """Google's chunk loop as a coroutine over the sentences' lengths: yields (start, stop) sentence ranges that
+    reach `target` tokens or end the document; the caller may `send(k)` to put the last k sentences of the chunk
+    back (NSP's rewind)."""
+    i, start, length, n = 0, 0, 0, len(lengths)
+    while i < n:
+        length += lengths[i]
+        if i == n - 1 or length >= target:
             put_back = yield start, i + 1
             if put_back:
                 i -= put_back
@@ -246,10 +263,25 @@ class _Flat:
 
     def __init__(self, ids: Sequence[np.ndarray], starts: Sequence[np.ndarray]) -> None:
         self.stack = _stack(ids, starts)
-        self.offsets = np.concatenate([[0], np.cumsum([len(x) for x in ids])]).tolist()
+        self.lengths = [len(x) for x in ids]
+        self.offsets = [0, *itertools.accumulate(self.lengths)]
 
     def span(self, lo: int, hi: int) -> np.ndarray:
         return self.stack[:, self.offsets[lo]:self.offsets[hi]]
+
+
+def _flat(docs: DocumentSource, i: int) -> _Flat:
+    """Document i as a `_Flat` (kept by a source that has them, `CachedDocuments`)."""
+    flat = getattr(docs, "flat", None)
+    return flat(i) if flat is not None else _Flat(*_load(docs, i))
+
+
+def _span(docs: DocumentSource, i: int, doc: tuple[list[np.ndarray], list[np.ndarray]], lo: int,
+          hi: int) -> np.ndarray:
+    """The (2, L) stack of sentences lo..hi-1 of document i (`doc`, as `_load` read it)."""
+    if getattr(docs, "flat", None) is not None:
+        return docs.flat(i).span(lo, hi)
+    return _stack(doc[0][lo:hi], doc[1][lo:hi])
 
 
 def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
@@ -275,25 +307,22 @@ def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
     excess = la + lb - max_num_tokens
     if excess <= 0:
         return a, b
-    front_side = rng.random(excess) < 0.5  # True: remove from the front
-    # Which sequence each step shortens depends on the lengths only: the longer one until both are equal, then
-    # b, a, b, a, ... (a tie shortens b). So the steps are laid out at once, and each side's draws say how many of
-    # its removals come off its front.
+    front = (rng.random(excess) < 0.5).tolist()  # step k removes from the front when front[k]
+    # Which sequence each step shortens depends on the lengths only: the longer one for the first `lead` steps,
+    # until both are equal, then b, a, b, a, ... (a tie shortens b). So each side's steps are known slices of the
+    # draws, which say how many of its removals come off its front.
     lead = min(abs(la - lb), excess)
-    from_a = np.zeros(excess, dtype=bool)
-    if la > lb:
-        from_a[:lead] = True
-    from_a[lead + 1::2] = True  # after the lengths meet: b first, then a, alternating
-    a_front = int(np.count_nonzero(front_side & from_a))
-    b_front = int(np.count_nonzero(front_side & ~from_a))
-    a_cut = int(np.count_nonzero(from_a))
+    lead_front = sum(front[:lead])
+    a_front = sum(front[lead + 1::2]) + (lead_front if la > lb else 0)
+    b_front = sum(front[lead::2]) + (0 if la > lb else lead_front)
+    a_cut = (excess - lead) // 2 + (lead if la > lb else 0)
     b_cut = excess - a_cut
     return a[..., a_front:la - (a_cut - a_front)], b[..., b_front:lb - (b_cut - b_front)]
 
 
 def _random_other_document(docs: DocumentSource, doc_index: int,
-                           rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """A random non-empty document other than `doc_index`.
+                           rng: np.random.Generator) -> tuple[int, tuple[list[np.ndarray], list[np.ndarray]]]:
+    """A random non-empty document other than `doc_index`: (its index, the document).
 
     Google redraws up to 10 times and then silently uses whatever it drew (possibly the same document, whose
     "random" B is then a real continuation labelled NotNext). We keep the 10 fair redraws and, should they all
@@ -305,14 +334,14 @@ def _random_other_document(docs: DocumentSource, doc_index: int,
         if j != doc_index:
             doc = _load(docs, j)
             if doc[0]:
-                return doc
+                return j, doc
     first = int(rng.integers(0, n - 1))
     for step in range(n - 1):
         j = (first + step) % (n - 1)
         j += j >= doc_index  # skip doc_index: map [0, n-1) onto the other documents
         doc = _load(docs, j)
         if doc[0]:
-            return doc
+            return j, doc
     raise ValueError("NSP needs at least 2 non-empty documents to draw a random next segment from")
 
 
@@ -343,14 +372,21 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
     Returns:
         Instances of length ≤ max_seq_length, in document order; [] for an empty document.
     """
+    return [_pair_instance(a, b, label, special)
+            for a, b, label in nsp_pairs(docs, doc_index, max_seq_length, short_seq_prob, rng)]
+
+
+def nsp_pairs(docs: DocumentSource, doc_index: int, max_seq_length: int, short_seq_prob: float,
+              rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """`create_nsp_instances` before the layout: (A, B, label) per instance, A and B (2, L) stacks (`_stack`) of
+    ids and word starts, truncated (`pair_rows` lays out many at once)."""
     if len(docs) < 2:
         raise ValueError(f"NSP needs a corpus of at least 2 documents to draw random next segments, got {len(docs)}")
     max_num_tokens = _check_lengths(max_seq_length, short_seq_prob)
-    ids, starts = _load(docs, doc_index)
-    flat = _Flat(ids, starts)
+    flat = _flat(docs, doc_index)
     target = _target_length(max_num_tokens, short_seq_prob, rng)
-    instances: list[Instance] = []
-    chunks = _chunks(ids, target)
+    instances: list[tuple[np.ndarray, np.ndarray, int]] = []
+    chunks = _chunks(flat.lengths, target)
     put_back = None
     while True:
         try:
@@ -364,7 +400,8 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
         if n == 1 or rng.random() < 0.5:
             label = 1
             target_b = target - a.shape[1]
-            r_ids, r_starts = _random_other_document(docs, doc_index, rng)
+            r, other = _random_other_document(docs, doc_index, rng)
+            r_ids = other[0]
             r_lo = int(rng.integers(0, len(r_ids)))
             r_hi, length = r_lo, 0
             while r_hi < len(r_ids):  # at least one sentence, then stop once B reaches its target
@@ -372,14 +409,14 @@ def create_nsp_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
                 r_hi += 1
                 if length >= target_b:
                     break
-            b = _stack(r_ids[r_lo:r_hi], r_starts[r_lo:r_hi])
+            b = _span(docs, r, other, r_lo, r_hi)
             # The chunk's sentences after A were not used: rewind so they start the next chunk.
             put_back = n - a_end
         else:
             label = 0
             b = flat.span(lo + a_end, hi)
         a, b = truncate_pair(a, b, max_num_tokens, rng)
-        instances.append(_pair_instance(a, b, label, special))
+        instances.append((a, b, label))
     return instances
 
 
@@ -406,20 +443,27 @@ def create_sop_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
 
     Args and returns: as `create_nsp_instances`; a single-document corpus is fine.
     """
+    return [_pair_instance(a, b, label, special)
+            for a, b, label in sop_pairs(docs, doc_index, max_seq_length, short_seq_prob, rng)]
+
+
+def sop_pairs(docs: DocumentSource, doc_index: int, max_seq_length: int, short_seq_prob: float,
+              rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """`create_sop_instances` before the layout: (A, B, label) per instance, as `nsp_pairs`."""
     max_num_tokens = _check_lengths(max_seq_length, short_seq_prob)
-    ids, starts = _load(docs, doc_index)
-    flat = _Flat(ids, starts)
+    flat = _flat(docs, doc_index)
+    lengths = flat.lengths
     target = _target_length(max_num_tokens, short_seq_prob, rng)
-    instances: list[Instance] = []
-    for lo, hi in _chunks(ids, target):
+    instances: list[tuple[np.ndarray, np.ndarray, int]] = []
+    for lo, hi in _chunks(lengths, target):
         n = hi - lo
         if n >= 2:
             a_end = int(rng.integers(1, n))
             a = flat.span(lo, lo + a_end)
             b = flat.span(lo + a_end, hi)
-        elif len(ids[lo]) >= 2:
-            k = _split_sentence(ids[lo], starts[lo], rng)
+        elif lengths[lo] >= 2:
             whole = flat.span(lo, hi)
+            k = _split_sentence(whole[0], whole[1], rng)
             a, b = whole[:, :k], whole[:, k:]
         else:
             continue
@@ -427,7 +471,7 @@ def create_sop_instances(docs: DocumentSource, doc_index: int, max_seq_length: i
         if swapped:
             a, b = b, a
         a, b = truncate_pair(a, b, max_num_tokens, rng)
-        instances.append(_pair_instance(a, b, int(swapped), special))
+        instances.append((a, b, int(swapped)))
     return instances
 
 
@@ -446,22 +490,30 @@ def create_sentence_pair_instances(docs: DocumentSource, doc_index: int, max_seq
     Args and returns: as `create_nsp_instances`, without a short-sequence probability (a sentence pair is as
     long as it is); the corpus needs ≥ 2 documents.
     """
+    return [_pair_instance(a, b, label, special)
+            for a, b, label in sentence_pairs(docs, doc_index, max_seq_length, rng)]
+
+
+def sentence_pairs(docs: DocumentSource, doc_index: int, max_seq_length: int,
+                   rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """`create_sentence_pair_instances` before the layout: (A, B, label) per instance, as `nsp_pairs`."""
     if len(docs) < 2:
         raise ValueError(f"NSP needs a corpus of at least 2 documents to draw random next sentences, got {len(docs)}")
     max_num_tokens = _check_lengths(max_seq_length, 0.0)
-    ids, starts = _load(docs, doc_index)
-    instances: list[Instance] = []
+    flat = _flat(docs, doc_index)
+    n = len(flat.lengths)
+    instances: list[tuple[np.ndarray, np.ndarray, int]] = []
     k = 0
-    while k < len(ids):
-        a = _stack(ids[k:k + 1], starts[k:k + 1])
-        if k == len(ids) - 1 or rng.random() < 0.5:
-            r_ids, r_starts = _random_other_document(docs, doc_index, rng)
-            j = int(rng.integers(0, len(r_ids)))
-            b, label, k = _stack(r_ids[j:j + 1], r_starts[j:j + 1]), 1, k + 1
+    while k < n:
+        a = flat.span(k, k + 1)
+        if k == n - 1 or rng.random() < 0.5:
+            r, other = _random_other_document(docs, doc_index, rng)
+            j = int(rng.integers(0, len(other[0])))
+            b, label, k = _span(docs, r, other, j, j + 1), 1, k + 1
         else:
-            b, label, k = _stack(ids[k + 1:k + 2], starts[k + 1:k + 2]), 0, k + 2
+            b, label, k = flat.span(k + 1, k + 2), 0, k + 2
         a, b = truncate_pair(a, b, max_num_tokens, rng)
-        instances.append(_pair_instance(a, b, label, special))
+        instances.append((a, b, label))
     return instances
 
 
@@ -611,3 +663,146 @@ def pad_instances(instances: Sequence[Instance], max_len: int | None, pad_id: in
     elif has_label.any():
         raise ValueError("cannot collate instances with and without a sentence-pair label into one batch")
     return out
+
+
+# ------------------------------------------------------------------------------ layout of many rows at once
+# What the loader runs: the rules above decide what goes where (as (A, B) stacks, or as the packer's runs of
+# sentences); these lay a whole lane chunk's rows out with a few array operations instead of one `Instance` and a
+# row copy per row. tests/data/test_instances.py pins them to `pad_instances` of the plain functions' instances.
+
+
+def _scatter(sizes: np.ndarray, dest_starts: np.ndarray, src_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(destination, source) flat indices of runs: run k copies sizes[k] items from src_starts[k] on to
+    dest_starts[k] on. Equals concatenating `np.arange(start, start + size)` per run, without the loop."""
+    before = np.cumsum(sizes) - sizes  # the items of the runs before run k
+    within = np.arange(int(sizes.sum())) - np.repeat(before, sizes)
+    return np.repeat(dest_starts, sizes) + within, np.repeat(src_starts, sizes) + within
+
+
+def pair_rows(pairs: Sequence[tuple[np.ndarray, np.ndarray, int]], max_len: int,
+              special: SpecialIds) -> dict[str, np.ndarray]:
+    """`pad_instances([_pair_instance(a, b, label, special) for a, b, label in pairs], max_len, special.pad)`:
+    the rows `[CLS] A [SEP] B [SEP]` of (A, B, label) triples (`nsp_pairs`, ...), padded to max_len, laid out at
+    once. Returns input_ids, token_type_ids, attention_mask (n, T) int64, special_mask, word_starts (n, T) bool
+    and next_sentence_label (n,) int64."""
+    n, t = len(pairs), int(max_len)
+    if n == 0:
+        raise ValueError("pair_rows needs at least one pair")
+    pieces = [x for a, b, _ in pairs for x in (a, b)]
+    sizes = np.fromiter((x.shape[1] for x in pieces), dtype=np.int64, count=2 * n)
+    la, lb = sizes[0::2], sizes[1::2]
+    lengths = la + lb + 3
+    if int(lengths.max()) > t:
+        raise ValueError(f"an instance has {int(lengths.max())} tokens, more than max_len={t}")
+    row = np.arange(n, dtype=np.int64) * t
+    dest = np.empty(2 * n, dtype=np.int64)
+    dest[0::2], dest[1::2] = row + 1, row + la + 2  # A after [CLS], B after A's [SEP]
+    content = np.concatenate(pieces, axis=1)  # (2, total): ids, word starts
+    to, src = _scatter(sizes, dest, np.cumsum(sizes) - sizes)
+    ids = np.full((n, t), special.pad, dtype=np.int64)
+    ids.reshape(-1)[to] = content[0, src]
+    ids[:, 0] = special.cls
+    ids.reshape(-1)[row + la + 1] = special.sep
+    ids.reshape(-1)[row + lengths - 1] = special.sep
+    special_mask = np.ones((n, t), dtype=bool)  # specials and padding
+    special_mask.reshape(-1)[to] = False
+    word_starts = np.ones((n, t), dtype=bool)
+    word_starts.reshape(-1)[to] = content[1, src] != 0
+    # the first piece of each segment starts a word (`_lead_start`)
+    word_starts.reshape(-1)[(row + 1)[la > 0]] = True
+    word_starts.reshape(-1)[(row + la + 2)[lb > 0]] = True
+    col = np.arange(t)
+    attention = (col < lengths[:, None]).astype(np.int64)
+    types = ((col >= (la + 2)[:, None]) & (col < lengths[:, None])).astype(np.int64)
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": attention, "special_mask": special_mask,
+            "word_starts": word_starts,
+            "next_sentence_label": np.fromiter((label for _, _, label in pairs), dtype=np.int64, count=n)}
+
+
+def packed_rows(flats: Sequence[_Flat], max_seq_length: int, special: SpecialIds,
+                cross_documents: bool) -> dict[str, np.ndarray] | None:
+    """`pad_instances(list(pack_full_sentences(docs, max_seq_length, special=special)), max_seq_length,
+    special.pad)` (or `pack_doc_sentences` when not `cross_documents`) for documents given as `_Flat`s, in
+    order: `_pack`'s greedy fill planned over the sentences' lengths (Python integers), then every row's content
+    copied at once. Returns input_ids, token_type_ids, attention_mask, segment_ids (n, T) int64, special_mask,
+    word_starts (n, T) bool; None when the documents hold no token."""
+    t = int(max_seq_length)
+    capacity = t - 2
+    if capacity < 1:
+        raise ValueError(f"max_seq_length must be >= 3 to hold [CLS] x [SEP], got {max_seq_length}")
+    # Runs of content (source offset in the documents end to end, size, row, column, segment); inter-document
+    # [SEP]s (row, column, segment); per row its content length and the segment of its last token
+    run_src: list[int] = []
+    run_size: list[int] = []
+    run_row: list[int] = []
+    run_col: list[int] = []
+    run_seg: list[int] = []
+    seps: list[tuple[int, int, int]] = []
+    row_len_of: list[int] = []
+    row_seg_of: list[int] = []
+    row, row_len, seg, row_doc, base = 0, 0, 0, -1, 0
+
+    def run(src: int, size: int) -> None:
+        run_src.append(src)
+        run_size.append(size)
+        run_row.append(row)
+        run_col.append(row_len)
+        run_seg.append(seg)
+
+    for d, flat in enumerate(flats):
+        offsets = flat.offsets
+        for k, size in enumerate(flat.lengths):
+            src = base + offsets[k]
+            new_doc = row_len > 0 and row_doc != d
+            if row_len > 0 and row_len + size + new_doc > capacity:
+                row_len_of.append(row_len), row_seg_of.append(seg)
+                row, row_len, seg, new_doc = row + 1, 0, 0, False
+            if new_doc:
+                seps.append((row, row_len, seg))
+                row_len, seg = row_len + 1, seg + 1
+            while row_len + size > capacity:  # a sentence longer than a row: full rows, its tail stays open
+                room = capacity - row_len
+                run(src, room)
+                row_len_of.append(row_len + room), row_seg_of.append(seg)
+                row, row_len, seg = row + 1, 0, 0
+                src, size = src + room, size - room
+            if size:
+                run(src, size)
+                row_len += size
+            row_doc = d
+        base += flat.stack.shape[1]
+        if not cross_documents and row_len > 0:
+            row_len_of.append(row_len), row_seg_of.append(seg)
+            row, row_len, seg = row + 1, 0, 0
+    if row_len > 0:
+        row_len_of.append(row_len), row_seg_of.append(seg)
+    n = len(row_len_of)
+    if n == 0:
+        return None
+    stream = np.concatenate([f.stack for f in flats], axis=1)  # (2, N): ids, word starts, documents end to end
+    sizes = np.array(run_size, dtype=np.int64)
+    rows = np.arange(n, dtype=np.int64) * t
+    to, src = _scatter(sizes, np.array(run_row, dtype=np.int64) * t + 1 + np.array(run_col, dtype=np.int64),
+                       np.array(run_src, dtype=np.int64))
+    lengths = np.array(row_len_of, dtype=np.int64) + 2
+    last_seg = np.array(row_seg_of, dtype=np.int64)
+    ids = np.full((n, t), special.pad, dtype=np.int64)
+    special_mask = np.ones((n, t), dtype=bool)
+    word_starts = np.ones((n, t), dtype=bool)
+    segments = np.full((n, t), -1, dtype=np.int64)
+    ids.reshape(-1)[to] = stream[0, src]
+    word_starts.reshape(-1)[to] = stream[1, src] != 0
+    word_starts[:, 1] = True  # every row's first piece starts a word (`_lead_start`)
+    special_mask.reshape(-1)[to] = False
+    segments.reshape(-1)[to] = np.repeat(np.array(run_seg, dtype=np.int64), sizes)
+    if seps:
+        sep = np.array(seps, dtype=np.int64)
+        at = sep[:, 0] * t + 1 + sep[:, 1]
+        ids.reshape(-1)[at] = special.sep
+        segments.reshape(-1)[at] = sep[:, 2]
+    ids[:, 0], segments[:, 0] = special.cls, 0
+    ids.reshape(-1)[rows + lengths - 1] = special.sep
+    segments.reshape(-1)[rows + lengths - 1] = last_seg
+    attention = (np.arange(t) < lengths[:, None]).astype(np.int64)
+    return {"input_ids": ids, "token_type_ids": np.zeros((n, t), dtype=np.int64), "attention_mask": attention,
+            "special_mask": special_mask, "word_starts": word_starts, "segment_ids": segments}

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import gc
 import itertools
 import math
 import threading
@@ -51,17 +52,17 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    CachedDocuments, DocumentSource, Instance, SpecialIds, create_nsp_instances, create_sentence_pair_instances, create_sop_instances,
-    pack_doc_sentences, pack_full_sentences, pad_instances,
+    CachedDocuments, DocumentSource, Instance, SpecialIds, nsp_pairs, packed_rows, pair_rows, sentence_pairs, sop_pairs,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
 from bertkit.errors import DataError
-from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, split_tokens
+from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, span_corruption_rows
 from bertkit.data.permutation import plm_example, row_segments, split_a_b
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
 LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
+ROW_FIELDS = ("input_ids", "labels", "attention_mask", "token_type_ids")  # a lane chunk's (n, T) fields, in order
 _END = object()  # end-of-stream marker of the prefetch queue
 
 
@@ -128,19 +129,6 @@ class StreamOptions:
     def spans_per_sequence(self) -> int:
         """The most noise spans a sequence gets (each needs a sentinel of its own)."""
         return noise_counts(max(self.span_lengths[0], 2), self.noise_density, self.mean_noise_span_length)[1]
-
-
-class _Subset:
-    """The documents `indices` of `docs`, as a DocumentSource (for packing one chunk at a time)."""
-
-    def __init__(self, docs: DocumentSource, indices: Sequence[int]) -> None:
-        self.docs, self.indices = docs, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def document(self, i: int):
-        return self.docs.document(int(self.indices[i]))
 
 
 class PretrainingStream:
@@ -218,9 +206,10 @@ class PretrainingStream:
         return out
 
     def lane_chunk(self, lane: int, m: int, group: int | None = None) -> dict[str, np.ndarray]:
-        """The rows of the lane chunk of `lane` that starts at its m-th document, made, masked and padded to max_seq_length, in their shuffled order:
-        (n, T) arrays input_ids (masked), labels, attention_mask, token_type_ids, and (n,) next_sentence_label for
-        pair tasks, and "_documents": how many documents the chunk read ({} rows when it makes none).
+        """The rows of the lane chunk of `lane` that starts at its m-th document, made, masked and padded to
+        max_seq_length, in their shuffled order: "rows" (4, n, T) int64, the fields ROW_FIELDS (input_ids masked,
+        labels, attention_mask, token_type_ids), "next_sentence_label" (n,) for pair tasks, and "_documents": how
+        many documents the chunk read (no "rows" when it makes none).
 
         A document's pair instances are masked together with `[seed, 6, e, d]`, a packed chunk's rows with
         `[seed, 6, e, G, lane, m]` (e: the epoch, or e mod dupe_factor under static masking): a row's mask depends
@@ -229,46 +218,53 @@ class PretrainingStream:
         G = group or self.group
         members = self.lane_documents(lane, m, G)
         static = o.dupe_factor is not None
-        units: list[tuple[list[Instance], list[int]]] = []  # (instances, masking seed words) per masking unit
+        units: list[tuple[int, int, list[int]]] = []  # (first row, end row, masking seed words) per masking unit
         if o.instances in ("nsp", "sop", "sentence-pair"):
+            pairs: list[tuple[np.ndarray, np.ndarray, int]] = []
             for d, e in members:
                 ce = self._creation_epoch(e)
                 rng = np.random.default_rng([self.seed, 2, ce, d])
                 if o.instances == "sentence-pair":
-                    made = create_sentence_pair_instances(self.docs, d, o.max_seq_length, rng, self.special)
+                    made = sentence_pairs(self.docs, d, o.max_seq_length, rng)
                 else:
-                    create = create_nsp_instances if o.instances == "nsp" else create_sop_instances
-                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng, self.special)
-                units.append((made, [self.seed, 6, ce if static else e, d]))
+                    create = nsp_pairs if o.instances == "nsp" else sop_pairs
+                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng)
+                if made:
+                    units.append((len(pairs), len(pairs) + len(made), [self.seed, 6, ce if static else e, d]))
+                    pairs.extend(made)
+            arrays = pair_rows(pairs, o.max_seq_length, self.special) if pairs else None
         else:
-            pack = pack_full_sentences if o.instances == "full-sentences" else pack_doc_sentences
             e = members[0][1]
-            rows = list(pack(_Subset(self.docs, [d for d, _ in members]), o.max_seq_length, None,
-                             special=self.special))
-            units.append((rows, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
-        parts = [self._masked_rows(made, words) for made, words in units if made]
-        if not parts:
+            arrays = packed_rows([self.docs.flat(d) for d, _ in members], o.max_seq_length, self.special,
+                                 cross_documents=o.instances == "full-sentences")
+            if arrays is not None:
+                n = len(arrays["input_ids"])
+                units.append((0, n, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
+        if arrays is None:
             return {"_documents": len(members)}
-        chunk = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-        perm = np.random.default_rng([self.seed, 4, G, lane, m]).permutation(len(chunk["input_ids"]))
-        return {**{name: value[perm] for name, value in chunk.items()}, "_documents": len(members)}
+        rows = self._masked_rows(arrays, units)
+        perm = np.random.default_rng([self.seed, 4, G, lane, m]).permutation(rows.shape[1])
+        chunk = {"rows": rows[:, perm], "_documents": len(members)}
+        if "next_sentence_label" in arrays:
+            chunk["next_sentence_label"] = arrays["next_sentence_label"][perm]
+        return chunk
 
-    def _masked_rows(self, instances: list[Instance], seed_words: list[int]) -> dict[str, np.ndarray]:
-        """Pad `instances` to max_seq_length and mask them with the generator of `seed_words`."""
+    def _masked_rows(self, arrays: dict[str, np.ndarray], units: list[tuple[int, int, list[int]]]) -> np.ndarray:
+        """(len(ROW_FIELDS), n, T) int64: the laid-out rows `arrays` (`pair_rows`, `packed_rows`) with each unit
+        of rows lo..hi-1 masked by the generator of its seed words (in the fields' order, ROW_FIELDS)."""
         o = self.options
-        arrays = pad_instances(instances, o.max_seq_length, self.special.pad)
-        ids, labels = mask_tokens(arrays["input_ids"], arrays["special_mask"], np.random.default_rng(seed_words),
-                                  vocab_size=self.vocab_size, mask_id=self.special.mask, mask_prob=o.mask_prob,
-                                  max_predictions=o.max_predictions_per_seq, whole_word=o.whole_word_masking,
-                                  word_starts=arrays["word_starts"], random_ids=self._replacement_ids())
+        rows = np.empty((len(ROW_FIELDS),) + arrays["input_ids"].shape, dtype=np.int64)
+        for lo, hi, words in units:
+            rows[0, lo:hi], rows[1, lo:hi] = mask_tokens(
+                arrays["input_ids"][lo:hi], arrays["special_mask"][lo:hi], np.random.default_rng(words),
+                vocab_size=self.vocab_size, mask_id=self.special.mask, mask_prob=o.mask_prob,
+                max_predictions=o.max_predictions_per_seq, whole_word=o.whole_word_masking,
+                word_starts=arrays["word_starts"][lo:hi], random_ids=self._replacement_ids())
         attention = arrays["attention_mask"]
         if o.isolate_documents:  # documents 1, 2, ... within each row; 0 stays padding
             attention = np.where(attention != 0, arrays["segment_ids"] + 1, 0)
-        out = {"input_ids": ids, "labels": labels, "attention_mask": attention,
-               "token_type_ids": arrays["token_type_ids"]}
-        if "next_sentence_label" in arrays:
-            out["next_sentence_label"] = arrays["next_sentence_label"]
-        return out
+        rows[2], rows[3] = attention, arrays["token_type_ids"]
+        return rows
 
     def _replacement_ids(self) -> np.ndarray:
         """The ids random replacements draw from: `random_ids`, or every id but the special ones."""
@@ -284,33 +280,40 @@ class PretrainingStream:
     def num_chunks(self) -> int:
         return -(-len(self.docs) // self.options.chunk_docs)
 
-    def chunk_instances(self, epoch: int, chunk: int) -> list[Instance]:
-        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring)."""
+    def chunk_instances(self, epoch: int, chunk: int) -> Sequence[Instance]:
+        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring), made when indexed."""
         o = self.options
         e = self._creation_epoch(epoch)
         members = self._order(epoch)[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
         rng = np.random.default_rng([self.seed, 2, e, chunk])
         if o.instances == "xlnet":
-            return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
-                              self.group)
+            if not hasattr(self.docs, "flat_document"):
+                return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
+                                  self.group)
+            flats = [self.docs.flat_document(int(d)) for d in members]
+            if not any(len(ids) for ids, _, _ in flats):
+                return []
+            return _xlnet_rows(np.concatenate([f[0] for f in flats]), np.concatenate([f[1] for f in flats]),
+                               o.max_seq_length, o.reuse_len, self.group)
         if o.instances != "spans":
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
-        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation).
-        out: list[Instance] = []
-        documents = [np.concatenate([np.asarray(x, dtype=np.int64) for x in self.docs.document(int(d))[0]]
-                                    or [np.zeros(0, dtype=np.int64)]) for d in members]
-        sequences = split_tokens(documents, o.span_lengths[0])
-        # Every rank cuts the whole chunk (it corrupts only its own rows): the per-sequence fields corruption does
-        # not read are views of three shared read-only arrays, not three new arrays per sequence
-        width = max((len(ids) for ids in sequences), default=0)
-        zeros, ones, no = np.zeros(width, dtype=np.int64), np.ones(width, dtype=bool), np.zeros(width, dtype=bool)
+        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation), in
+        # a seeded order. Every rank cuts the whole chunk but uses only its own rows, so the sequences are
+        # made when asked for (`LazyRows`): a rank's work per batch does not grow with the world size.
+        stream = _document_tokens(self.docs, members)
+        length = o.span_lengths[0]
+        count = -(-len(stream) // length)
+        perm = rng.permutation(count)  # the order of split_tokens(documents, length)
+        # The per-sequence fields corruption does not read are views of three shared read-only arrays
+        zeros, ones, no = np.zeros(length, dtype=np.int64), np.ones(length, dtype=bool), np.zeros(length, dtype=bool)
         for shared in (zeros, ones, no):
             shared.flags.writeable = False
-        for ids in sequences:
+
+        def sequence(k: int) -> Instance:
+            ids = stream[int(perm[k]) * length:(int(perm[k]) + 1) * length]
             n = len(ids)
-            out.append(Instance(ids, zeros[:n], ones[:n], no[:n], -1))
-        perm = rng.permutation(len(out))
-        return [out[i] for i in perm]
+            return Instance(ids, zeros[:n], ones[:n], no[:n], -1)
+        return LazyRows(count, sequence)
 
     def mask(self, input_ids: np.ndarray, special_mask: np.ndarray, word_starts: np.ndarray, epoch: int,
              index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -465,7 +468,7 @@ class PretrainingStream:
                     cached = chunks.get(lane)
                     if cached is None or cached[0] != k:
                         cached = chunks[lane] = (k, self.lane_chunk(lane, k))
-                    if offset < len(cached[1].get("input_ids", ())):
+                    if "rows" in cached[1] and offset < cached[1]["rows"].shape[1]:
                         break
                     k, offset, skipped = k + cached[1]["_documents"], 0, skipped + 1
                     if skipped > len(self.docs):
@@ -480,9 +483,16 @@ class PretrainingStream:
 
     @staticmethod
     def collate_rows(items: list[tuple[dict[str, np.ndarray], int]]) -> dict[str, Any]:
-        """Stack rows (lane chunk arrays, row) into a batch of tensors."""
-        batch: dict[str, Any] = {name: torch.from_numpy(np.stack([chunk[name][r] for chunk, r in items]))
-                                 for name in items[0][0] if name != "_documents"}
+        """Rows (lane chunk, row) as a batch: one (fields, B, T) block, each row copied into it once, whose
+        fields (ROW_FIELDS, then next_sentence_label for pair tasks) are (B, T) tensors viewing it."""
+        first = items[0][0]["rows"]
+        block = np.empty((first.shape[0], len(items), first.shape[2]), dtype=first.dtype)
+        for i, (chunk, r) in enumerate(items):
+            block[:, i] = chunk["rows"][:, r]
+        batch: dict[str, Any] = {name: torch.from_numpy(block[f]) for f, name in enumerate(ROW_FIELDS)}
+        if "next_sentence_label" in items[0][0]:
+            batch["next_sentence_label"] = torch.tensor([chunk["next_sentence_label"][r] for chunk, r in items],
+                                                        dtype=torch.int64)
         return batch
 
     def first_rows(self, max_instances: int) -> list[tuple[dict[str, np.ndarray], int]]:
@@ -491,7 +501,7 @@ class PretrainingStream:
         k = 0
         while len(out) < max_instances and self.lane_documents(0, k, group=1)[0][1] == 0:
             chunk = self.lane_chunk(0, k, group=1)
-            out.extend((chunk, r) for r in range(len(chunk.get("input_ids", ()))))
+            out.extend((chunk, r) for r in range(chunk["rows"].shape[1] if "rows" in chunk else 0))
             k += chunk["_documents"]
         return out[:max_instances]
 
@@ -532,9 +542,23 @@ class PretrainingStream:
         inputs (pad id) to max_seq_length and the targets (IGNORE_INDEX) to T5's target length (or the longest,
         should a row be longer), as tensors: input_ids and attention_mask (B, S), labels (B, T)."""
         o = self.options
-        pairs = [span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
-                                 o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
-                 for inst, epoch, index in items[rows]]
+        chosen = items[rows]
+        pairs: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(chosen)
+        # Rows of the full sequence length are corrupted together (`span_corruption_rows`), the others one by one
+        length = o.span_lengths[0]
+        full = [i for i, (inst, _, _) in enumerate(chosen) if len(inst.input_ids) == length] if length >= 2 else []
+        if full:
+            inputs, targets = span_corruption_rows(
+                np.stack([chosen[i][0].input_ids for i in full]),
+                [masking_rng(self.seed, chosen[i][1], chosen[i][2], o.dupe_factor) for i in full],
+                o.first_sentinel_id, self.special.sep, o.noise_density, o.mean_noise_span_length)
+            for k, i in enumerate(full):
+                pairs[i] = (inputs[k], targets[k])
+        for i, (inst, epoch, index) in enumerate(chosen):
+            if pairs[i] is None:
+                pairs[i] = span_corruption(inst.input_ids, masking_rng(self.seed, epoch, index, o.dupe_factor),
+                                           o.first_sentinel_id, self.special.sep, o.noise_density,
+                                           o.mean_noise_span_length)
         width = max([o.max_seq_length] + [len(p[0]) for p in pairs])
         target_width = max([o.span_lengths[1]] + [len(p[1]) for p in pairs])
         ids = np.full((len(pairs), width), self.special.pad, dtype=np.int64)
@@ -568,8 +592,13 @@ class PretrainingStream:
             examples.append(plm_example(seg.tokens[s:s + R], a, b, is_next, ws, self.special.sep, self.special.cls,
                                         o.max_predictions_per_seq, rng, o.partial_k))
         stack = lambda name: torch.from_numpy(np.stack([getattr(e, name) for e in examples]))  # noqa: E731
+        # perm_mask as float32 in one pass (each row's bools converted as they are copied in), not stacked and then
+        # converted: (B, S, S) is most of the batch's bytes
+        perm_mask = np.empty((len(examples),) + examples[0].perm_mask.shape, dtype=np.float32)
+        for i, e in enumerate(examples):
+            perm_mask[i] = e.perm_mask
         batch: dict[str, Any] = {"input_ids": stack("input_ids"), "token_type_ids": stack("token_type_ids"),
-                                 "perm_mask": stack("perm_mask").float(), "target_mapping": stack("target_mapping"),
+                                 "perm_mask": torch.from_numpy(perm_mask), "target_mapping": stack("target_mapping"),
                                  "labels": stack("labels"), "first_segment": items[0][0].first}
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
         if state is not None:
@@ -622,7 +651,14 @@ def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefet
     loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
                         prefetch_factor=max(prefetch, 1), persistent_workers=False,
                         generator=torch.Generator().manual_seed(seed), worker_init_fn=_worker_start)
-    items = iter(loader)
+    # The workers are forked here. gc.freeze: the objects this process holds move to a generation the children's
+    # garbage collector never walks; walked, every page holding one is copied into the child (copy on write):
+    # measured, a quarter fewer page faults and a fifth less CPU in a worker making 300 NSP batches of 64
+    gc.freeze()
+    try:
+        items = iter(loader)
+    finally:
+        gc.unfreeze()  # this process collects as before
     try:
         yield from items
     except (RuntimeError, ConnectionError, EOFError) as err:
@@ -642,40 +678,80 @@ def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefet
 
 
 def unpack_pinned(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """`unpack_batch` after one copy of the item's flat array into pinned memory: every field is a pinned view, so
-    the trainer's copy to the GPU (non_blocking) waits for nothing."""
-    flat, layout, rest = item
-    return unpack_batch((torch.from_numpy(flat).pin_memory(), layout, rest))
+    """`unpack_batch` into pinned memory (one block for the whole batch): every field is a pinned view, so the
+    trainer's copy to the GPU (non_blocking) waits for nothing."""
+    return _unpacked(item, pin=True)
 
 
-def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int]],
-                                              dict[str, Any]]:
-    """A batch as one flat byte array, its layout (name, dtype, shape, offset) and the rest (positions, flags).
+_NARROW = (torch.int8, torch.int16, torch.int32)  # integer dtypes a field travels in, narrowest first
+
+
+def _wire_dtype(value: torch.Tensor) -> torch.dtype:
+    """The narrowest integer dtype that holds every value of an int64/int32 tensor; bool for a float32 tensor of
+    zeros and ones (XLNet's perm_mask and target_mapping, most of its batch's bytes); its own dtype otherwise."""
+    if value.dtype == torch.float32 and value.numel() > 0:
+        bits = value.reshape(-1).view(torch.int32)  # +0.0 and 1.0 exactly (not -0.0), bit for bit
+        zero_or_one = (bits == 0) | (bits == 0x3F800000)
+        return torch.bool if bool(zero_or_one.all()) else value.dtype
+    if value.dtype not in (torch.int64, torch.int32) or value.numel() == 0:
+        return value.dtype
+    low, high = (int(x) for x in torch.aminmax(value))
+    for dtype in _NARROW:
+        info = torch.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return dtype if dtype.itemsize < value.dtype.itemsize else value.dtype
+    return value.dtype
+
+
+def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int,
+                                                                       torch.dtype]], dict[str, Any]]:
+    """A batch as one flat byte array, its layout (name, dtype, shape, offset, dtype on the wire) and the rest
+    (positions, flags). Integer fields travel in the narrowest dtype that holds their values (token ids in 16
+    or 32 bits, masks in 8) and `unpack_batch` widens them back: the same values and dtypes arrive.
 
     Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
     descriptor and mapped again per item (about a millisecond each, measured), which cost more than making the
-    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side)."""
+    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side), and a
+    narrow one fits the pipe's buffer in one write (a 256-row batch of int64s took a dozen reads, each waiting
+    for the worker's next write)."""
     tensors = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
     layout, offset = [], 0
     for name, value in tensors:
-        layout.append((name, value.dtype, tuple(value.shape), offset))
-        offset += -(-value.numel() * value.element_size() // 8) * 8  # 8-byte aligned, so every view is aligned
+        wire = _wire_dtype(value)
+        layout.append((name, value.dtype, tuple(value.shape), offset, wire))
+        offset += -(-value.numel() * wire.itemsize // 8) * 8  # 8-byte aligned, so every view is aligned
     flat = np.empty(offset, dtype=np.uint8)
     view = torch.from_numpy(flat)
-    for (name, value), (_, dtype, shape, start) in zip(tensors, layout):
-        size = value.numel() * value.element_size()
-        view[start:start + size].view(dtype).copy_(value.reshape(-1))
+    for (name, value), (_, dtype, shape, start, wire) in zip(tensors, layout):
+        size = value.numel() * wire.itemsize
+        view[start:start + size].view(wire).copy_(value.reshape(-1))
     return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
 
 
 def unpack_batch(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """The batch `pack_batch` made: views into its flat tensor (no copy), in the original key order."""
+    """The batch `pack_batch` made, in the original key order: views into its flat tensor where a field travelled
+    in its own dtype, widened copies where it travelled narrower."""
+    return _unpacked(item, pin=False)
+
+
+def _unpacked(item: tuple[np.ndarray, list, dict[str, Any]], pin: bool) -> dict[str, Any]:
     flat, layout, rest = item
     flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
-    out: dict[str, Any] = {}
-    for name, dtype, shape, start in layout:
-        size = math.prod(shape) * dtype.itemsize
-        out[name] = flat[start:start + size].view(dtype).view(shape)
+    fields = [(name, flat[start:start + math.prod(shape) * wire.itemsize].view(wire).view(shape), dtype)
+              for name, dtype, shape, start, wire in layout]
+    if not pin and all(value.dtype == dtype for _, value, dtype in fields):
+        out: dict[str, Any] = {name: value for name, value, _ in fields}
+    else:  # widen into one block (pinned when asked), each field a view of it
+        sizes = [-(-value.numel() * dtype.itemsize // 8) * 8 for _, value, dtype in fields]
+        block = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=pin)
+        out, start = {}, 0
+        for (name, value, dtype), size in zip(fields, sizes):
+            target = block[start:start + value.numel() * dtype.itemsize].view(dtype).view(value.shape)
+            if value.dtype == dtype:
+                target.copy_(value)
+            else:  # numpy's cast: torch's copy_ across dtypes took 20 ms for XLNet's (64, 128, 128) perm_mask
+                np.copyto(target.numpy(), value.numpy(), casting="unsafe")
+            out[name], start = target, start + size
     out.update(rest)
     return out
 
@@ -704,23 +780,61 @@ def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]
     return out
 
 
-def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> list["XLNetSegment"]:
+class LazyRows(Sequence):
+    """A chunk's rows made when indexed: `make(k)` is row k of `count` (an int index gives a row, a slice a
+    list). Every rank cuts a whole-corpus chunk but reads only its own rows of each group, so making all of them
+    would cost a rank in proportion to the global batch."""
+
+    def __init__(self, count: int, make) -> None:
+        self.count, self.make = count, make
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.make(i) for i in range(*k.indices(self.count))]
+        if k < 0:
+            k += self.count
+        if not 0 <= k < self.count:
+            raise IndexError(f"row {k} of {self.count}")
+        return self.make(k)
+
+
+def _document_tokens(docs: DocumentSource, members: Sequence[int]) -> np.ndarray:
+    """The documents `members` end to end, as one int64 array (empty sentences and documents add nothing); read
+    whole where the source can (`ShardedCorpus.flat_document`)."""
+    if hasattr(docs, "flat_document"):
+        parts = [docs.flat_document(int(d))[0] for d in members]
+    else:
+        parts = [np.asarray(x, dtype=np.int64) for d in members for x in docs.document(int(d))[0]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequence["XLNetSegment"]:
     """A chunk's XLNet segments in batch order: the documents end to end cut into `rows` equal streams, each read
     segment after segment (`row_segments`); group j of `rows` segments holds segment j of every stream, so
-    consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled."""
+    consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled; made when
+    indexed (`LazyRows`)."""
     ids = [np.asarray(x, dtype=np.int64) for doc in documents for x in doc[0]]
     starts = [np.asarray(x, dtype=bool) for doc in documents for x in doc[1]]
     if not ids:
         return []
     tokens, word_starts = np.concatenate(ids), np.concatenate(starts)
+    return _xlnet_rows(tokens, word_starts, seq_len, reuse_len, rows)
+
+
+def _xlnet_rows(tokens: np.ndarray, word_starts: np.ndarray, seq_len: int, reuse_len: int,
+                rows: int) -> Sequence["XLNetSegment"]:
+    """`xlnet_rows` of the documents' tokens and word starts end to end."""
     width = len(tokens) // rows
     offsets = row_segments(tokens[:width], seq_len, reuse_len)
-    out = []
-    for j, start in enumerate(offsets):
-        for r in range(rows):
-            out.append(XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
-                                    start, j == 0))
-    return out
+
+    def segment(k: int) -> XLNetSegment:
+        j, r = divmod(k, rows)
+        return XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
+                            offsets[j], j == 0)
+    return LazyRows(len(offsets) * rows, segment)
 
 
 @dataclass(frozen=True)

@@ -50,28 +50,45 @@ def _word_index(candidates: np.ndarray, word_starts: np.ndarray) -> np.ndarray:
     return np.where(candidates, index, -1)
 
 
-def _select(candidates: np.ndarray, word: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(B, T) bool selection: words in random order, each taken if it keeps the row's total within its count."""
+def _select(candidates: np.ndarray, word: np.ndarray, counts: np.ndarray, rng: np.random.Generator,
+            one_piece: bool = False) -> np.ndarray:
+    """(B, T) bool selection: words in random order, each taken if it keeps the row's total within its count.
+    one_piece: every word is one piece (each candidate its own word), which spares counting the pieces."""
     b, t = candidates.shape
     n_words = word.max(axis=1) + 1  # (B,)
     w = max(int(n_words.max()), 1)
     rows = np.broadcast_to(np.arange(b)[:, None], (b, t))
-    flat = (rows * w + word)[candidates]
-    lengths = np.bincount(flat, minlength=b * w).reshape(b, w)  # (B, W) pieces per word; 0 past the last word
+    if one_piece:
+        lengths = (np.arange(w) < n_words[:, None]).astype(np.int64)
+    else:
+        flat = (rows * w + word)[candidates]
+        lengths = np.bincount(flat, minlength=b * w).reshape(b, w)  # (B, W) pieces per word; 0 past the last word
     keys = rng.random((b, w))
     keys[lengths == 0] = 2.0  # absent words sort last
+    if one_piece or lengths.max(initial=0) <= 1:
+        # Words of one piece (no whole-word masking): the loop below takes the first counts[i] words of the
+        # visiting order (the present words come first, and counts <= the words present), that is the words whose
+        # keys are the counts[i] smallest; found by a threshold (a sort of the keys, not an argsort) unless two
+        # keys tie at it, where the stable order decides
+        top = np.sort(keys, axis=1)[np.arange(b), np.maximum(counts - 1, 0)]
+        taken = (keys <= top[:, None]) & (counts > 0)[:, None]
+        if np.array_equal(taken.sum(axis=1), counts):
+            return candidates & np.take_along_axis(taken, np.maximum(word, 0), axis=1)
     order = np.argsort(keys, axis=1, kind="stable")  # (B, W) a random visiting order of each row's words
-    sorted_lengths = np.take_along_axis(lengths, order, axis=1)
-    taken_sorted = np.zeros((b, w), dtype=bool)
-    total = np.zeros(b, dtype=np.int64)
-    # Sequential over words, vectorised over rows. Google breaks once the count is reached; continuing is the same,
-    # since every further word has ≥ 1 piece and would overflow.
-    for k in range(w):
-        fits = (sorted_lengths[:, k] > 0) & (total + sorted_lengths[:, k] <= counts)
-        taken_sorted[:, k] = fits
-        total += np.where(fits, sorted_lengths[:, k], 0)
-        if (total >= counts).all():  # every row is full: no later word can fit (each has >= 1 piece)
-            break
+    if lengths.max(initial=0) <= 1:
+        taken_sorted = np.arange(w) < counts[:, None]
+    else:
+        sorted_lengths = np.take_along_axis(lengths, order, axis=1)
+        taken_sorted = np.zeros((b, w), dtype=bool)
+        total = np.zeros(b, dtype=np.int64)
+        # Sequential over words, vectorised over rows. Google breaks once the count is reached; continuing is the
+        # same, since every further word has ≥ 1 piece and would overflow.
+        for k in range(w):
+            fits = (sorted_lengths[:, k] > 0) & (total + sorted_lengths[:, k] <= counts)
+            taken_sorted[:, k] = fits
+            total += np.where(fits, sorted_lengths[:, k], 0)
+            if (total >= counts).all():  # every row is full: no later word can fit (each has >= 1 piece)
+                break
     taken = np.zeros((b, w), dtype=bool)
     np.put_along_axis(taken, order, taken_sorted, axis=1)
     return candidates & taken[rows, np.maximum(word, 0)]
@@ -122,10 +139,11 @@ def mask_tokens(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
         starts = np.atleast_2d(np.asarray(word_starts, dtype=bool))
         if starts.shape != ids2.shape:
             raise ValueError(f"word_starts {np.shape(word_starts)} must have the shape of input_ids {ids.shape}")
-    else:
-        starts = np.ones_like(candidates)  # every piece is its own word
+        word = _word_index(candidates, starts)
+    else:  # every piece is its own word: the candidates numbered from 0 in each row
+        word = np.where(candidates, np.cumsum(candidates, axis=1) - 1, -1)
     counts = _prediction_counts(candidates.sum(axis=1), mask_prob, max_predictions)
-    selected = _select(candidates, _word_index(candidates, starts), counts, rng)
+    selected = _select(candidates, word, counts, rng, one_piece=not whole_word)
 
     if random_ids is None:
         excluded = np.union1d(np.unique(ids2[special2]), [mask_id])

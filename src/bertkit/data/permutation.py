@@ -26,13 +26,26 @@ permutation is drawn per part (the reference's `perm_size` windows with the pape
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+import functools
 
 import numpy as np
 
 from bertkit.config import IGNORE_INDEX
 
 MAX_GRAM = 5  # the longest predicted span, in words
+
+
+@functools.lru_cache(maxsize=None)
+def _gram_cdf(max_gram: int) -> list[float]:
+    """The cdf numpy's `Generator.choice(grams, p=p)` searches, for span lengths n ~ 1/n on 1..max_gram: p's
+    cumulative sum divided by its last value (the same float64 operations, so the same draws)."""
+    p = 1.0 / np.arange(1, max_gram + 1)
+    p /= p.sum()
+    cdf = p.cumsum()
+    cdf /= cdf[-1]
+    return cdf.tolist()
 
 
 def span_mask(word_starts: np.ndarray, goal: int | None, rng: np.random.Generator, partial_k: int = 7,
@@ -48,12 +61,12 @@ def span_mask(word_starts: np.ndarray, goal: int | None, rng: np.random.Generato
     L = len(word_starts)
     limit = L if goal is None else min(goal, L)
     mask = np.zeros(L, dtype=bool)
-    grams = np.arange(1, max_gram + 1)
-    p = 1.0 / grams
-    p /= p.sum()
+    cdf = _gram_cdf(max_gram)
+    word_starts = np.asarray(word_starts, dtype=bool).tolist()  # read one by one below: a list is faster
     chosen, cur = 0, 0
     while cur < L and chosen < limit:
-        n = min(int(rng.choice(grams, p=p)), limit - chosen)
+        # n ~ 1/n on 1..max_gram: `rng.choice(grams, p=p)` as numpy draws it (one uniform, searched in the cdf)
+        n = min(bisect.bisect_right(cdf, rng.random()) + 1, limit - chosen)
         context = n * (partial_k - 1)
         left = int(rng.integers(context)) if context > 0 else 0
         begin = cur + left

@@ -124,7 +124,9 @@ class ShardedCorpus:
             documents = np.load(directory / f"{name}.documents.npy", mmap_mode="r", allow_pickle=False)
             starts = np.memmap(directory / f"{name}.wordstarts.bin", dtype=np.uint8, mode="r")
             _check_indexes(directory / name, shard, tokens, sentences, documents, starts)
-            maps.append((tokens, sentences, documents, starts))
+            # Plain ndarray views of the maps: numpy.memmap's slicing (a Python __getitem__ and __array_finalize__
+            # per slice) costs more than a small document's read
+            maps.append(tuple(x.view(np.ndarray) for x in (tokens, sentences, documents, starts)))
         self._maps = maps
 
     @staticmethod
@@ -163,6 +165,24 @@ class ShardedCorpus:
         # Views by slicing: np.split costs two array calls per piece, most of a document read
         edges = (bounds - lo).tolist()
         return ([ids[a:b] for a, b in zip(edges, edges[1:])], [bits[a:b] for a, b in zip(edges, edges[1:])])
+
+    def flat_document(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Document `i` in one piece: (ids (L,) int64, word starts (L,) bool, sentence offsets (sentences + 1,)
+        int64 from 0 to L): `document(i)` concatenated, read as one slice (a whole-corpus chunk reads documents
+        whole, and splitting them into sentences costs more than reading them)."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        self._ensure_verified(shard)
+        tokens, sentences, documents, packed = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        bounds = np.asarray(sentences[int(documents[local]):int(documents[local + 1]) + 1], dtype=np.int64)
+        lo, hi = int(bounds[0]), int(bounds[-1])
+        ids = np.asarray(tokens[lo:hi], dtype=np.int64)
+        bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
+        return ids, bits, bounds - lo
 
     def documents_in_order(self, start: int = 0) -> Iterator[tuple[list[np.ndarray], list[np.ndarray]]]:
         """`document(i)` for i = start, start + 1, ... in storage order (shard by shard, sequential reads)."""

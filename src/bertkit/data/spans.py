@@ -140,6 +140,58 @@ def span_corruption_batch(tokens: np.ndarray, rng: np.random.Generator, first_se
     return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
 
+def span_corruption_rows(tokens: np.ndarray, rngs: list[np.random.Generator], first_sentinel_id: int,
+                         eos_token_id: int, noise_density: float = NOISE_DENSITY,
+                         mean_noise_span_length: float = MEAN_NOISE_SPAN_LENGTH) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (B, n) -> inputs (B, n_in) and targets (B, n_out): `span_corruption(tokens[i], rngs[i], ...)` for every
+    row i, each row drawing from its own generator. Only the draws (two permutations per row, in
+    `random_spans_noise_mask`'s order) are made row by row; the segment lengths, the noise masks and the
+    sentinel substitution are computed for all rows at once (rows of one length have the same counts).
+
+    n must be at least 2 (a shorter row goes through `span_corruption`)."""
+    tokens = np.asarray(tokens)
+    b, n = tokens.shape
+    if n < 2:
+        raise ValueError(f"span_corruption_rows needs rows of at least 2 tokens, got {n}")
+    num_noise, num_spans = noise_counts(n, noise_density, mean_noise_span_length)
+    if n - num_noise < num_spans:
+        random_spans_noise_mask(n, rngs[0] if rngs else np.random.default_rng(), noise_density,
+                                mean_noise_span_length)  # raises its error
+    noise_gaps = np.zeros(num_noise - 1, dtype=bool)
+    noise_gaps[:num_spans - 1] = True
+    keep_gaps = np.zeros(n - num_noise - 1, dtype=bool)
+    keep_gaps[:num_spans - 1] = True
+    # (B, items - 1) each: which gaps start a new segment, as `_random_segmentation` draws them
+    noise_first = np.empty((b, num_noise - 1), dtype=bool)
+    keep_first = np.empty((b, n - num_noise - 1), dtype=bool)
+    for i, rng in enumerate(rngs):
+        noise_first[i] = rng.permutation(noise_gaps)
+        keep_first[i] = rng.permutation(keep_gaps)
+
+    def lengths(first: np.ndarray) -> np.ndarray:
+        """(B, num_spans) segment lengths: `_random_segmentation`'s bincount of each row's segment numbers."""
+        segment = np.concatenate([np.zeros((b, 1), dtype=np.int64), np.cumsum(first, axis=1)], axis=1)
+        flat = (segment + np.arange(b)[:, None] * num_spans).reshape(-1)
+        return np.bincount(flat, minlength=b * num_spans).reshape(b, num_spans)
+
+    interleaved = np.stack([lengths(keep_first), lengths(noise_first)], axis=2).reshape(-1)  # keep, noise, ...
+    mask = np.repeat(np.tile([False, True], b * num_spans), interleaved).reshape(b, n)
+
+    def substitute(noise: np.ndarray, width: int) -> np.ndarray:
+        """`noise_span_to_unique_sentinel` of every row: (B, width), the rows having as many kept positions."""
+        previous = np.zeros_like(noise)
+        previous[:, 1:] = noise[:, :-1]
+        first = noise & ~previous
+        sentinels = first_sentinel_id + 1 - np.cumsum(first, axis=1)
+        out = np.where(first, sentinels, tokens).astype(tokens.dtype)
+        return out[~(noise & previous)].reshape(b, width)
+
+    eos = np.full((b, 1), eos_token_id, dtype=tokens.dtype)
+    inputs = np.concatenate([substitute(mask, n - num_noise + num_spans), eos], axis=1)
+    targets = np.concatenate([substitute(~mask, num_noise + num_spans), eos], axis=1)
+    return inputs, targets
+
+
 def random_spans_helper(inputs_length: int, noise_density: float = NOISE_DENSITY,
                         mean_noise_span_length: float = MEAN_NOISE_SPAN_LENGTH, extra_tokens_per_span_inputs: int = 1,
                         extra_tokens_per_span_targets: int = 1) -> tuple[int, int]:
