@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def kill_after_checkpoint(argv: list, run_dir: Path, env: dict, step: int = 6, timeout: float = 120.0) -> None:
+    """Start `argv` (a run writing to run_dir) and SIGKILL it at an arbitrary moment once it has saved a
+    checkpoint of step `step` or later (the resume tests then check that --resume continues exactly)."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while not any(int(p.stem.split("-")[1]) >= step for p in (run_dir / "checkpoints").glob("step-*.pt")):
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.01)
+    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary moment after that checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()

@@ -13,6 +13,7 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
+from conftest import kill_after_checkpoint
 from bertkit.finetune import FinetuneConfig, evaluate_predictions, finetune, predict
 from bertkit.taskrun import EpochBatches
 from bertkit.tasks.ner import tags_to_spans
@@ -186,10 +187,8 @@ def test_worker_processes_train_exactly_as_the_training_process(pretrained, tmp_
 @pytest.mark.slow  # three CLI processes (a full run, a killed one, its resumption); in-process: the test above
 def test_sigkilled_run_with_workers_resumes_bit_identically(pretrained, tmp_path):
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     train = write_csv(tmp_path / "train.csv", classify_rows(96, 3))
     dev = write_csv(tmp_path / "dev.csv", classify_rows(8, 4))
@@ -203,14 +202,7 @@ def test_sigkilled_run_with_workers_resumes_bit_identically(pretrained, tmp_path
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(command(full), check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not any(int(p.stem.split("-")[1]) >= 6 for p in (killed / "checkpoints").glob("step-*.pt")):
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.01)
-    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary point after that checkpoint
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(command(killed), killed, env)
     assert max(run_losses(killed), default=0) < 24, "the run finished before the kill; nothing was tested"
     subprocess.run(command(killed, "--resume"), check=True, env=env, capture_output=True)
     assert run_losses(killed) == run_losses(full) and len(run_losses(full)) == 24  # every step, bit for bit

@@ -7,16 +7,15 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bertkit import WordPieceTokenizer
+from conftest import kill_after_checkpoint
 from bertkit.data.corpus import iter_lines
 from bertkit.data.prepare import prepare
 from bertkit.pretrain import PretrainConfig, pretrain, resolve_config
@@ -102,24 +101,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _killed_after_step_6(argv: list, run_dir, timeout: float) -> None:
-    """Start `argv` (a run writing to run_dir) and SIGKILL it at an arbitrary point after its step-6 checkpoint."""
-    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + timeout
-    while not (run_dir / "checkpoints" / "step-00000006.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.02)
-    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary point after that checkpoint
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
 def test_sigkilled_run_resumes_bit_identically(data_dir, tmp_path):
     steps = ["--max-steps", "30", "--save-every", "3", "--batch-size", "8"]
     full = tmp_path / "full"
     subprocess.run(_cli(*_pretrain_args(data_dir, full, *steps)), check=True, env=_env(), capture_output=True)
     killed = tmp_path / "killed"
-    _killed_after_step_6(_cli(*_pretrain_args(data_dir, killed, *steps)), killed, timeout=120)
+    kill_after_checkpoint(_cli(*_pretrain_args(data_dir, killed, *steps)), killed, _env(), timeout=120)
     done = losses(killed)
     assert max(done) < 30, "the run finished before the kill; nothing was tested"
     subprocess.run(_cli(*_pretrain_args(data_dir, killed, *steps, "--resume")), check=True, env=_env(),
@@ -207,7 +194,7 @@ def test_every_objective_sigkilled_with_workers_resumes_bit_identically(data_dir
              "--workers", "2"]
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(_cli(*_pretrain_args(data_dir, full, *steps)), check=True, env=_env(), capture_output=True)
-    _killed_after_step_6(_cli(*_pretrain_args(data_dir, killed, *steps)), killed, timeout=180)
+    kill_after_checkpoint(_cli(*_pretrain_args(data_dir, killed, *steps)), killed, _env(), timeout=180)
     assert max(losses(killed)) < 16, "the run finished before the kill; nothing was tested"
     subprocess.run(_cli(*_pretrain_args(data_dir, killed, *steps, "--resume")), check=True, env=_env(),
                    capture_output=True)

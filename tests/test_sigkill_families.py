@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bertkit.cli import main
+from conftest import kill_after_checkpoint
 
 WORDS = "the a cat dog sat ran on under mat park big small red blue house river city old new".split()
 TINY = {
@@ -64,15 +63,7 @@ def full_and_killed(args: list, tmp_path: Path, steps: int = 24) -> tuple[Path, 
     moment after its step-6 checkpoint (before its last step); returns both run directories."""
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(cli(*args, "--out", full), check=True, env=env(), capture_output=True)
-    proc = subprocess.Popen(cli(*args, "--out", killed), env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (killed / "checkpoints" / "step-00000006.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.01)
-    time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary moment after that checkpoint
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(cli(*args, "--out", killed), killed, env())
     assert max(losses(killed)) < steps, "the run finished before the kill; nothing was tested"
     return full, killed
 
