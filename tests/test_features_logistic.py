@@ -220,7 +220,7 @@ def test_wrong_uses_are_one_line_errors(task, tmp_path, capsys):
     with pytest.raises(ValueError, match="not for regression"):
         FeatureTaskModel(torch.nn.Linear(1, 1), None, "sequence", 1, 3, 4, [-1], "concat", "logistic",
                          regression=True)
-    with pytest.raises(ValueError, match="not for token"):
+    with pytest.raises(ValueError, match="not for token tasks"):
         FeatureTaskModel(torch.nn.Linear(1, 1), None, "token", 2, 3, 4, [-1], "concat", "logistic")
     assert FinetuneConfig(frozen=True, task_model="logistic").layer_combine == "concat"
     assert FinetuneConfig().layer_combine == "scalar-mix" and FinetuneConfig(combine="sum").layer_combine == "sum"

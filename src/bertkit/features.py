@@ -394,10 +394,11 @@ class FeatureTaskModel(nn.Module):
         if task_model not in TASK_MODELS:
             raise ValueError(f"--task-model must be one of {', '.join(TASK_MODELS)}, got {task_model!r}")
         logistic = task_model == "logistic"
-        if logistic and not (frozen and role == "sequence" and not regression):
-            raise ValueError(f"--task-model logistic fits a classifier on a frozen encoder; not for "
-                             f"{'an encoder that trains' if not frozen else 'regression' if regression else role} "
-                             f"(add --frozen; classify and glue classification tasks only)")
+        if logistic and not frozen:
+            raise ValueError("--task-model logistic fits a classifier on a frozen encoder: add --frozen")
+        if logistic and (role != "sequence" or regression):
+            raise ValueError(f"--task-model logistic fits a classifier (classify, glue classification tasks), not "
+                             f"for {'regression' if regression else role + ' tasks'}")
         if logistic and combine == "scalar-mix":
             raise ValueError("--task-model logistic has no mix to learn: --combine concat or sum (default concat)")
         self.encoder, self.tokenizer, self.role, self.frozen = encoder, tokenizer, role, frozen
