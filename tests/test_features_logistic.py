@@ -224,3 +224,15 @@ def test_wrong_uses_are_one_line_errors(task, tmp_path, capsys):
         FeatureTaskModel(torch.nn.Linear(1, 1), None, "token", 2, 3, 4, [-1], "concat", "logistic")
     assert FinetuneConfig(frozen=True, task_model="logistic").layer_combine == "concat"
     assert FinetuneConfig().layer_combine == "scalar-mix" and FinetuneConfig(combine="sum").layer_combine == "sum"
+
+
+def test_an_unset_combine_matches_its_default_when_a_sweep_checks_a_finished_run(tmp_path):
+    from bertkit.finetune import _same_setting
+
+    wanted = FinetuneConfig(kind="classify", frozen=True).to_dict()
+    assert wanted["combine"] is None
+    _same_setting(tmp_path, {**wanted, "combine": "scalar-mix"}, wanted)  # written before the default moved
+    with pytest.raises(ValueError, match="holds a finished run with combine 'concat', not 'scalar-mix'"):
+        _same_setting(tmp_path, {**wanted, "combine": "concat"}, wanted)
+    logistic = FinetuneConfig(kind="classify", frozen=True, task_model="logistic").to_dict()
+    _same_setting(tmp_path, {**logistic, "combine": "concat"}, logistic)

@@ -259,7 +259,12 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
 def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
     """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
     only changes how a run is shown or checkpointed does not count)."""
+    from bertkit.taskrun import resolved_combine
+
     ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size", "workers")
+    if "combine" in done:  # compared resolved: an unset combine is its default
+        done = {**done, "combine": resolved_combine(done["combine"], done.get("task_model", "linear"))}
+        wanted = {**wanted, "combine": resolved_combine(wanted.get("combine"), wanted.get("task_model", "linear"))}
     for key, value in wanted.items():
         if key not in ignored and key in done and done[key] != value:
             raise ValueError(f"{run_dir} holds a finished run with {key} {done[key]!r}, not {value!r}; give the "

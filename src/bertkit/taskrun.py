@@ -200,9 +200,7 @@ class FinetuneConfig:
     @property
     def layer_combine(self) -> str:
         """`combine`, or its default: concat for --task-model logistic (no mix parameters), else scalar-mix."""
-        if self.combine is not None:
-            return self.combine
-        return "concat" if self.task_model == "logistic" else "scalar-mix"
+        return resolved_combine(self.combine, self.task_model)
 
     @property
     def seq_length(self) -> int:
@@ -211,6 +209,14 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def resolved_combine(combine: str | None, task_model: str) -> str:
+    """FinetuneConfig.combine with its default filled in (also for a config dict read back from results.json, where
+    runs before the default became task-dependent wrote scalar-mix)."""
+    if combine is not None:
+        return combine
+    return "concat" if task_model == "logistic" else "scalar-mix"
 
 
 def config_fields() -> list[tuple[str, Any, Any, str]]:
