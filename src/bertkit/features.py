@@ -310,7 +310,7 @@ class ScalarMix(nn.Module):
         return self.gamma * total
 
 
-TASK_MODELS = ("linear", "bilstm")
+TASK_MODELS = ("linear", "bilstm", "logistic")
 TASK_COMBINE = ("concat", "sum", "scalar-mix")
 
 
@@ -371,6 +371,10 @@ class FeatureTaskModel(nn.Module):
     `model(input_ids, attention_mask, token_type_ids).logits`, (B, C) for "sequence" (mean and max over the real
     tokens), (B, T, C) for "token", (B, T, 2) for "qa".
 
+    task_model "logistic" (frozen, "sequence" only): the layers concatenated or summed, no dropout, mean and max
+    pooled, standardised by the buffers `feature_mean` and `feature_scale` (the training rows' statistics), then the
+    head: a logistic regression that `fit_logistic_head` fits to convergence instead of training.
+
     frozen: the encoder's weights never change (no gradient, eval mode, so no dropout), and its layers are computed
     once per distinct input (`cache`); only the mix, the BiLSTM and the head train. Not frozen: the encoder trains
     with them (the BERT paper's ablation "+ BiLSTM" on a fine-tuned model), and nothing is cached.
@@ -389,6 +393,14 @@ class FeatureTaskModel(nn.Module):
             raise ValueError(f"--combine must be one of {', '.join(TASK_COMBINE)}, got {combine!r}")
         if task_model not in TASK_MODELS:
             raise ValueError(f"--task-model must be one of {', '.join(TASK_MODELS)}, got {task_model!r}")
+        logistic = task_model == "logistic"
+        if logistic and not frozen:
+            raise ValueError("--task-model logistic fits a classifier on a frozen encoder: add --frozen")
+        if logistic and (role != "sequence" or regression):
+            raise ValueError(f"--task-model logistic fits a classifier (classify, glue classification tasks), not "
+                             f"for {'regression' if regression else role + ' tasks'}")
+        if logistic and combine == "scalar-mix":
+            raise ValueError("--task-model logistic has no mix to learn: --combine concat or sum (default concat)")
         self.encoder, self.tokenizer, self.role, self.frozen = encoder, tokenizer, role, frozen
         self.config = encoder.config
         self.layers = parse_layers(list(layers), num_hidden)
@@ -405,12 +417,15 @@ class FeatureTaskModel(nn.Module):
             self.encoder.eval()  # from the start: the cache is filled before training begins, without dropout
         self.mix = ScalarMix(len(self.layers), mix_layer_norm) if combine == "scalar-mix" else None
         features = width * len(self.layers) if combine == "concat" else width
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(0.0 if logistic else dropout)  # a fitted model: nothing to regularise by noise
         self.lstm = (nn.LSTM(features, lstm_hidden, num_layers=2, bidirectional=True, batch_first=True,
                              dropout=dropout) if task_model == "bilstm" else None)
         out = 2 * lstm_hidden if self.lstm is not None else features
         outputs = {"sequence": num_labels, "token": num_labels, "qa": 2}[role]
         self.head = nn.Linear(2 * out if role == "sequence" else out, outputs)
+        if logistic:  # standardisation of the pooled features: saved with the head, set by fit_logistic_head
+            self.register_buffer("feature_mean", torch.zeros(2 * out))
+            self.register_buffer("feature_scale", torch.ones(2 * out))
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -462,6 +477,15 @@ class FeatureTaskModel(nn.Module):
 
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        x = self.task_features(input_ids, attention_mask, token_type_ids)
+        if self.task_model == "logistic":
+            x = (x - self.feature_mean) / self.feature_scale
+        return TaskOutput(None, self.head(x))  # (B, C), (B, T, C) or (B, T, 2)
+
+    def task_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """What the head reads: (B, 2F) for "sequence" (mean and max over the real tokens, side by side), else
+        (B, T, F); F = the combined layers' (or the BiLSTM's) width. Not standardised."""
         chosen = self.all_layers(input_ids, attention_mask, token_type_ids)[:, :, self.layers]  # (B, T, k, H)
         if self.combine == "concat":
             x = chosen.flatten(2)
@@ -481,10 +505,8 @@ class FeatureTaskModel(nn.Module):
             keep = real[..., None].to(x.dtype)
             mean = (x * keep).sum(1) / keep.sum(1).clamp(min=1)
             top = x.masked_fill(~real[..., None], float("-inf")).max(1).values
-            logits = self.head(torch.cat([mean, top], dim=-1))  # (B, C)
-        else:
-            logits = self.head(x)  # (B, T, C) or (B, T, 2)
-        return TaskOutput(None, logits)
+            return torch.cat([mean, top], dim=-1)  # (B, 2F)
+        return x
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -532,7 +554,8 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
                      train_inputs: Sequence[dict] = ()) -> tuple[FeatureTaskModel, dict]:
     """The task model a `bertkit finetune --frozen` (or `--task-model bilstm`) run trains on `model_dir`'s encoder,
     from a FinetuneConfig's frozen, layers, combine, task_model, lstm_hidden, mix_layer_norm, feature_cache and
-    dropout. Returns (model, facts for results.json: encoder and cache timings)."""
+    dropout (combine: `config.layer_combine`, its default resolved). Returns (model, facts for results.json: encoder
+    and cache timings)."""
     import time
 
     from bertkit.models import ElmoModel
@@ -541,7 +564,7 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
     count, width = encoder_shape(encoder, tokenizer)
     # Frozen: every layer by default (ELMo's scalar mix of all of them); trained with the encoder: its last layer.
     layers = parse_layers(config.layers if config.layers is not None else ("all" if config.frozen else "-1"), count)
-    facts: dict[str, Any] = {"encoder_layers": count, "layers": layers, "combine": config.combine,
+    facts: dict[str, Any] = {"encoder_layers": count, "layers": layers, "combine": config.layer_combine,
                              "task_model": config.task_model, "frozen": config.frozen,
                              "encoder_parameters": sum(p.numel() for p in encoder.parameters())}
     cache = None
@@ -553,7 +576,7 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
             cache.load(path)
             facts["feature_cache_load_s"] = round(time.perf_counter() - started, 3)
         facts["feature_cache"] = str(path) if path else "memory"
-    model = FeatureTaskModel(encoder, tokenizer, role, num_labels, count, width, layers, config.combine,
+    model = FeatureTaskModel(encoder, tokenizer, role, num_labels, count, width, layers, config.layer_combine,
                              config.task_model, config.lstm_hidden,
                              0.1 if config.dropout is None else config.dropout, config.frozen,
                              config.mix_layer_norm, cache, labels, regression)
@@ -580,16 +603,141 @@ def encoder_shape(encoder, tokenizer) -> tuple[int, int]:
     return len(hidden), hidden[0].shape[-1]
 
 
-@torch.no_grad()
-def fill_cache(model: FeatureTaskModel, inputs: Sequence[dict], pad_id: int, batch_size: int) -> None:
-    """Run the frozen encoder once over every input (batched by length) so that training only reads the cache."""
+def _by_length(inputs: Sequence[dict], pad_id: int, batch_size: int):
+    """(indices, collated batch of their input_ids / token_type_ids / attention_mask) over `inputs`, batched by
+    length (little padding)."""
     from bertkit.taskrun import collate
 
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]["input_ids"]))
     for start in range(0, len(order), batch_size):
-        chosen = [{k: inputs[i][k] for k in ("input_ids", "token_type_ids")} for i in order[start:start + batch_size]]
-        batch = collate(chosen, pad_id)
+        chosen = order[start:start + batch_size]
+        yield chosen, collate([{k: inputs[i][k] for k in ("input_ids", "token_type_ids")} for i in chosen], pad_id)
+
+
+@torch.no_grad()
+def fill_cache(model: FeatureTaskModel, inputs: Sequence[dict], pad_id: int, batch_size: int) -> None:
+    """Run the frozen encoder once over every input (batched by length) so that training only reads the cache."""
+    for _, batch in _by_length(inputs, pad_id, batch_size):
         model.all_layers(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# --task-model logistic: a logistic regression on the pooled, standardised layers, fitted to convergence
+# ------------------------------------------------------------------------------------------------------------------
+def fit_logistic_regression(x: torch.Tensor, y: torch.Tensor, num_classes: int, c: float,
+                            weights: torch.Tensor | None = None, tolerance: float = 1e-8,
+                            max_iter: int = 20_000) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """An L2-regularised multinomial logistic regression with an unpenalised intercept, fitted by L-BFGS (strong
+    Wolfe line search) in float64 from zeros: until the gradient's largest entry is at most tolerance / 100, or until
+    a fresh L-BFGS from the point reached lowers it no more (the loss no longer changes in float64, so no line
+    search can tell a better point); converged when it is then at most `tolerance`.
+
+    Minimises  sum_i w_i CE(W x_i + b, y_i) / N + k ||W||^2 / (2 C N),  N = sum_i w_i (w_i = 1 without
+    `weights`), which is scikit-learn's LogisticRegression(C, penalty="l2") objective (C sum_i w_i CE_i + k ||W||^2
+    / 2) divided by C N, so the same minimiser:
+        3+ classes: k = 1, scikit-learn's multinomial fit (one row of W per class);
+        2 classes:  k = 2, scikit-learn's binary fit with the same C: at the optimum W's two rows are -d/2 and d/2
+                    (for a given difference d the penalty is smallest there), so k ||W||^2 / 2 = ||d||^2 / 2 and
+                    P(class 1) = sigmoid(d x + b_1 - b_0): scikit-learn's coef_ is d, its intercept_ b_1 - b_0.
+    The intercepts sum to 0 (each step moves them by a sum of gradients that add up to 0 over the classes).
+
+    Args:
+        x: (n, D) features; y: (n,) int64 labels in [0, num_classes); c: C > 0; weights: (n,) row multiplicities.
+    Returns:
+        (W (K, D), b (K,)) float64 on the CPU, and facts {"iterations", "evaluations", "loss", "gradient_max"}.
+    Raises:
+        RuntimeError when the gradient is still above `tolerance` at the end (or after `max_iter` iterations),
+        naming C: a large C on separable data converges slowly.
+    """
+    x = x.detach().to("cpu", torch.float64)
+    y = y.detach().to("cpu", torch.long)
+    w = torch.ones(len(x), dtype=torch.float64) if weights is None else weights.detach().to("cpu", torch.float64)
+    total = w.sum()
+    strength = (1.0 if num_classes > 2 else 2.0) / (2.0 * c * total)  # k / (2 C N)
+    weight = torch.zeros(num_classes, x.shape[1], dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
+    iterations = evaluations = 0
+    gradient, loss = float("inf"), torch.zeros(())
+    while iterations < max_iter:
+        # A fresh L-BFGS from the current point: once the loss stops changing in float64 the line search stalls and
+        # L-BFGS ends with the gradient still above the tolerance; a restart drops the stale curvature pairs.
+        optimizer = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=max_iter - iterations,
+                                      tolerance_grad=tolerance / 100, tolerance_change=0.0, history_size=20,
+                                      line_search_fn="strong_wolfe")
+
+        @torch.enable_grad()  # also when called under no_grad (fit_logistic_head)
+        def objective() -> torch.Tensor:
+            optimizer.zero_grad()
+            ce = nn.functional.cross_entropy(x @ weight.T + bias, y, reduction="none")  # (n,)
+            loss = (w * ce).sum() / total + strength * (weight * weight).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(objective)
+        state = optimizer.state[weight]  # LBFGS keeps its counters under its first parameter
+        iterations += int(state.get("n_iter", 0))
+        evaluations += int(state.get("func_evals", 0))
+        loss = objective().detach()  # and the gradient at the point reached
+        before, gradient = gradient, max(float(weight.grad.abs().max()), float(bias.grad.abs().max()))
+        if gradient <= tolerance / 100 or not gradient < before:
+            break
+    if not gradient <= tolerance:
+        raise RuntimeError(f"--task-model logistic: L-BFGS did not converge ({iterations} of at most "
+                           f"{max_iter} iterations; largest gradient entry {gradient:.2e} > {tolerance:g}); try a "
+                           f"smaller --logistic-c (now {c:g})")
+    facts = {"iterations": iterations, "evaluations": evaluations,
+             "loss": float(loss), "gradient_max": gradient}
+    return weight.detach(), bias.detach(), facts
+
+
+@torch.no_grad()
+def fit_logistic_head(model: FeatureTaskModel, features: Sequence[dict], pad_id: int, batch_size: int,
+                      c: float) -> dict[str, Any]:
+    """Fit a --task-model logistic model's head on the training features, in place: the pooled features of the
+    distinct training rows (from the frozen cache), their standardisation (`feature_mean`, `feature_scale`) and
+    `fit_logistic_regression`'s weights (float32) in `model.head`.
+
+    Each training row counts once per occurrence; a training set written k times over (every row's count a multiple
+    of k, as a file that repeats a label set for passes) fits as the set once: counts are divided by their greatest
+    common divisor. Standardisation: each pooled feature's mean and population (ddof 0) standard deviation over the
+    rows so counted; a feature constant within float32 rounding (deviation below 1e-6 x max(1, |mean|)) keeps scale 1,
+    as scikit-learn's StandardScaler keeps a constant feature unscaled. Deterministic (CPU float64 fit).
+    Returns facts for results.json: rows, distinct_rows, repeats (the divisor), C, iterations, evaluations, loss,
+    gradient_max, fit_s.
+    """
+    import math
+    import time
+
+    if model.task_model != "logistic":
+        raise ValueError(f"fit_logistic_head fits a --task-model logistic model, not {model.task_model}")
+    started = time.perf_counter()
+    counts: dict[tuple, int] = {}  # (ids, token types, label) -> occurrences, in order of first occurrence
+    for f in features:
+        key = (tuple(f["input_ids"]), tuple(f["token_type_ids"]), int(f["label"]))
+        counts[key] = counts.get(key, 0) + 1
+    rows = [{"input_ids": list(k[0]), "token_type_ids": list(k[1])} for k in counts]
+    repeats = math.gcd(*counts.values())
+    weights = torch.tensor([n // repeats for n in counts.values()], dtype=torch.float64)
+    labels = torch.tensor([k[2] for k in counts], dtype=torch.long)
+    model.eval()
+    device = model.head.weight.device
+    pooled = torch.zeros(len(rows), model.head.in_features, dtype=torch.float64)
+    for chosen, batch in _by_length(rows, pad_id, batch_size):
+        pooled[chosen] = model.task_features(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                             batch["token_type_ids"].to(device)).double().cpu()
+    total = weights.sum()
+    mean = (weights[:, None] * pooled).sum(0) / total
+    std = ((weights[:, None] * (pooled - mean) ** 2).sum(0) / total).sqrt()
+    scale = torch.where(std < 1e-6 * mean.abs().clamp(min=1.0), torch.ones_like(std), std)
+    mean32, scale32 = mean.float(), scale.float()  # what the model applies; the fit sees the same standardisation
+    standardised = (pooled - mean32.double()) / scale32.double()
+    weight, bias, facts = fit_logistic_regression(standardised, labels, model.num_labels, c, weights)
+    model.feature_mean.copy_(mean32)
+    model.feature_scale.copy_(scale32)
+    model.head.weight.copy_(weight.float())
+    model.head.bias.copy_(bias.float())
+    return {"rows": len(features), "distinct_rows": len(rows), "repeats": repeats, "C": c, **facts,
+            "fit_s": round(time.perf_counter() - started, 3)}
 
 
 # ------------------------------------------------------------------------------------------------------------------

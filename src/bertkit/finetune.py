@@ -109,11 +109,11 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
 
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
-    feature_facts = None
+    feature_facts, fit = None, None
     if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
         # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
         # the only task models of an architecture without task heads of its own (ELMo).
-        from bertkit.features import FeatureTaskModel, build_task_model
+        from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
 
         if not (config.frozen or config.task_model == "bilstm"):
             raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
@@ -125,6 +125,10 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                                                 regression=kwargs.get("regression", False),
                                                 train_inputs=[*data.train_features, *data.dev_features])
         cls = FeatureTaskModel  # what reads the best epoch's directory back
+        if config.task_model == "logistic":  # fitted at once on the cached layers instead of trained
+            def fit(m):
+                return fit_logistic_head(m, data.train_features, tokenizer.pad_id, config.eval_batch_size,
+                                         config.logistic_c)
     else:
         cls = directory.model_class(family.model_role, kind)  # the architecture's: BertFor..., ModernBertFor...
         model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
@@ -133,6 +137,9 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                          f"{model.config.vocab_size} embeddings")
 
     def banner(max_steps: int, steps_per_epoch: int) -> str:
+        if fit is not None:
+            return (f"fitting a logistic regression (C {config.logistic_c:g}, L-BFGS) on the frozen layers of "
+                    f"{model_dir} for {len(data.train_examples):,} examples, on {device}")
         return (f"fine-tuning {kind}{' ' + config.task if config.task else ''} from {model_dir} "
                 f"({model.num_parameters() / 1e6:.1f}M parameters) on {len(data.train_examples):,} examples "
                 f"({len(data.train_features):,} inputs): {max_steps} steps of {config.batch_size}, {steps_per_epoch} "
@@ -153,7 +160,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     with writer_lock(out_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
         results = run_task(data, model, objective, out_dir, dist_info=dist_info, device=device,
                            resume=resume, stop_after_steps=stop_after_steps, summary=summary, resolved=resolved,
-                           banner=banner)
+                           banner=banner, fit=fit)
         if not dist_info.is_main or stop_after_steps is not None:
             return results
         return score_best(data, cls, out_dir, eval_files, results, time.perf_counter() - started, device)
@@ -252,7 +259,12 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
 def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
     """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
     only changes how a run is shown or checkpointed does not count)."""
+    from bertkit.taskrun import resolved_combine
+
     ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size", "workers")
+    if "combine" in done:  # compared resolved: an unset combine is its default
+        done = {**done, "combine": resolved_combine(done["combine"], done.get("task_model", "linear"))}
+        wanted = {**wanted, "combine": resolved_combine(wanted.get("combine"), wanted.get("task_model", "linear"))}
     for key, value in wanted.items():
         if key not in ignored and key in done and done[key] != value:
             raise ValueError(f"{run_dir} holds a finished run with {key} {done[key]!r}, not {value!r}; give the "

@@ -86,11 +86,17 @@ class FinetuneConfig:
     layers: str | None = _f(None, "frozen / bilstm task model: the encoder layers it reads, comma-separated "
                                   "(0 = embeddings or ELMo's token layer, -1 = last; write --layers=-1,-2,-3,-4) "
                                   "or all (default: all when frozen, else the last)")
-    combine: str = _f("scalar-mix", "frozen / bilstm task model: concat, sum or scalar-mix (ELMo's learned "
-                                    "softmax-weighted sum times a scale) of the chosen layers")
+    combine: str | None = _f(None, "frozen / bilstm task model: concat, sum or scalar-mix (ELMo's learned "
+                                   "softmax-weighted sum times a scale) of the chosen layers (default scalar-mix; "
+                                   "concat for --task-model logistic, which has no mix)")
     task_model: str = _f("linear", "linear (the family's usual head; with --frozen a linear layer on the combined "
-                                   "layers) or bilstm (a 2-layer BiLSTM, then the head); bilstm without --frozen "
-                                   "trains the encoder too")
+                                   "layers), bilstm (a 2-layer BiLSTM, then the head; without --frozen it trains the "
+                                   "encoder too) or logistic (--frozen classifiers: L2-regularised logistic "
+                                   "regression on the standardised mean and max of the layers, fitted to "
+                                   "convergence by L-BFGS; the learning rate, epochs, batch size and warm-up do not "
+                                   "apply)")
+    logistic_c: float = _f(1.0, "--task-model logistic: inverse L2 strength C, as scikit-learn's "
+                                "LogisticRegression")
     lstm_hidden: int = _f(256, "bilstm task model: hidden size of each direction")
     mix_layer_norm: bool = _f(False, "scalar mix: normalise each layer first (the ELMo paper's variant)")
     feature_cache: str | None = _f(None, "frozen: where the encoder's layers are kept once computed: memory "
@@ -130,9 +136,9 @@ class FinetuneConfig:
             raise ValueError(f"max_target_length must be at least 2 (a token and EOS), got {self.max_target_length}")
         # NaN fails every comparison and infinity passes the lower bounds: finiteness first.
         check_finite(self, ("epochs", "learning_rate", "adam_epsilon", "weight_decay", "max_grad_norm", "warmup_ratio",
-                            "lm_weight")
+                            "lm_weight", "logistic_c")
                      + (("dropout",) if self.dropout is not None else ()))
-        for name in ("epochs", "learning_rate", "adam_epsilon"):
+        for name in ("epochs", "learning_rate", "adam_epsilon", "logistic_c"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name, zero in (("weight_decay", "none"), ("max_grad_norm", "no clipping"), ("lm_weight", "off")):
@@ -156,10 +162,12 @@ class FinetuneConfig:
             raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.save_every < 0:
             raise ValueError(f"save_every must be 0 (every epoch) or positive, got {self.save_every}")
-        if self.combine not in ("concat", "sum", "scalar-mix"):
+        if self.combine is not None and self.combine not in ("concat", "sum", "scalar-mix"):
             raise ValueError(f"combine must be concat, sum or scalar-mix, got {self.combine!r}")
-        if self.task_model not in ("linear", "bilstm"):
-            raise ValueError(f"task_model must be linear or bilstm, got {self.task_model!r}")
+        if self.task_model not in ("linear", "bilstm", "logistic"):
+            raise ValueError(f"task_model must be linear, bilstm or logistic, got {self.task_model!r}")
+        if self.task_model == "logistic":
+            self._check_logistic()
         if self.lstm_hidden < 1:
             raise ValueError(f"lstm_hidden must be at least 1, got {self.lstm_hidden}")
         if self.feature_cache is not None and not self.frozen:
@@ -177,6 +185,23 @@ class FinetuneConfig:
             raise ValueError(f"workers must be 0 (batches made in the training process) or more, got "
                              f"{self.workers!r}")
 
+    def _check_logistic(self) -> None:
+        """--task-model logistic fits a single-label classifier on a frozen encoder; ValueError otherwise (the
+        family's role and a GLUE regression task are checked again where the model is built)."""
+        if not self.frozen:
+            raise ValueError("--task-model logistic fits a classifier on a frozen encoder: add --frozen")
+        if self.kind is not None and self.kind not in ("classify", "glue"):
+            raise ValueError(f"--task-model logistic fits a classifier (classify, glue), not for {self.kind}")
+        if self.regression:
+            raise ValueError("--task-model logistic fits a classifier, not for --regression")
+        if self.combine == "scalar-mix":
+            raise ValueError("--task-model logistic has no mix to learn: --combine concat or sum (default concat)")
+
+    @property
+    def layer_combine(self) -> str:
+        """`combine`, or its default: concat for --task-model logistic (no mix parameters), else scalar-mix."""
+        return resolved_combine(self.combine, self.task_model)
+
     @property
     def seq_length(self) -> int:
         """max_seq_length, or the kind's default (384 for SQuAD, else 128)."""
@@ -184,6 +209,14 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def resolved_combine(combine: str | None, task_model: str) -> str:
+    """FinetuneConfig.combine with its default filled in (also for a config dict read back from results.json, where
+    runs before the default became task-dependent wrote scalar-mix)."""
+    if combine is not None:
+        return combine
+    return "concat" if task_model == "logistic" else "scalar-mix"
 
 
 def config_fields() -> list[tuple[str, Any, Any, str]]:
@@ -647,7 +680,8 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
              evaluated: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
              extra_metrics: Callable[[Any], dict[str, float]] | None = None,
              summary: dict[str, Any] | None = None, resolved: dict[str, Any] | None = None,
-             banner: Callable[[int, int], str] | None = None) -> dict[str, Any]:
+             banner: Callable[[int, int], str] | None = None,
+             fit: Callable[[torch.nn.Module], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train for config.epochs epochs with a dev evaluation at every epoch's end, keeping the best epoch.
 
     Args:
@@ -663,6 +697,9 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
             the trainer's settings and the world size are added; banner(max_steps, steps_per_epoch): the line
             printed before training.
         resume, stop_after_steps: continue from run_dir's newest checkpoint; stop early as if interrupted.
+        fit: instead of the trainer, fit(model) fits the model at once on `device` (a full-batch fit such as
+            --task-model logistic's; the batch settings and the schedule do not apply) and returns facts for
+            results.json "fit"; one dev evaluation follows, recorded as epoch 1 (step 0), "steps" 0.
     Returns:
         The content of results.json: summary, then "labels", "metric", example counts, "steps_per_epoch",
         "max_steps", "epochs" (every evaluation), "best", "data" (the readers' counts), "config", and at the end
@@ -673,13 +710,16 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
     run_dir = Path(run_dir)
     config, family, tokenizer, metric = data.config, data.family, data.tokenizer, data.metric
     evaluated = evaluated or (lambda m: m)
-    stream = EpochBatches([*data.train_features, *extra_features], tokenizer.pad_id, config.batch_size, config.seed,
-                          config.grad_accumulation, dist_info.rank, dist_info.world_size, stop_after_steps,
-                          bucket_window=config.bucket_window, workers=task_workers(config.workers, device),
-                          pin_memory=device.type == "cuda")
-    steps_per_epoch = stream.steps_per_epoch
-    train_config = epoch_train_config(config, steps_per_epoch)
-    max_steps = train_config.max_steps
+    if fit is None:
+        stream = EpochBatches([*data.train_features, *extra_features], tokenizer.pad_id, config.batch_size,
+                              config.seed, config.grad_accumulation, dist_info.rank, dist_info.world_size,
+                              stop_after_steps, bucket_window=config.bucket_window,
+                              workers=task_workers(config.workers, device), pin_memory=device.type == "cuda")
+        steps_per_epoch = stream.steps_per_epoch
+        train_config = epoch_train_config(config, steps_per_epoch)
+        max_steps = train_config.max_steps
+    else:  # a fit at once: no batches, no steps
+        stream, train_config, steps_per_epoch, max_steps = None, None, 0, 0
     history, best = resume_history(run_dir, resume, metric)
     timing = {"eval_s": 0.0}
     results: dict[str, Any] = {}
@@ -696,10 +736,13 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         atomic_write(run_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
 
     def evaluate(m) -> dict[str, float]:
-        nonlocal best, history
         step = stream.steps_done
         if step % steps_per_epoch and step != max_steps:
             return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
+        return evaluate_at(m, step, round(step / steps_per_epoch, 4))
+
+    def evaluate_at(m, step: int, epoch: float) -> dict[str, float]:
+        nonlocal best, history
         started = time.perf_counter()
         plain = evaluated(unwrap(m))
         logits = model_outputs(family, plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
@@ -708,7 +751,7 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
             more = extra_metrics(output)
             shown.extend(k for k in more if k not in shown)
             metrics.update(more)
-        record = {"epoch": round(step / steps_per_epoch, 4), "step": step, **metrics}
+        record = {"epoch": epoch, "step": step, **metrics}
         history = record_evaluation(run_dir, history, record)
         if best is None or record[metric] > best[metric] or best["step"] == step:
             best = record
@@ -724,12 +767,22 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         import yaml
 
         run_dir.mkdir(parents=True, exist_ok=True)
-        written = {**(resolved or {}), "train_config": dataclasses.asdict(train_config),
-                   "world_size": dist_info.world_size}
+        written = {**(resolved or {}), "world_size": dist_info.world_size,
+                   **({"train_config": dataclasses.asdict(train_config)} if train_config is not None else {})}
         atomic_write(run_dir / "config.yaml", yaml.safe_dump(written, sort_keys=False))
         if banner is not None:
             print(banner(max_steps, steps_per_epoch), flush=True)
 
-    train_and_report(model, objective, stream, train_config, run_dir, evaluate, resume, dist_info, device, timing,
-                     write_results)
+    if fit is None:
+        train_and_report(model, objective, stream, train_config, run_dir, evaluate, resume, dist_info, device,
+                         timing, write_results)
+    else:
+        started = time.perf_counter()
+        facts = fit(model.to(device))
+        fit_seconds = time.perf_counter() - started
+        if dist_info.is_main:
+            evaluate_at(model, 0, 1)
+            write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3), "fit": facts})
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return dict(results)
