@@ -59,11 +59,12 @@ def pipeline_run(tmp_path_factory):
     corpus = tiny_corpus(root / "corpus.txt")
     train, dev = tiny_task(root)
     out = root / "out"
-    # Label counts 8 and all 64, two seeds each, at least 32 examples a run: 8 fine-tuning runs of a few steps.
+    # Label counts 8 (a regression on the frozen encoder) and all 64 (fine-tuned, at least 32 examples a run), two
+    # seeds each: 8 runs of a few steps.
     report = run_pipeline(out, corpus=[str(corpus)], preset="tiny", vocab_size=120, probes=["the [MASK] sat."],
                           progress=False, train_seconds=3.0, task_train=str(train), task_dev=str(dev),
                           text_column="sentence", label_column="colour", finetune_seeds=2, ladder=(8, 40),
-                          min_examples=32, fill_mask_prompts=40)
+                          min_examples=32, fill_mask_prompts=40, frozen_max_labels=8)
     return out, report
 
 
@@ -137,10 +138,10 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
     ft = report["finetune"]
     assert ft["train_examples"] == 64 and ft["dev_examples"] == 32 and ft["labels"] == ["blue", "red"]
     assert [p["labels"] for p in ft["curve"]] == [8, 64]  # 40 is more than half the training set
-    # 8 labels: a linear head on the frozen encoder, twice the 32 examples at least; all 64: fine-tuned, 3 passes.
-    assert [p["passes"] for p in ft["curve"]] == [8, 3]
+    # 8 labels: a logistic regression on the frozen encoder, each example once; all 64: fine-tuned, 3 passes.
+    assert [p["passes"] for p in ft["curve"]] == [1, 3]
     assert [p["frozen"] for p in ft["curve"]] == [True, False]
-    assert ft["config"]["frozen_max_labels"] == 32 and ft["config"]["frozen_min_examples"] == 64
+    assert ft["config"]["frozen_max_labels"] == 8 and ft["config"]["frozen_task_model"] == "logistic"
     # The same architecture from both starting points, both classifying from the mean of the tokens.
     architecture = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
@@ -161,9 +162,11 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
             assert all([r["text"], r["label"]] in [[t, c] for t, c in train_rows] for r in rows[:n])
             runs = [json.loads((out / "finetune" / f"{s}-{n}-seed{seed}" / "results.json").read_text())
                     for s in ("pretrained", "scratch")]
-            assert runs[0]["config"] == runs[1]["config"] and runs[0]["config"]["seed"] == seed
+            # The same recipe; a frozen encoder's layers kept in one cache file per starting point.
+            differ = {k for k in runs[0]["config"] if runs[0]["config"][k] != runs[1]["config"][k]}
+            assert differ == ({"feature_cache"} if point["frozen"] else set()) and runs[0]["config"]["seed"] == seed
             assert runs[0]["config"]["frozen"] is point["frozen"]
-            assert runs[0]["config"]["learning_rate"] == (3e-3 if point["frozen"] else 3e-4)
+            assert runs[0]["config"]["task_model"] == ("logistic" if point["frozen"] else "linear")
             assert runs[0]["max_steps"] == runs[1]["max_steps"] and len(runs[0]["epochs"]) == 1  # dev scored once
             for run, start in zip(runs, ("pretrained", "scratch")):
                 assert point[start]["values"][seed] == run["epochs"][-1]["accuracy"]
@@ -251,7 +254,7 @@ def test_report_page_is_self_contained(pipeline_run):
         for start in ("pretrained", "scratch"):
             assert f"{point[start]['median']:.3f} [{point[start]['q1']:.3f}" in table
     assert ">8 (frozen encoder)</td>" in table and ">64</td>" in table  # which points read a frozen encoder
-    assert "Label sets of at most 32 examples train only a linear head" in text
+    assert "Label sets of at most 8 examples fit a logistic regression" in text
     assert report["machine"]["summary"] in text
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage
@@ -302,9 +305,10 @@ def test_normalisation_keeps_hangul_syllables_whole():
 
 
 def test_label_ladder_and_label_sets(tmp_path):
-    assert label_ladder(2770, 8) == [32, 128, 512, 2770]  # 2,048 is more than half of 2,770
-    assert label_ladder(5749, 3) == [32, 128, 512, 2048, 5749]
-    assert label_ladder(100, 40) == [100]  # 32 labels would give fewer than two per class
+    assert label_ladder(2770, 8) == [64, 128, 256, 512, 2770]  # 2,048 is more than half of 2,770
+    assert label_ladder(5749, 3) == [64, 128, 256, 512, 2048, 5749]
+    assert label_ladder(100, 40) == [100]  # 64 labels would give fewer than two per class
+    assert label_ladder(100, 2, (8, 32, 64)) == [8, 32, 100]
     labels = ["a"] * 10 + ["b"] * 3 + ["c"] * 7
     order = stratified_order(labels, seed=1)
     assert sorted(order) == list(range(20))
@@ -368,14 +372,19 @@ def test_plan_budget_splits_the_time():
     # A fixed pretraining time: every seed and pass, whatever they cost.
     fixed = plan_budget(0.0, seeds=[2, 2, 2, 2], pretrain_s=3.0, **{**cost, "example_s": 60.0})
     assert (fixed.pretrain_s, fixed.seeds, fixed.passes, fixed.short) == (3.0, (2, 2, 2, 2), (63, 16, 4, 3), False)
-    # A cost per example for each label count (a frozen encoder's first rung costs next to nothing per pass).
-    per_rung = plan_budget(1500.0, seeds=[5, 5, 3, 3], **{**cost, "example_s": [0.0001, 0.005, 0.005, 0.005]})
-    assert per_rung.run_s == pytest.approx([32 * 63 * 0.0001 + 1.0] + run_s[1:])
+    # A cost per example and a fixed cost for each label count (a frozen encoder's rungs: one pass, forward only).
+    per_rung = plan_budget(1500.0, seeds=[5, 5, 3, 3], **{**cost, "example_s": [0.0001, 0.005, 0.005, 0.005],
+                                                           "fixed_s": [0.5, 1.0, 1.0, 1.0]})
+    assert per_rung.run_s == pytest.approx([32 * 63 * 0.0001 + 0.5] + run_s[1:])
     assert per_rung.pretrain_s == pytest.approx(plan.pretrain_s + 10 * (run_s[0] - per_rung.run_s[0]))
+    tight_rungs = plan_budget(300.0, seeds=[1, 1, 1, 1], **{**cost, "fixed_s": [0.5, 1.0, 1.0, 2.0]})
+    assert tight_rungs.passes == (55, 13, 3, 2)  # the training part x (135 - 9) / (153.22 - 9): fixed costs kept
     with pytest.raises(ValueError):
         plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 0.0})
     with pytest.raises(ValueError):
         plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "example_s": [0.005, 0.005]})  # one per label count
+    with pytest.raises(ValueError):
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "fixed_s": [1.0, 1.0, 1.0]})
 
 
 def _fake_stdlib(root: Path) -> Path:
@@ -443,11 +452,14 @@ def test_word_order_task_from_docstrings(tmp_path):
     train = [json.loads(line) for line in Path(info["train"]).read_text().splitlines()]
     dev = [json.loads(line) for line in Path(info["dev"]).read_text().splitlines()]
     # 106 distinct sentences of 6 to 40 words (alpha 30 + 30, beta 40, gamma 5, the shared one once; the 30 under
-    # tests/ are not read): dev takes 30 of them, training the next 60.
-    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 30)
+    # tests/ are not read): dev takes 30 of them (each as written and shuffled), training the next 60.
+    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 60)
     for rows in (train, dev):
         assert sorted(collections.Counter(r["label"] for r in rows).values()) == [len(rows) // 2] * 2
         assert all(r["text"][-1].isalnum() and r["text"][0].isalnum() for r in rows)  # no mark of the end
+    # Paired dev: each sentence as written, then its shuffled copy.
+    assert [r["label"] for r in dev] == ["original", "shuffled"] * 30
+    assert all(sorted(a["text"].split()) == sorted(b["text"].split()) for a, b in zip(dev[::2], dev[1::2]))
     written = {" ".join(plain_words(s)): s for p in root.rglob("*.py") if "tests" not in p.parts
                for s in prose_sentences(p)}
     for r in train + dev:
@@ -474,17 +486,18 @@ def test_word_salad_task_from_docstrings(tmp_path):
     train = [json.loads(line) for line in Path(info["train"]).read_text().splitlines()]
     dev = [json.loads(line) for line in Path(info["dev"]).read_text().splitlines()]
     # 106 distinct sentences of 6 to 40 words (alpha 30 + 30, beta 40, gamma 5, the shared one once; the 30 under
-    # tests/ are not read): dev takes 30 of them, training the next 60.
-    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 30)
+    # tests/ are not read): dev takes 30 of them (each as written and as a random row), training the next 60.
+    assert (len(train), len(dev)) == (info["train_examples"], info["dev_examples"]) == (60, 60)
     for rows in (train, dev):
         assert sorted(collections.Counter(r["label"] for r in rows).values()) == [len(rows) // 2] * 2
+    assert [r["label"] for r in dev] == ["written", "random"] * 30  # paired: a sentence, then its random row
+    # A random row is as long as the sentence it replaces.
+    assert all(len(a["text"].split()) == len(b["text"].split()) for a, b in zip(dev[::2], dev[1::2]))
     written = {" ".join(plain_words(s)): s for p in root.rglob("*.py") if "tests" not in p.parts
                for s in prose_sentences(p)}
     dev_sentences = set(info["dev_sentences"])
     assert len(dev_sentences) == 30 and dev_sentences <= set(written.values())
-    # A random row is as long as the sentence it replaces: the split's rows have its sentences' lengths.
-    assert sorted(len(r["text"].split()) for r in dev) == sorted(len(plain_words(s)) for s in dev_sentences)
-    assert {written[r["text"]] for r in dev if r["label"] == "written"} <= dev_sentences  # dev rows: dev sentences
+    assert {written[r["text"]] for r in dev if r["label"] == "written"} == dev_sentences  # dev rows: dev sentences
     assert not dev_sentences & {written[r["text"]] for r in train if r["label"] == "written"}
     # A random row's words are drawn from its own split's sentences: dev ones only from the dev sentences, which
     # pretraining never sees, training ones never from them (the numbers 0-39 tell the sentences apart here).

@@ -15,8 +15,8 @@
                    between pretraining and the curve's runs (`plan_budget`)
     5 pretraining  the `mini-fast` recipe, held-out masked-LM accuracy and perplexity at about 30 regular points
     6 curve        the label-efficiency curve: the pretrained model and the same architecture from random
-                   initialisation fine-tuned on class-balanced label sets of 32, 128, 512, ... examples and on all of
-                   them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
+                   initialisation trained on class-balanced label sets of 64, 128, 256, 512, ... examples and on all
+                   of them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
                    `stratified_order`, `passes_for`); the task is the user's (`task_train` / `task_dev`, any file
                    `bertkit finetune classify` reads, pairs included) or the built-in one (`build_word_salad_task`)
     7 evaluation   fill-mask on held-out sentences by the masked word's frequency band, beside the frequency
@@ -31,8 +31,8 @@ So both starting points classify from the mean of the last layer's token vectors
 which the masked-LM training did shape, at a learning rate (3e-4) that moves a pretrained encoder without erasing
 it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
 passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev). Label sets of
-at most `FROZEN_MAX_LABELS` train only a linear head on the frozen encoder instead, for both starting points: a
-few dozen sentences cannot say which of the encoder's weights to move.
+at most `FROZEN_MAX_LABELS` fit only a logistic regression on the frozen encoder's features instead, for both
+starting points: a few hundred sentences cannot say which of the encoder's weights to move.
 
 The built-in task: is a documentation sentence as written, or as many words drawn at random by their frequency
 in the task's sentences (`build_word_salad_task`)? Every word is as likely in either class, so no label is keyed
@@ -44,7 +44,8 @@ own embeddings, which a few thousand labels teach in minutes. Whether a sentence
 order or shuffled (`build_word_order_task`) keeps the bag of words at chance too, but on a quiet run's model 32
 labels put the pretrained model ahead by about 0.01-0.02 only, inside the seeds' spread, where the word salad put
 it ahead by about 0.04, beyond it, for three sets of ten seeds, with a linear head on the frozen encoder at that
-count (docs/getting-started/main-job.md has the figures).
+count (docs/getting-started/main-job.md has the figures). Its dev set holds each dev sentence twice, as written
+and as random words, which halves the dev accuracy's own variance.
 The task's dev sentences are kept out of the pretraining corpus, so neither model has seen them; its training
 sentences are in it, in order and without labels, as in the usual semi-supervised setting.
 """
@@ -96,19 +97,27 @@ CORPUS_SHARE = 0.08
 # Fine-tuning, the same for both starting points: learning rate 3e-4 moves a small pretrained encoder without
 # erasing it in the hundred-odd steps of a small label set (1e-3 moved it far in the first steps).
 FINETUNE = {"learning_rate": 3e-4, "batch_size": 16, "dropout": 0.1}
-# Label sets of at most FROZEN_MAX_LABELS examples train only a linear head on the mean and maximum over the tokens
-# of the frozen encoder's last layer (`bertkit.features`; the same for both starting points), at learning rate 3e-3,
-# for FROZEN_EXAMPLES_RATIO times the examples: a few dozen sentences cannot say which of the encoder's
+# Label sets of at most FROZEN_MAX_LABELS examples fit only a logistic regression on the standardised mean and
+# maximum over the tokens of the frozen encoder's last layer (`--frozen --task-model logistic`, L-BFGS to
+# convergence, C 1; the same for both starting points): a few hundred sentences cannot say which of the encoder's
 # weights to move, and fitting them all to those sentences is what spread the pretrained runs. On the word-salad
-# task at 32 labels (a quiet run's models; docs/getting-started/main-job.md), fine-tuned at 1e-3: ahead by 0.031
-# beyond both interquartile ranges for seeds 0-9, by 0.011 inside them for seeds 10-19; frozen: 0.039, 0.048 and
-# 0.043 for seeds 0-9, 10-19 and 20-29, all beyond, 28 of the 30 seeds ahead.
-FROZEN_MAX_LABELS = 32
-FROZEN = {"frozen": True, "layers": "-1", "learning_rate": 3e-3}
-FROZEN_EXAMPLES_RATIO = 2
-FINETUNE_SEEDS = 5  # seeds at the fewest labels, each the same for both starting points (3 at the larger counts)
+# task with a model pretrained at half this machine's speed (1,257 steps), 30 label sets each: at 128 labels the
+# regression gave 0.564 (IQR 0.019) against 0.514 (0.015) from random initialisation, where fine-tuning gave 0.523
+# against 0.500; at 512, 0.598 against 0.515 (fine-tuned: 0.548 against 0.502). With all 2,870 labels fine-tuning
+# is ahead (0.760 against the regression's 0.681), so the larger label counts are fine-tuned.
+FROZEN_MAX_LABELS = 512
+FROZEN = {"frozen": True, "layers": "-1", "task_model": "logistic"}
+FINETUNE_SEEDS = 7  # seeds at the fewest labels, each the same for both starting points
+FROZEN_SEEDS = 3  # at the other label counts of the frozen encoder (each run takes a few seconds)
+# At the fine-tuned label counts: one seed is planned (the minutes go to pretraining, which the whole curve stands
+# on), up to three run while the budget has room at the end.
+FINETUNED_SEEDS = 1
+FINETUNED_MORE_SEEDS = 3
 FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
+# A regression run's loading, cached layers, fit and saving, beside its dev scoring (the saved model is read back
+# and scored without the cache); with it, 2.5-3.5 s a run measured at 64-512 labels (tiny model, 2,870 dev rows).
+FROZEN_OVERHEAD_S = 1.5
 FILL_MASK_PROMPTS = 1000
 FILL_MASK_EXAMPLES = 8
 FREQUENT_WORDS = 100  # fill-mask accuracy is also given on words outside the corpus's 100 most frequent
@@ -125,11 +134,14 @@ WORD_ORDER_TRAIN = 3000  # the built-in task's training sentences at most (the c
 WORD_ORDER_DEV = 1500  # and its dev sentences (at most a third of them): a large dev set keeps its own noise small
 
 # The label-efficiency curve: fine-tuning on nested, class-balanced label sets of these sizes (and on all labels).
-LABEL_LADDER = (32, 128, 512, 2048, 8192, 32768)
+# It starts at 64, not 32: at 32 labels the regression on a model pretrained at half this machine's speed was
+# ahead by less than the seeds' spread (0.528, IQR 0.016, against 0.504, 0.017), so that 5 seeds drawn from 30 put
+# it beyond both interquartile ranges in 64% of the draws; at 64 labels in 95% (7 seeds: 98%), at 128 in 99%.
+LABEL_LADDER = (64, 128, 256, 512, 2048, 8192, 32768)
 # Training examples each fine-tuning run sees at least (small label sets: many passes). 1,000, not 2,000: on the
 # word-order task at 32 labels, 2,000 let random initialisation creep above chance (median 0.510 against 0.501)
-# and narrowed the pretrained model's lead from 0.022 to 0.012 (docs/getting-started/main-job.md). A frozen
-# encoder's head sees FROZEN_EXAMPLES_RATIO times as many.
+# and narrowed the pretrained model's lead from 0.022 to 0.012 (docs/getting-started/main-job.md). A logistic
+# regression on the frozen encoder sees each example once.
 FINETUNE_MIN_EXAMPLES = 1000
 FINETUNE_MIN_PASSES = 3  # passes over a large label set
 
@@ -332,10 +344,13 @@ def _write_task(out: Path, rows: dict[str, list[dict[str, str]]], info: dict[str
 def _two_class_task(out_dir: str | os.PathLike, seed: int, stdlib: str | os.PathLike | None,
                     packages: tuple[str, ...], sizes: tuple[int, int, int, int], labels: tuple[str, str],
                     corrupt: Callable[[list[list[str]], random.Random], Callable[[int], list[str]]], name: str,
-                    what: str) -> dict[str, Any]:
+                    what: str, paired_dev: bool = True) -> dict[str, Any]:
     """The word tasks' common part: the sentences and split of `_task_sentences` (`sizes`: min_words, max_words,
-    dev_count, train_max); in each split a seeded half of the sentences become `corrupt(the split's sentences'
-    words, rng)(their index)` with label `labels[0]`, the rest keep their words with label `labels[1]`."""
+    dev_count, train_max); in training a seeded half of the sentences become `corrupt(the split's sentences'
+    words, rng)(their index)` with label `labels[0]`, the rest keep their words with label `labels[1]`. In dev,
+    with `paired_dev`, every sentence is there twice, as written and corrupted (twice the rows from the same held-out
+    sentences: the dev accuracy's own noise, which at the fewest labels is most of the spread between seeds, falls by
+    a factor of 1.4); without it, dev is split in halves as training is."""
     root = Path(stdlib) if stdlib is not None else Path(sysconfig.get_paths()["stdlib"])
     min_words, max_words, dev_count, train_max = sizes
     seen, splits, rng = _task_sentences(root, packages, min_words, max_words, seed, dev_count, train_max)
@@ -343,6 +358,11 @@ def _two_class_task(out_dir: str | os.PathLike, seed: int, stdlib: str | os.Path
     for split, chosen in splits.items():
         words = [seen[sentence] for sentence in chosen]
         corrupted = corrupt(words, rng)
+        if split == "dev" and paired_dev:
+            rows[split] = [row for i in range(len(chosen))
+                           for row in ({"text": " ".join(words[i]), "label": labels[1]},
+                                       {"text": " ".join(corrupted(i)), "label": labels[0]})]
+            continue
         drawn = set(rng.sample(range(len(chosen)), len(chosen) // 2))
         rows[split] = [{"text": " ".join(corrupted(i)), "label": labels[0]} if i in drawn
                        else {"text": " ".join(words[i]), "label": labels[1]} for i in range(len(chosen))]
@@ -707,7 +727,8 @@ class Plan:
 
 
 def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: list[int],
-                example_s: float | list[float], fixed_s: float, seeds: list[int], passes: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
+                example_s: float | list[float], fixed_s: float | list[float], seeds: list[int],
+                passes: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
                 eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
                 min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None,
                 min_first_seeds: int = 3) -> Plan:
@@ -715,7 +736,7 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
 
     The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed once per starting point; a run costs
     ladder[i] x passes[i] x `example_s` (training; one figure, or one per label count) + `fixed_s` (its dev
-    evaluation, loading and saving). passes:
+    evaluation, loading and saving; one figure, or one per label count). passes:
     default `passes_for` each label count. The curve gets at most `ft_share` of the time: while it does not fit,
     the largest label count with more than one seed loses one (the smallest keeps `min_first_seeds` to the last,
     since its spread is the curve's point); at one seed everywhere, every run's passes shrink by the factor that
@@ -729,14 +750,15 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     """
     passes = list(passes or [passes_for(n) for n in ladder])
     example_s = list(example_s) if isinstance(example_s, (list, tuple)) else [example_s] * len(ladder)
-    if min(step_s, eval_row_s, *example_s) <= 0 or fixed_s < 0 or min(seeds) < 1 \
-            or not len(ladder) == len(seeds) == len(passes) == len(example_s):
+    fixed_s = list(fixed_s) if isinstance(fixed_s, (list, tuple)) else [fixed_s] * len(ladder)
+    if min(step_s, eval_row_s, *example_s) <= 0 or min(fixed_s) < 0 or min(seeds) < 1 \
+            or not len(ladder) == len(seeds) == len(passes) == len(example_s) == len(fixed_s):
         raise ValueError("step, row and example times must be positive, the fixed time not negative, seeds at "
                          "least 1, one seed count and pass count per label count")
     seeds = list(seeds)
 
     def run_s() -> list[float]:
-        return [n * p * e + fixed_s for n, p, e in zip(ladder, passes, example_s)]
+        return [n * p * e + f for n, p, e, f in zip(ladder, passes, example_s, fixed_s)]
 
     def total() -> float:
         return 2 * sum(k * r for k, r in zip(seeds, run_s()))
@@ -752,8 +774,8 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
                 break
             seeds[over[0]] -= 1
         if total() > room:
-            training = total() - 2 * sum(seeds) * fixed_s
-            factor = max(0.0, room - 2 * sum(seeds) * fixed_s) / training
+            fixed = 2 * sum(k * f for k, f in zip(seeds, fixed_s))
+            factor = max(0.0, room - fixed) / (total() - fixed)
             passes = [max(1, math.floor(p * factor)) for p in passes]
     short = False
     if pretrain_s is None:
@@ -921,7 +943,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                  pair_column: str | None = None, label_column: str = "label", precision: str = "auto",
                  finetune_seeds: int = FINETUNE_SEEDS, ladder: tuple[int, ...] = LABEL_LADDER,
                  min_examples: int = FINETUNE_MIN_EXAMPLES, fill_mask_prompts: int = FILL_MASK_PROMPTS,
-                 device: str = "auto") -> dict[str, Any]:
+                 device: str = "auto", frozen_max_labels: int = FROZEN_MAX_LABELS) -> dict[str, Any]:
     """Run every stage (see the module docstring); return the report, also written to OUT/report.json, with the
     page OUT/report.html. The last line printed names the page and the command that serves the model.
 
@@ -933,10 +955,12 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     task_train, task_dev: the user's labelled task (CSV/TSV/JSONL with the named columns, as `bertkit finetune
         classify` reads); both or neither. Without them the built-in task (`build_word_salad_task`) is used.
     precision: auto (bf16 where the CPU has native bf16, `choose_precision`), bf16 or fp32.
-    finetune_seeds: seeds seed, seed + 1, ... at the label counts up to 128 (up to 3 above), the same for both
-        starting points; fewer when the budget is short.
+    finetune_seeds: seeds seed, seed + 1, ... at the fewest labels (up to `FROZEN_SEEDS` at the other counts of
+        the frozen encoder, `FINETUNED_SEEDS` planned at the fine-tuned ones and up to `FINETUNED_MORE_SEEDS` while
+        the budget has room), the same for both starting points; fewer when the budget is short.
     ladder: the label counts of the curve (those below the training set's size; all labels are added).
     min_examples: training examples each fine-tuning run sees at least (`passes_for`).
+    frozen_max_labels: label counts up to this fit a logistic regression on the frozen encoder (`FROZEN`).
     device: auto (CUDA when available), cpu or cuda.
     """
     import torch
@@ -1084,22 +1108,25 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                                pair_column="pair" if dev_examples[0].pair is not None else None,
                                label_column="label", **FINETUNE)
     rungs = label_ladder(len(train_examples), len(classes), tuple(ladder))
-    # The recipe of each rung: a linear head on the frozen encoder for the fewest labels, fine-tuning above.
-    rung_configs = [dataclasses.replace(ft_config, **FROZEN) if n <= FROZEN_MAX_LABELS else ft_config
+    # The recipe of each rung: a logistic regression on the frozen encoder for the fewest labels, fine-tuning
+    # above; the frozen encoder's layers are computed once per example and starting point (a cache file each).
+    rung_configs = [dataclasses.replace(ft_config, **FROZEN) if n <= frozen_max_labels else ft_config
                     for n in rungs]
-    passes = [passes_for(n, min_examples * (FROZEN_EXAMPLES_RATIO if c.frozen else 1))
-              for n, c in zip(rungs, rung_configs)]
+    passes = [1 if c.frozen else passes_for(n, min_examples) for n, c in zip(rungs, rung_configs)]
     ft_speed = finetune_cost(task_train, task_dev, user_config, tok_dir, speed["tokens_per_s"])
     per_example_s = ft_speed["epoch_s"] / len(train_examples)
-    # A frozen encoder reads each distinct example once, forward only (a third of a training step), and its head
-    # then trains on the cached features at next to no cost: spread over the passes, per example seen. Counted as
-    # a fine-tuned run's, it overestimated the 32-label runs 2.5-fold (9.7 s planned, 3.9 s measured on one
-    # thread), and those minutes were taken from pretraining and left unused at the end.
-    example_s = [per_example_s / 3 / p if c.frozen else per_example_s for p, c in zip(passes, rung_configs)]
-    fixed_s = ft_speed["eval_s"] + FINETUNE_OVERHEAD_S
-    # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the others three at
-    # most, so that the minutes go to pretraining, which the whole curve stands on.
-    wanted = [finetune_seeds if i == 0 else min(finetune_seeds, 3) for i in range(len(rungs))]
+    # A frozen encoder reads each new example once, forward only (a third of a training step), and the regression
+    # on the cached features costs little; every run, fine-tuned or not, scores the dev set once more with the
+    # model it saved (read back without the cache).
+    example_s = [per_example_s / 3 if c.frozen else per_example_s for c in rung_configs]
+    fixed_s = [ft_speed["eval_s"] + (FROZEN_OVERHEAD_S if c.frozen else FINETUNE_OVERHEAD_S) for c in rung_configs]
+    # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the other frozen
+    # counts cost little; the fine-tuned ones three at most, so that the minutes go to pretraining, which the whole
+    # curve stands on.
+    # With a given pretraining time every seed runs (the fine-tuned counts' extra seeds too).
+    tuned_seeds = FINETUNED_SEEDS if train_seconds is None else FINETUNED_MORE_SEEDS
+    wanted = [finetune_seeds if i == 0 else min(finetune_seeds, FROZEN_SEEDS if c.frozen else tuned_seeds)
+              for i, c in enumerate(rung_configs)]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
@@ -1141,8 +1168,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     say(f"6/7 label-efficiency curve on {task_info['description']}: {len(train_examples):,} training and "
         f"{len(dev_examples):,} dev examples, {len(classes)} classes; pretrained and from random initialisation, "
         f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run"
-        + (f"; up to {FROZEN_MAX_LABELS} labels a linear head on the frozen encoder's last layer (lr "
-           f"{FROZEN['learning_rate']:g}, at least {FROZEN_EXAMPLES_RATIO * min_examples:,} examples)"
+        + (f"; up to {frozen_max_labels:,} labels a logistic regression on the frozen encoder's last layer"
            if any(c.frozen for c in rung_configs) else ""))
     orders = {}
     results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
@@ -1150,15 +1176,20 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # count (the whole curve), then the other seeds, smallest label count first.
     schedule = ([(0, k) for k in range(plan.seeds[0])] + [(i, 0) for i in range(1, len(rungs))]
                 + [(i, k) for i in range(1, len(rungs)) for k in range(1, plan.seeds[i])])
+    planned_runs = len(schedule)
+    if train_seconds is None:  # then more seeds where fewer were planned, while the budget has room
+        schedule += [(i, k) for i in range(1, len(rungs)) if not rung_configs[i].frozen
+                     for k in range(plan.seeds[i], FINETUNED_MORE_SEEDS)]
     kept = {}
     planned = spent = 0.0  # estimated and measured seconds of the pairs run so far: the estimate's correction
-    for i, k in schedule:
+    for at, (i, k) in enumerate(schedule):
         n, run_seed = rungs[i], seed + k
         left = deadline - time.perf_counter() - 15.0
         pair_s = 2 * plan.run_s[i] * (spent / planned if planned else 1.0)
         if (i, k) != (0, 0) and left < pair_s:
-            say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
-                f"~{pair_s:.0f} s here)")
+            if at < planned_runs:  # an extra seed that does not fit is simply not run
+                say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
+                    f"~{pair_s:.0f} s here)")
             continue
         began_pair = time.perf_counter()
         if run_seed not in orders:
@@ -1172,9 +1203,11 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                 shutil.rmtree(ft_dir)  # a fresh run: no checkpoint or evaluation of an earlier one mixes in
             began = time.perf_counter()
             ft_dir.mkdir(parents=True)
+            run_config = dataclasses.replace(rung_configs[i], seed=run_seed)
+            if run_config.frozen:
+                run_config = dataclasses.replace(run_config, feature_cache=str(out / "finetune" / f"{name}.features"))
             with open(ft_dir / "log.txt", "w", encoding="utf-8") as log, redirect_stdout(log):
-                got = finetune("classify", start, train_file, dev_file, ft_dir,
-                               dataclasses.replace(rung_configs[i], seed=run_seed), new_heads=True)
+                got = finetune("classify", start, train_file, dev_file, ft_dir, run_config, new_heads=True)
             last = got["epochs"][-1]
             results[n][name].append({"seed": run_seed, "accuracy": last["accuracy"],
                                      "macro_f1": last.get("macro_f1"),
@@ -1246,9 +1279,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                      "majority_accuracy": sum(str(e.label) == majority for e in dev_examples) / len(dev_examples),
                      "config": {**FINETUNE, "max_seq_length": length, "precision": precision,
                                 "min_examples": min_examples, "min_passes": FINETUNE_MIN_PASSES,
-                                "frozen_max_labels": FROZEN_MAX_LABELS, "frozen_layers": FROZEN["layers"],
-                                "frozen_learning_rate": FROZEN["learning_rate"],
-                                "frozen_min_examples": FROZEN_EXAMPLES_RATIO * min_examples},
+                                "frozen_max_labels": frozen_max_labels, "frozen_layers": FROZEN["layers"],
+                                "frozen_task_model": FROZEN["task_model"]},
                      "curve": curve,
                      "models": {name: str(path) for name, path in kept.items()}},
         "fill_mask": fill,
@@ -1316,10 +1348,11 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
                          f"for the run's passes)" + (f"; N above {c['frozen_max_labels']}" if frozen else ""),
                          point_command(start, name, c["learning_rate"])))
         if frozen:
-            commands.append((f"a point of at most {c['frozen_max_labels']} labels ({who}): a linear head on the "
-                             f"frozen encoder's last layer",
-                             point_command(start, name, c["frozen_learning_rate"],
-                                           f" --frozen --layers={c['frozen_layers']}")))
+            commands.append((f"a point of at most {c['frozen_max_labels']} labels ({who}): a logistic regression "
+                             f"on the frozen encoder's last layer", point_command(
+                                 start, name, c["learning_rate"], f" --frozen --layers={c['frozen_layers']} "
+                                 f"--task-model {c['frozen_task_model']} --feature-cache {out / 'finetune' / name}"
+                                 f".features")))
     example = report["fill_mask"]["examples"][0]["prompt"] if report["fill_mask"]["examples"] else "[MASK]"
     commands += [("fill-mask", f"bertkit fill-mask --model {run_dir / 'model'} \"{example}\""),
                  ("serve the fine-tuned classifier", report["serve"]),

@@ -232,11 +232,13 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
     def cell(s: dict[str, Any]) -> str:
         return f"{s['median']:.3f} [{s['q1']:.3f}–{s['q3']:.3f}]"
 
+    frozen = any(p.get("frozen") for p in curve)
+    tuned = [p for p in curve if not p.get("frozen")]
     rows = [[f"{p['labels']:,}" + (" (frozen encoder)" if p.get("frozen") else ""), p["passes"], p["seeds"],
              cell(p["pretrained"]), cell(p["scratch"]),
              f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
              Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
-    claim = ("pretraining helps most when labels are few" if first["beyond_spread"] and first["gap"] > 0
+    claim = ("pretraining pays already with the fewest labels, beyond the seeds' spread" if first["beyond_spread"] and first["gap"] > 0
              else f"{first['seeds']} seed(s) at the fewest labels: too few for a spread, so no claim"
              if first["seeds"] < 3
              else "at this budget the gap at the fewest labels is within the seeds' spread: no clear claim"
@@ -244,20 +246,20 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
     parts += ["<h2 id=\"label-efficiency\">Label efficiency: pretrained vs random initialisation</h2>",
               f"<p>Task: {_e(task['description'])}. {ft['train_examples']:,} training and {ft['dev_examples']:,} dev "
               f"{'pairs' if ft.get('pairs') else 'examples'}; {len(ft['labels'])} classes; always answering the "
-              f"majority class scores {_num(ft['majority_accuracy'])}. Each point fine-tunes on a class-balanced "
+              f"majority class scores {_num(ft['majority_accuracy'])}. Each point trains on a class-balanced "
               f"set of that many labelled examples (the smaller sets of a seed are subsets of the larger ones; each "
               f"seed draws its own), from the pretrained model and from the same architecture randomly initialised, "
-              f"with the same recipe and seeds: learning rate {config['learning_rate']:g}, batch "
-              f"{config['batch_size']}, dropout {config['dropout']}, length {config['max_seq_length']}, "
-              f"{_e(config['precision'])}, at least {config['min_examples']:,} examples seen per run (so "
-              f"{first['passes']} passes over {first['labels']:,} labels, {last['passes']} over all), the dev set "
-              f"scored once at the end (no epoch picked on dev)."
-              + (f" Label sets of at most {config['frozen_max_labels']:,} examples train only a linear head on the "
-                 f"mean and maximum over the tokens of the frozen encoder's last layer, for both starting points "
-                 f"(learning rate {config['frozen_learning_rate']:g}, at least {config['frozen_min_examples']:,} "
-                 f"examples seen): "
-                 f"so few sentences cannot say which of the encoder's weights to move."
-                 if any(p.get("frozen") for p in curve) else "")
+              f"with the same recipe and seeds. "
+              + (f"Label sets of at most {config['frozen_max_labels']:,} examples fit a logistic regression "
+                 f"(L-BFGS to convergence, L2) on the standardised mean and maximum over the tokens of the frozen "
+                 f"encoder's last layer, for both starting points: so few sentences cannot say which of the "
+                 f"encoder's weights to move. " if frozen else "")
+              + (f"{'Larger ones' if frozen else 'Each'} fine-tune the whole model: learning rate "
+                 f"{config['learning_rate']:g}, batch {config['batch_size']}, dropout {config['dropout']}, length "
+                 f"{config['max_seq_length']}, {_e(config['precision'])}, at least {config['min_examples']:,} "
+                 f"examples seen per run (so {tuned[0]['passes']} passes over {tuned[0]['labels']:,} labels, "
+                 f"{tuned[-1]['passes']} over {tuned[-1]['labels']:,}), the dev set scored once at the end (no "
+                 f"epoch picked on dev)." if tuned else "")
               + f" A point is the median over the seeds, with the "
               f"interquartile range in brackets. Measured on {where}.</p>",
               _figure("label_efficiency", figures),
