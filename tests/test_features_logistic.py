@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from sklearn.linear_model import LogisticRegression
 from test_features_frozen import SENTENCES, TEXTS
-from test_features_predict import predicted
+from test_features_predict import cli_json, predicted
 
 from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
@@ -191,6 +191,45 @@ def test_reruns_a_shared_cache_and_a_repeated_label_set_give_bit_identical_heads
                 == (tmp_path / "b" / "dev_predictions.txt").read_bytes())
     assert shared["best"] == plain["best"] == again["best"] == twice["best"]
     assert shared["fit"]["loss"] == plain["fit"]["loss"] == twice["fit"]["loss"]
+
+
+def test_a_sentence_pair_task_compares_the_two_sentences(task, tmp_path, capsys):
+    # Pairs: a text and another, labelled by whether both name a person.
+    lines = [line.split("\t") for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    rows = [(a, b, "both" if la == lb == "person" else "not") for (a, la), (b, lb) in zip(lines, lines[1:] + lines[:1])]
+    for name in ("pairs_train.tsv", "pairs_dev.tsv"):
+        (tmp_path / name).write_text("text\tpair\tlabel\n" + "".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows),
+                                     encoding="utf-8")
+    out = tmp_path / "pairs"
+    assert main(["finetune", "classify", "--model", str(task / "bert"), "--train", str(tmp_path / "pairs_train.tsv"),
+                 "--dev", str(tmp_path / "pairs_dev.tsv"), "--pair-column", "pair", "--out", str(out), "--frozen",
+                 "--task-model", "logistic", "--layers=-1", "--quiet"]) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["features"]["pair_features"] is True and results["fit"]["gradient_max"] <= 1e-8
+    assert head_of(out)["head.weight"].shape == (2, 6 * 32)  # mean, max, u, v, |u - v|, u * v of width 32
+    assert json.loads((out / "model" / "task_model.json").read_text(encoding="utf-8"))["pairs"] is True
+
+    # The features, computed here from the encoder's last layer (read at the cache's float16, as the model does).
+    model = FeatureTaskModel.from_pretrained(out / "model").eval()
+    assert model.pairs
+    a, b, _ = rows[0]
+    encoded = model.tokenizer.encode_batch([a], [b], max_length=128)[0]
+    ids, types = torch.tensor([encoded.input_ids]), torch.tensor([encoded.token_type_ids])
+    with torch.no_grad():
+        last = model.encoder(ids, torch.ones_like(ids), types, output_hidden_states=True).hidden_states[-1]
+        found = model.task_features(ids, torch.ones_like(ids), types)[0]
+    h = last[0].half().float()
+    first, second = h[types[0] == 0], h[types[0] == 1]
+    u, v = first.mean(0), second.mean(0)
+    assert len(first) == len(a.split()) + 2 and len(second) == len(b.split()) + 1  # [CLS] a [SEP] | b [SEP]
+    torch.testing.assert_close(found, torch.cat([h.mean(0), h.max(0).values, u, v, (u - v).abs(), u * v]),
+                               atol=1e-5, rtol=1e-5)
+
+    # predict reads the pairs and answers as the run's dev predictions
+    inputs = tmp_path / "pairs.jsonl"
+    inputs.write_text("".join(json.dumps({"text": a, "pair": b}) + "\n" for a, b, _ in rows), encoding="utf-8")
+    answers = cli_json(capsys, ["predict", "classify", "--model", str(out / "model"), "--input", str(inputs), "--json"])
+    assert [x["label"] for x in answers] == (out / "dev_predictions.txt").read_text(encoding="utf-8").split()
 
 
 # ------------------------------------------------------------------------------------------------------------------

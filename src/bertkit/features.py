@@ -373,7 +373,10 @@ class FeatureTaskModel(nn.Module):
 
     task_model "logistic" (frozen, "sequence" only): the layers concatenated or summed, no dropout, mean and max
     pooled, standardised by the buffers `feature_mean` and `feature_scale` (the training rows' statistics), then the
-    head: a logistic regression that `fit_logistic_head` fits to convergence instead of training.
+    head: a logistic regression that `fit_logistic_head` fits to convergence instead of training. With `pairs` (a
+    sentence-pair task: `build_task_model` sets it when the inputs mark a second sentence with token type 1), the
+    pooled features also compare the two sentences, as InferSent's and Sentence-BERT's classifiers do: the means u
+    and v over each sentence's tokens (token types 0 and 1), |u - v| and u * v beside the mean and max of the pair.
 
     frozen: the encoder's weights never change (no gradient, eval mode, so no dropout), and its layers are computed
     once per distinct input (`cache`); only the mix, the BiLSTM and the head train. Not frozen: the encoder trains
@@ -384,7 +387,7 @@ class FeatureTaskModel(nn.Module):
                  layers: Sequence[int], combine: str = "scalar-mix", task_model: str = "bilstm",
                  lstm_hidden: int = 256, dropout: float = 0.1, frozen: bool = True, mix_layer_norm: bool = False,
                  cache: FeatureCache | None = None, labels: Sequence[str] | None = None,
-                 regression: bool = False) -> None:
+                 regression: bool = False, pairs: bool = False) -> None:
         super().__init__()
         if role not in ("sequence", "token", "qa"):
             raise ValueError(f"a task model on encoder layers does {', '.join(('sequence', 'token', 'qa'))} "
@@ -401,6 +404,8 @@ class FeatureTaskModel(nn.Module):
                              f"for {'regression' if regression else role + ' tasks'}")
         if logistic and combine == "scalar-mix":
             raise ValueError("--task-model logistic has no mix to learn: --combine concat or sum (default concat)")
+        if pairs and not logistic:
+            raise ValueError("the sentence-pair features (u, v, |u - v|, u * v) are --task-model logistic's")
         self.encoder, self.tokenizer, self.role, self.frozen = encoder, tokenizer, role, frozen
         self.config = encoder.config
         self.layers = parse_layers(list(layers), num_hidden)
@@ -409,7 +414,8 @@ class FeatureTaskModel(nn.Module):
         self.labels = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
         self.settings = {"layers": self.layers, "combine": combine, "task_model": task_model,
                          "lstm_hidden": lstm_hidden, "frozen": frozen, "mix_layer_norm": mix_layer_norm,
-                         "role": role, "num_labels": num_labels, "regression": regression}
+                         "role": role, "num_labels": num_labels, "regression": regression, "pairs": pairs}
+        self.pairs = pairs
         self.cache = cache if frozen else None
         if frozen:
             for p in self.encoder.parameters():
@@ -422,10 +428,11 @@ class FeatureTaskModel(nn.Module):
                              dropout=dropout) if task_model == "bilstm" else None)
         out = 2 * lstm_hidden if self.lstm is not None else features
         outputs = {"sequence": num_labels, "token": num_labels, "qa": 2}[role]
-        self.head = nn.Linear(2 * out if role == "sequence" else out, outputs)
+        pooled = (6 if pairs else 2) * out  # mean and max (and u, v, |u - v|, u * v for pairs)
+        self.head = nn.Linear(pooled if role == "sequence" else out, outputs)
         if logistic:  # standardisation of the pooled features: saved with the head, set by fit_logistic_head
-            self.register_buffer("feature_mean", torch.zeros(2 * out))
-            self.register_buffer("feature_scale", torch.ones(2 * out))
+            self.register_buffer("feature_mean", torch.zeros(pooled))
+            self.register_buffer("feature_scale", torch.ones(pooled))
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -484,7 +491,8 @@ class FeatureTaskModel(nn.Module):
 
     def task_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        """What the head reads: (B, 2F) for "sequence" (mean and max over the real tokens, side by side), else
+        """What the head reads: (B, 2F) for "sequence" (mean and max over the real tokens, side by side; (B, 6F)
+        with `pairs`: then u, v, |u - v|, u * v, u and v the means over the tokens of token type 0 and 1), else
         (B, T, F); F = the combined layers' (or the BiLSTM's) width. Not standardised."""
         chosen = self.all_layers(input_ids, attention_mask, token_type_ids)[:, :, self.layers]  # (B, T, k, H)
         if self.combine == "concat":
@@ -505,7 +513,12 @@ class FeatureTaskModel(nn.Module):
             keep = real[..., None].to(x.dtype)
             mean = (x * keep).sum(1) / keep.sum(1).clamp(min=1)
             top = x.masked_fill(~real[..., None], float("-inf")).max(1).values
-            return torch.cat([mean, top], dim=-1)  # (B, 2F)
+            if not self.pairs:
+                return torch.cat([mean, top], dim=-1)  # (B, 2F)
+            types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            u, v = ((x * side[..., None]).sum(1) / side.sum(1, keepdim=True).clamp(min=1)
+                    for side in (real & types.eq(0), real & types.eq(1)))
+            return torch.cat([mean, top, u, v, (u - v).abs(), u * v], dim=-1)  # (B, 6F)
         return x
 
     def num_parameters(self) -> int:
@@ -529,7 +542,8 @@ class FeatureTaskModel(nn.Module):
         count, width = encoder_shape(encoder, tokenizer)
         model = cls(encoder, tokenizer, settings["role"], settings["num_labels"], count, width, settings["layers"],
                     settings["combine"], settings["task_model"], settings["lstm_hidden"], 0.0, settings["frozen"],
-                    settings["mix_layer_norm"], None, settings.get("labels"), settings.get("regression", False))
+                    settings["mix_layer_norm"], None, settings.get("labels"), settings.get("regression", False),
+                    settings.get("pairs", False))
         state = {**{k: v for k, v in model.state_dict().items() if k.startswith("encoder.")},
                  **load_file(str(directory / "task_model.safetensors"))}
         load_state_strict(model, state, source=str(directory / "task_model.safetensors"))
@@ -554,8 +568,9 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
                      train_inputs: Sequence[dict] = ()) -> tuple[FeatureTaskModel, dict]:
     """The task model a `bertkit finetune --frozen` (or `--task-model bilstm`) run trains on `model_dir`'s encoder,
     from a FinetuneConfig's frozen, layers, combine, task_model, lstm_hidden, mix_layer_norm, feature_cache and
-    dropout (combine: `config.layer_combine`, its default resolved). Returns (model, facts for results.json: encoder
-    and cache timings)."""
+    dropout (combine: `config.layer_combine`, its default resolved). `train_inputs`: the inputs whose layers are
+    cached at once (training and dev); with --task-model logistic, a token type 1 among them (a sentence pair) turns
+    the pair features on. Returns (model, facts for results.json: encoder and cache timings, "pair_features")."""
     import time
 
     from bertkit.models import ElmoModel
@@ -576,10 +591,13 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
             cache.load(path)
             facts["feature_cache_load_s"] = round(time.perf_counter() - started, 3)
         facts["feature_cache"] = str(path) if path else "memory"
+    # A logistic regression on a sentence-pair task compares the two sentences (the inputs mark the second one).
+    pairs = config.task_model == "logistic" and any(1 in f.get("token_type_ids", ()) for f in train_inputs)
+    facts["pair_features"] = pairs
     model = FeatureTaskModel(encoder, tokenizer, role, num_labels, count, width, layers, config.layer_combine,
                              config.task_model, config.lstm_hidden,
                              0.1 if config.dropout is None else config.dropout, config.frozen,
-                             config.mix_layer_norm, cache, labels, regression)
+                             config.mix_layer_norm, cache, labels, regression, pairs)
     if cache is not None and train_inputs:
         started = time.perf_counter()
         before = len(cache.rows)

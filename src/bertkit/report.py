@@ -257,9 +257,9 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               + (f"{'Larger ones' if frozen else 'Each'} fine-tune the whole model: learning rate "
                  f"{config['learning_rate']:g}, batch {config['batch_size']}, dropout {config['dropout']}, length "
                  f"{config['max_seq_length']}, {_e(config['precision'])}, at least {config['min_examples']:,} "
-                 f"examples seen per run (so {tuned[0]['passes']} passes over {tuned[0]['labels']:,} labels, "
-                 f"{tuned[-1]['passes']} over {tuned[-1]['labels']:,}), the dev set scored once at the end (no "
-                 f"epoch picked on dev)." if tuned else "")
+                 f"examples seen per run (so {tuned[0]['passes']} passes over {tuned[0]['labels']:,} labels"
+                 + (f", {tuned[-1]['passes']} over {tuned[-1]['labels']:,}" if len(tuned) > 1 else "")
+                 + "), the dev set scored once at the end (no epoch picked on dev)." if tuned else "")
               + f" A point is the median over the seeds, with the "
               f"interquartile range in brackets. Measured on {where}.</p>",
               _figure("label_efficiency", figures),
