@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from bertkit.checkpoint import CONFIG_NAME, WEIGHTS_NAME
 from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_order_task, build_word_salad_task,
                               choose_normalisation, choose_precision, plain_words, random_words, shuffle_words,
-                              cpu_bf16_flags, curve_verdict, default_corpus, describe_machine, label_ladder,
-                              passes_for, plan_budget, prose_sentences, quartiles, run_pipeline, stratified_order,
-                              write_label_set)
+                              cpu_bf16_flags, curve_schedule, curve_verdict, default_corpus, describe_machine,
+                              label_ladder, passes_for, plan_budget, prose_sentences, quartiles, run_pipeline,
+                              stratified_order, write_label_set)
 
 WORDS = ("the cat dog bird sat ran on under a mat log tree big small red blue quickly slowly and then it was "
          "very happy sad home park river day night").split()
@@ -338,6 +338,14 @@ def test_quartiles_and_the_verdict():
     assert not curve_verdict(close)["beyond_spread"]  # a gap of 0.05 inside the pretrained IQR of 0.10
     one = {"pretrained": quartiles([0.5]), "scratch": quartiles([0.3])}
     assert curve_verdict(one)["gap"] == pytest.approx(0.2) and not curve_verdict(one)["beyond_spread"]  # no spread
+
+
+def test_curve_schedule_runs_the_fewest_labels_first_then_the_curve_then_what_time_allows():
+    # Planned: 3 seeds at the fewest labels, one at the others; room allowing, up to 5, 3 and 1.
+    assert curve_schedule([3, 1, 1], [5, 3, 1]) == [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0),  # the planned runs
+                                                    (0, 3), (0, 4), (1, 1), (1, 2)]  # the extra ones
+    assert curve_schedule([2, 2, 2], [2, 2, 2]) == [(0, 0), (0, 1), (1, 0), (2, 0), (1, 1), (2, 1)]
+    assert curve_schedule([1], [1]) == [(0, 0)]
 
 
 def test_plan_budget_splits_the_time():

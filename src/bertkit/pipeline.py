@@ -916,6 +916,17 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
 # ------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ------------------------------------------------------------------------------------------------------------------
+def curve_schedule(planned: list[int], more: list[int]) -> list[tuple[int, int]]:
+    """The order of the curve's runs, (label count's index, seed's index): the fewest labels' `planned` seeds first
+    (cheap, and their spread is the claim), then one seed at every other label count (the whole curve), then their
+    other planned seeds, smallest label count first; the first sum(planned) entries. After them, run only while
+    the budget has room (the machine was busier when the plan measured it, or the runs were cheaper than planned),
+    the seeds up to `more` that the plan did not keep, fewest labels first."""
+    order = ([(0, k) for k in range(planned[0])] + [(i, 0) for i in range(1, len(planned)) if planned[i]]
+             + [(i, k) for i in range(1, len(planned)) for k in range(1, planned[i])])
+    return order + [(i, k) for i in range(len(planned)) for k in range(planned[i], more[i])]
+
+
 def quartiles(values: list[float]) -> dict[str, Any]:
     """{"median", "q1", "q3", "iqr", "min", "max", "values"} of the seeds' figures (quartiles by linear
     interpolation, numpy's default)."""
@@ -1172,14 +1183,10 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
            if any(c.frozen for c in rung_configs) else ""))
     orders = {}
     results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
-    # The fewest labels' seeds first (cheap, and their spread is the claim), then one seed at every other label
-    # count (the whole curve), then the other seeds, smallest label count first.
-    schedule = ([(0, k) for k in range(plan.seeds[0])] + [(i, 0) for i in range(1, len(rungs))]
-                + [(i, k) for i in range(1, len(rungs)) for k in range(1, plan.seeds[i])])
-    planned_runs = len(schedule)
-    if train_seconds is None:  # then more seeds where fewer were planned, while the budget has room
-        schedule += [(i, k) for i in range(1, len(rungs)) if not rung_configs[i].frozen
-                     for k in range(plan.seeds[i], FINETUNED_MORE_SEEDS)]
+    more = ([max(w, 0 if c.frozen else FINETUNED_MORE_SEEDS) for w, c in zip(wanted, rung_configs)]
+            if train_seconds is None else list(plan.seeds))
+    schedule = curve_schedule(list(plan.seeds), more)
+    planned_runs = sum(plan.seeds)
     kept = {}
     planned = spent = 0.0  # estimated and measured seconds of the pairs run so far: the estimate's correction
     for at, (i, k) in enumerate(schedule):

@@ -238,7 +238,8 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
              cell(p["pretrained"]), cell(p["scratch"]),
              f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
              Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
-    claim = ("pretraining pays already with the fewest labels, beyond the seeds' spread" if first["beyond_spread"] and first["gap"] > 0
+    claim = ("pretraining pays already with the fewest labels, beyond the seeds' spread"
+             if first["beyond_spread"] and first["gap"] > 0
              else f"{first['seeds']} seed(s) at the fewest labels: too few for a spread, so no claim"
              if first["seeds"] < 3
              else "at this budget the gap at the fewest labels is within the seeds' spread: no clear claim"
