@@ -1132,9 +1132,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     example_s = [per_example_s / 3 if c.frozen else per_example_s for c in rung_configs]
     fixed_s = [ft_speed["eval_s"] + (FROZEN_OVERHEAD_S if c.frozen else FINETUNE_OVERHEAD_S) for c in rung_configs]
     # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the other frozen
-    # counts cost little; the fine-tuned ones three at most, so that the minutes go to pretraining, which the whole
-    # curve stands on.
-    # With a given pretraining time every seed runs (the fine-tuned counts' extra seeds too).
+    # counts cost little; the fine-tuned ones one planned seed (more with the time left at the end), so that the
+    # minutes go to pretraining, which the whole curve stands on. With a given pretraining time every seed runs.
     tuned_seeds = FINETUNED_SEEDS if train_seconds is None else FINETUNED_MORE_SEEDS
     wanted = [finetune_seeds if i == 0 else min(finetune_seeds, FROZEN_SEEDS if c.frozen else tuned_seeds)
               for i, c in enumerate(rung_configs)]
