@@ -13,13 +13,11 @@ import torch
 from safetensors.torch import load_file
 from sklearn.linear_model import LogisticRegression
 from test_features_frozen import SENTENCES, TEXTS
-from test_features_predict import cli_json, predicted
+from test_features_predict import cli_json, predicted, save_fixed_bert
 
-from bertkit import BertConfig, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
 from bertkit.features import FeatureTaskModel, fit_logistic_regression
 from bertkit.finetune import FinetuneConfig
-from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,12 +95,7 @@ def task(tmp_path_factory):
     """A tiny BERT (hidden 32, 2 layers) with a fixed vocabulary, and labelled files: train_a (the first eight
     sentences), train_b (the others and two dev sentences), dev (every text)."""
     root = tmp_path_factory.mktemp("logistic")
-    words = sorted({w for text in TEXTS for w in text.split()})
-    tokenizer = WordPieceTokenizer({t: i for i, t in enumerate([*SPECIAL_TOKENS, *words])}, lowercase=False)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32)
-    BertForPreTraining(config).save_pretrained(root / "bert", tokenizer=tokenizer)
+    words = save_fixed_bert(root / "bert", hidden=32, layers=2)
     # distinct texts: the sentences with another known word each, so that every row is its own input
     rows = [(f"{' '.join(w)} {words[i]}", "person" if "B-PER" in t else "none")
             for i, (w, t) in enumerate(SENTENCES)] + [(TEXTS[-2], "none"), (TEXTS[-1], "none")]

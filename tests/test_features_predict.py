@@ -21,16 +21,23 @@ from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def encoders(dirs):  # noqa: F811
-    """{"elmo": the tiny ELMo directory, "bert": a tiny BERT whose vocabulary (every word of the texts) is fixed, so
-    that a run trains the same way every time (a WordPiece vocabulary trained on so few words breaks ties at random)."""
+def save_fixed_bert(path, hidden: int, layers: int) -> list[str]:
+    """A tiny BERT (seed 0) whose vocabulary is fixed (the special tokens, then every word of the texts, sorted),
+    saved to `path`, so that a run trains the same way every time (a WordPiece vocabulary trained on so few words
+    breaks ties at random). Returns the words."""
     words = sorted({w for text in TEXTS for w in text.split()})
     tokenizer = WordPieceTokenizer({t: i for i, t in enumerate([*SPECIAL_TOKENS, *words])}, lowercase=False)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
-    BertForPreTraining(config).save_pretrained(dirs / "fixed_bert", tokenizer=tokenizer)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=32)
+    BertForPreTraining(config).save_pretrained(path, tokenizer=tokenizer)
+    return words
+
+
+@pytest.fixture(scope="module")
+def encoders(dirs):  # noqa: F811
+    """{"elmo": the tiny ELMo directory, "bert": a tiny BERT whose vocabulary is fixed (`save_fixed_bert`)."""
+    save_fixed_bert(dirs / "fixed_bert", hidden=16, layers=3)
     return {"elmo": dirs / "elmo", "bert": dirs / "fixed_bert"}
 
 QUICK = ["--epochs", "2", "--batch-size", "4", "--learning-rate", "0.01", "--lstm-hidden", "8", "--seed", "1",
