@@ -164,13 +164,23 @@ def test_a_logistic_run_writes_what_a_trained_run_writes_and_predicts_as_its_dev
     assert [a["label"] for a in answers] == written and len(set(written)) == 2
 
 
-def test_reruns_a_shared_cache_and_a_repeated_label_set_give_bit_identical_heads(task, tmp_path):
+def test_reruns_a_shared_cache_and_a_repeated_label_set_give_bit_identical_heads(task, tmp_path, monkeypatch):
+    import bertkit.features as features
+
     cache = tmp_path / "cache.safetensors"
     first = run(task, tmp_path / "a", "train_a.tsv", "--feature-cache", str(cache))
     distinct = len((task / "dev.tsv").read_text(encoding="utf-8").splitlines()) - 1
     assert first["features"]["feature_cache_rows_computed"] == distinct  # train and dev rows, into the file
-    # another label set of the same task: every row (two were dev rows only) read from the file, none computed
+    # another label set of the same task: every row (two were dev rows only) read from the file, none computed, and
+    # the encoder reads no text, not even when the saved model is read back to score dev (it shares the run's
+    # cache); only the one-token probes of `encoder_shape` (the run's model and the one read back) run it
+    calls = []
+    encoder_hidden_states = features.encoder_hidden_states
+    monkeypatch.setattr(features, "encoder_hidden_states", lambda encoder, ids, *a: calls.append(ids.shape) or
+                        encoder_hidden_states(encoder, ids, *a))
     shared = run(task, tmp_path / "b_cache", "train_b.tsv", "--feature-cache", str(cache))
+    monkeypatch.undo()
+    assert calls == [(1, 1), (1, 1)] and shared["confusion_matrix"]["dev"]
     assert shared["features"]["feature_cache_rows_computed"] == 0 and "feature_cache_load_s" in shared["features"]
     plain = run(task, tmp_path / "b", "train_b.tsv")
     again = run(task, tmp_path / "b_again", "train_b.tsv")

@@ -163,7 +163,8 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                            banner=banner, fit=fit)
         if not dist_info.is_main or stop_after_steps is not None:
             return results
-        return score_best(data, cls, out_dir, eval_files, results, time.perf_counter() - started, device)
+        return score_best(data, cls, out_dir, eval_files, results, time.perf_counter() - started, device,
+                          feature_cache=model.cache if feature_facts is not None else None)
 
 
 def pretrained_lm_head(model_dir: str | os.PathLike):
@@ -182,9 +183,10 @@ def pretrained_lm_head(model_dir: str | os.PathLike):
 
 
 def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike], results: dict[str, Any],
-               wall_seconds: float, device) -> dict[str, Any]:
+               wall_seconds: float, device, feature_cache=None) -> dict[str, Any]:
     """The finished run's results.json completed: the wall time, the best epoch's model scored on each extra
     evaluation file, and for a classifier the confusion matrices (dev and every file; also confusion_matrix.json).
+    feature_cache: the run's frozen-encoder layers (`FeatureCache`), which the model read back uses as its own.
     """
     from bertkit.io import atomic_write
     from bertkit.taskrun import model_outputs
@@ -198,6 +200,8 @@ def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike]
         atomic_write(out_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
         return results
     model = cls.from_pretrained(out_dir / "model").to(device).eval()
+    if feature_cache is not None:  # a frozen encoder's layers, as the run computed them: not computed again
+        model.cache = feature_cache
     sets = [("dev", data.dev_examples, data.dev_features)]
     for path in eval_files:
         examples = family.read(path, training=False)
