@@ -234,6 +234,17 @@ class _Page(HTMLParser):
             self._heading = None
 
 
+def test_report_names_the_largest_label_count_that_ran(pipeline_run):
+    from bertkit.report import render_html
+
+    out, report = pipeline_run
+    assert "with all 64 labels the gap is" in (out / "report.html").read_text(encoding="utf-8")
+    # All labels skipped at the deadline: the page says which count is the last and why.
+    cut = {**report, "finetune": {**report["finetune"], "curve": report["finetune"]["curve"][:-1]}}
+    text = render_html(cut, {})
+    assert "with 8 labels (all 64: skipped, out of time) the gap is" in text and "with all 8 labels" not in text
+
+
 def test_report_page_is_self_contained(pipeline_run):
     out, report = pipeline_run
     text = (out / "report.html").read_text(encoding="utf-8")

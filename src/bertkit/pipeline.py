@@ -115,8 +115,9 @@ FINETUNED_SEEDS = 1
 FINETUNED_MORE_SEEDS = 3
 FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
-# A regression run's loading, cached layers, fit, dev scoring from the cache and saving: 1.3-2.5 s a run measured at
-# 64-128 labels (tiny model, 2,870 dev rows; the dev set's layers are computed by the first run only).
+# A regression run's loading (the task files read and tokenised, the encoder, its cache file), fit, dev scoring from
+# the cache and saving, beside the dev set's pieces once more (`eval_s`): 2-3 s a run measured at 64-512 labels
+# (tiny model, 2,870 dev rows, full speed); planned at 1.5 s alone, the curve took twice its estimate.
 FROZEN_OVERHEAD_S = 1.5
 FILL_MASK_PROMPTS = 1000
 FILL_MASK_EXAMPLES = 8
@@ -1129,7 +1130,7 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # A frozen encoder reads each new example once, forward only (a third of a training step), and the regression
     # on the cached features costs little; a fine-tuned run also scores the dev set with the model it trained.
     example_s = [per_example_s / 3 if c.frozen else per_example_s for c in rung_configs]
-    fixed_s = [FROZEN_OVERHEAD_S if c.frozen else ft_speed["eval_s"] + FINETUNE_OVERHEAD_S for c in rung_configs]
+    fixed_s = [ft_speed["eval_s"] + (FROZEN_OVERHEAD_S if c.frozen else FINETUNE_OVERHEAD_S) for c in rung_configs]
     # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the other frozen
     # counts cost little; the fine-tuned ones one planned seed (more with the time left at the end), so that the
     # minutes go to pretraining, which the whole curve stands on. With a given pretraining time every seed runs.
@@ -1186,11 +1187,14 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     schedule = curve_schedule(list(plan.seeds), more)
     planned_runs = sum(plan.seeds)
     kept = {}
-    planned = spent = 0.0  # estimated and measured seconds of the pairs run so far: the estimate's correction
+    # Estimated and measured seconds of the pairs run so far, for the frozen and the fine-tuned recipe apart: each
+    # corrects its own estimates (a regression's fixed costs say nothing of a fine-tuning run's).
+    planned, spent = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
     for at, (i, k) in enumerate(schedule):
         n, run_seed = rungs[i], seed + k
         left = deadline - time.perf_counter() - 15.0
-        pair_s = 2 * plan.run_s[i] * (spent / planned if planned else 1.0)
+        kind = rung_configs[i].frozen
+        pair_s = 2 * plan.run_s[i] * (spent[kind] / planned[kind] if planned[kind] else 1.0)
         if (i, k) != (0, 0) and left < pair_s:
             if at < planned_runs:  # an extra seed that does not fit is simply not run
                 say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
@@ -1225,8 +1229,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
             line.append(f"{'pretrained' if name == 'pretrained' else 'random init'} {last['accuracy']:.3f}")
         say(f"   {n:>6,} labels, seed {run_seed}: dev accuracy " + ", ".join(line)
             + f" ({time.perf_counter() - began:.0f} s a run)")
-        planned += 2 * plan.run_s[i]
-        spent += time.perf_counter() - began_pair
+        planned[kind] += 2 * plan.run_s[i]
+        spent[kind] += time.perf_counter() - began_pair
     curve = []
     for i, n in enumerate(rungs):
         if not results[n]["pretrained"]:

@@ -210,6 +210,9 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
     model, plan = report["model_summary"], report["plan"]
     curve = ft["curve"]
     first, last = curve[0], curve[-1]
+    # The largest label count run: all the labels, unless the budget skipped that point.
+    most = (f"all {last['labels']:,} labels" if last["labels"] == ft["train_examples"]
+            else f"{last['labels']:,} labels (all {ft['train_examples']:,}: skipped, out of time)")
     where = _e(_machine_line(machine))
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bertkit pipeline report"
              f"</title><style>{_STYLE}</style></head><body>",
@@ -220,7 +223,7 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
              f"<div>dev accuracy with {first['labels']:,} labels, pretrained / random init<b>"
              f"{_num(first['pretrained']['median'])} / {_num(first['scratch']['median'])}</b>median of "
              f"{first['seeds']} seeds, gap {first['gap'] + 0.0:+.3f}</div>",
-             f"<div>with all {last['labels']:,} labels<b>{_num(last['pretrained']['median'])} / "
+             f"<div>with {most}<b>{_num(last['pretrained']['median'])} / "
              f"{_num(last['scratch']['median'])}</b>median of {last['seeds']} seed(s)</div>",
              f"<div>held-out masked-token accuracy<b>{_num(report['mlm_accuracy_before'])} → "
              f"{_num(report['mlm_accuracy_after'])}</b>{report['steps']:,} pretraining steps</div>",
@@ -269,7 +272,7 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
                      table_id="label-efficiency-table"),
               f"<p><b>{_e(claim[0].upper() + claim[1:])}</b>: with {first['labels']:,} labels the pretrained median "
               f"is {first['gap'] + 0.0:+.3f} from random initialisation's (pretrained ahead on {first['wins']} of "
-              f"{first['seeds']} seeds); with all {last['labels']:,} labels the gap is {last['gap'] + 0.0:+.3f}.</p>"]
+              f"{first['seeds']} seeds); with {most} the gap is {last['gap'] + 0.0:+.3f}.</p>"]
 
     load = machine.get("load_average_at_start")
     shared = (f" The load average was {load:.1f} at the start and {machine.get('load_average_at_end') or 0:.1f} at "
