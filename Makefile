@@ -1,10 +1,11 @@
 # Two commands do all set-up:  `make run` (the whole pipeline on a built-in corpus) and `make test`.
+# `make test-all` is what CI runs: `make test`, then the slow tests (`make test-slow`).
 # `make docs` builds the documentation site into site/ (MkDocs, --strict: any warning fails the build).
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 ARGS ?=
 
-.PHONY: install run test bench docs
+.PHONY: install run test test-slow test-all bench docs
 
 # torch first: an unpinned torch pulled in by another package would fetch the large CUDA build.
 install:
@@ -19,6 +20,14 @@ run: install
 
 test: install
 	$(PYTHON) -m pytest
+
+# The slow tests (SIGKILL + resume, fault injection, 2- and 4-process gloo runs, ONNX cells, long property tests),
+# on an installed checkout (`make install` or `make test` first).
+test-slow:
+	$(PYTHON) -m pytest -m slow --durations=15
+
+# Everything CI runs: the quick suite, then the slow one.
+test-all: test test-slow
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
