@@ -436,6 +436,14 @@ def cmd_similarity(args: argparse.Namespace) -> None:
         print(f"layer {layer['layer']}: cosine {', '.join(pairs)}{same}")
 
 
+def add_words_option(parser) -> None:
+    """--words: how an ELMo's text splits into words (the tokenizer's own way when not given)."""
+    parser.add_argument("--words", choices=["whitespace", "bert"],
+                        help="ELMo: split text into words on whitespace (a released options.json + weights.hdf5 "
+                             "directory's default, as bilm-tf and AllenNLP read it) or with BERT's pre-tokenizer "
+                             "(bertkit's own ELMo directories' default)")
+
+
 def cmd_features(args: argparse.Namespace) -> None:
     from bertkit.features import extract_features, write_features
     from bertkit.io import lock_directory
@@ -467,7 +475,7 @@ def cmd_features(args: argparse.Namespace) -> None:
     with lock_directory(out.parent, name=f".{out.name}.lock"):
         features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
                                             batch_size=args.batch_size, max_seq_length=args.max_seq_length or 512,
-                                            tokenizer=tokenizer)
+                                            tokenizer=tokenizer, words=args.words, stateful=args.stateful)
         written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
     report = {"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}
@@ -1071,6 +1079,11 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=["auto", "none", "cls", "mean", "max", "last", "weighted-mean", "mean-sqrt-len"],
                       help="one vector per line (N, D) pooled so; auto (default): a sentence-transformers "
                            "directory's own pooling (Dense, Normalize), per-token features otherwise; none: per-token")
+    add_words_option(feat)
+    feat.add_argument("--stateful", action="store_true",
+                      help="ELMo: read the lines as one stream, --batch-size lines at a time in file order, each "
+                           "LSTM state carried from a batch's row to the next batch's same row (bilm-tf's and "
+                           "AllenNLP's way); default: every batch from zeros")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",

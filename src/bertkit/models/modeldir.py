@@ -149,18 +149,26 @@ class ModelDir:
         return "text-to-text" if self.text_to_text else "head"
 
     # ---- loading ---------------------------------------------------------------------------------------------
-    def tokenizer(self, who: str = "model"):
+    def tokenizer(self, who: str = "model", words: str | None = None):
         """Its tokenizer, of whatever kind (`bertkit.tokenizers.load_tokenizer`); ELMo reads words by their
-        characters, so its word tokenizer keeps unknown words' spelling (open vocabulary). FileNotFoundError
-        saying the `who` (model, teacher) must be a model directory with its tokenizer files."""
+        characters, so its word tokenizer keeps unknown words' spelling (open vocabulary). `words` ("whitespace" or
+        "bert", ELMo only) changes how its text splits into words (None: as its files say: whitespace for a released
+        ELMo, BERT's pre-tokenizer for bertkit's own). FileNotFoundError saying the `who` (model, teacher) must be a
+        model directory with its tokenizer files; ValueError for `words` on another kind of tokenizer."""
         from bertkit.tokenizers import load_tokenizer
 
         try:
             tokenizer = load_tokenizer(self.path)
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
-        if getattr(tokenizer, "kind", None) == "word" and self.model_type == "elmo":
+        elmo = getattr(tokenizer, "kind", None) == "word" and self.model_type == "elmo"
+        if elmo:
             tokenizer.open_vocabulary = True
+            if words is not None:
+                tokenizer.split_words(words)
+        elif words is not None:
+            raise ValueError(f"--words is ELMo's (how its text splits into words); {self.path} is a "
+                             f"{self.model_type} model")
         return tokenizer
 
     def model_class(self, role: str, kind: str = "") -> type:
