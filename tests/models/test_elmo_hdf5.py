@@ -295,6 +295,24 @@ def test_frozen_finetune_on_a_released_directory(bilm_dir, tmp_path):
     _, _, _, _, saved = bertkit_layers(tmp_path / "run" / "model", SENTENCES)
     for ours, theirs in zip(saved, released):
         assert torch.equal(ours, theirs)
+    # the directory keeps the released model's whitespace split (its tokenizer.json's pre-tokenizer)
+    assert load_tokenizer(tmp_path / "run" / "model").words == "whitespace"
+
+
+def test_words_override_and_its_mistakes_are_one_line(bilm_dir, tmp_path, capsys):
+    from bertkit.models.modeldir import ModelDir
+
+    assert ModelDir.open(bilm_dir).tokenizer().words == "whitespace"
+    tokenizer = ModelDir.open(bilm_dir).tokenizer(words="bert")
+    assert tokenizer.words == "bert" and tokenizer.encode("U.S.").tokens == ["<s>", "U", ".", "S", ".", "</s>"]
+    with pytest.raises(ValueError, match="--words must be one of whitespace, bert, got 'comma'"):
+        tokenizer.split_words("comma")
+    (tmp_path / "cls.tsv").write_text("text\tlabel\na b\tyes\n")
+    capsys.readouterr()
+    assert main(["finetune", "classify", "--model", str(bilm_dir), "--train", str(tmp_path / "cls.tsv"), "--dev",
+                 str(tmp_path / "cls.tsv"), "--out", str(tmp_path / "run"), "--frozen", "--words", "comma"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--words must be whitespace or bert, got 'comma'" in err, err
 
 
 BYTE_TOKENIZER = WordTokenizer(word_backend(read_bilm_vocab("no-such-vocab.txt")), [], W, byte_chars=True)
