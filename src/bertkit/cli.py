@@ -414,7 +414,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     inputs = _predict_inputs(args)
     results = predict(args.model, args.kind, inputs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                      top_k=args.top_k)
+                      top_k=args.top_k, words=args.words)
     show = None if args.json else family_for(prediction_kind(args.kind)).show  # the kind's family prints its answer
     for result in results:
         print(json.dumps(result, ensure_ascii=False, default=float) if show is None else show(result))
@@ -423,7 +423,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
 def cmd_similarity(args: argparse.Namespace) -> None:
     from bertkit.features import word_similarity
 
-    result = word_similarity(args.model, args.word, args.texts, max_seq_length=args.max_seq_length)
+    result = word_similarity(args.model, args.word, args.texts, max_seq_length=args.max_seq_length,
+                             words=args.words)
     if args.json:
         print(json.dumps(result))
         return
@@ -496,7 +497,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
           device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
-          quantize=args.quantize, api_key=args.api_key)
+          quantize=args.quantize, api_key=args.api_key, words=args.words)
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -548,6 +549,7 @@ def add_serve_parsers(verbs) -> None:
     emb.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                      help="require `Authorization: Bearer KEY` on the API routes (default: $BERTKIT_API_KEY, none)")
     _add_config_options(srv.add_argument_group("batching and limits (ServeConfig)"), config_fields())
+    add_words_option(srv)
     srv.set_defaults(func=cmd_serve)
 
     export = verbs.add_parser("export", help="export a model directory (ONNX)",
@@ -1058,6 +1060,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     pr.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned)")
     pr.add_argument("--json", action="store_true", help="one JSON object per input")
+    add_words_option(pr)
     pr.set_defaults(func=cmd_predict)
 
     feat = verbs.add_parser("features", help="per-token vectors from chosen hidden layers (feature-based BERT)",
@@ -1095,6 +1098,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("texts", nargs="+", help="two or more texts containing the word")
     sim.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
     sim.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_words_option(sim)
     sim.set_defaults(func=cmd_similarity)
     add_distill_parser(verbs)
     add_serve_parsers(verbs)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from bertkit.io import atomic_write
+from bertkit.tokenizers.word import apply_words
 
 COMBINE = ("concat", "sum", "none")
 
@@ -94,13 +95,12 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         tokenizer = tokenizer or load_tokenizer(model_dir)
         model = load_encoder(model_dir)
     elmo = getattr(tokenizer, "kind", None) == "word"
+    apply_words(tokenizer, words)
     if elmo:
         tokenizer.open_vocabulary = True  # unknown words keep their spelling for the character encoder
-        if words is not None:
-            tokenizer.split_words(words)
-    elif words is not None or stateful:
-        raise ValueError(f"{'--words' if words is not None else '--stateful'} is ELMo's (a word tokenizer); this "
-                         f"model's tokenizer is {getattr(tokenizer, 'kind', type(tokenizer).__name__)}")
+    elif stateful:
+        raise ValueError(f"--stateful is ELMo's (it carries LSTM states); this model's tokenizer is "
+                         f"{getattr(tokenizer, 'kind', type(tokenizer).__name__)}")
     if not layers:
         raise ValueError("choose at least one layer")
     if batch_size < 1:
@@ -779,14 +779,14 @@ def fit_logistic_head(model: FeatureTaskModel, features: Sequence[dict], pad_id:
 # ------------------------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def word_similarity(model_dir: str | os.PathLike, word: str, texts: Sequence[str],
-                    max_seq_length: int = 512) -> dict[str, Any]:
+                    max_seq_length: int = 512, words: str | None = None) -> dict[str, Any]:
     """The vectors of `word` (its first occurrence, first piece) in each text at every layer, and their pairwise
     cosine similarities per layer: {"word", "texts", "tokens" (the token used in each text), "layers": [{"layer",
     "cosine": N x N, "identical": whether the vectors are exactly equal}]}. ValueError naming the text where the
-    word does not occur."""
+    word does not occur. `words`: how an ELMo's text splits into words (see `extract_features`)."""
     from bertkit.tokenizers import load_tokenizer
 
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = apply_words(load_tokenizer(model_dir), words)
     if getattr(tokenizer, "kind", None) == "word":
         tokenizer.open_vocabulary = True
     encoder = load_encoder(model_dir).eval()

@@ -156,20 +156,15 @@ class ModelDir:
         ELMo, BERT's pre-tokenizer for bertkit's own). FileNotFoundError saying the `who` (model, teacher) must be a
         model directory with its tokenizer files; ValueError for `words` on another kind of tokenizer."""
         from bertkit.tokenizers import load_tokenizer
+        from bertkit.tokenizers.word import apply_words
 
         try:
             tokenizer = load_tokenizer(self.path)
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
-        elmo = getattr(tokenizer, "kind", None) == "word" and self.model_type == "elmo"
-        if elmo:
+        if getattr(tokenizer, "kind", None) == "word" and self.model_type == "elmo":
             tokenizer.open_vocabulary = True
-            if words is not None:
-                tokenizer.split_words(words)
-        elif words is not None:
-            raise ValueError(f"--words is ELMo's (how its text splits into words); {self.path} is a "
-                             f"{self.model_type} model")
-        return tokenizer
+        return apply_words(tokenizer, words)
 
     def model_class(self, role: str, kind: str = "") -> type:
         """The class that loads this directory for `role` (a key of ROLE_CLASSES' rows, "causal", or a use of

@@ -345,6 +345,17 @@ class WordTokenizer(JsonTokenizer):
         return f"WordTokenizer(vocab_size={self.vocab_size}, chars={chars}, max_characters={self.max_characters})"
 
 
+def apply_words(tokenizer, words: str | None):
+    """`tokenizer` splitting its text into words the `words` way ("whitespace" or "bert"; None: as it is), for
+    ELMo's word tokenizer; ValueError naming --words for any other kind of tokenizer. Returns the tokenizer."""
+    if words is None:
+        return tokenizer
+    if getattr(tokenizer, "kind", None) != "word":
+        raise ValueError(f"--words is ELMo's (how a word tokenizer splits text into words); this model's tokenizer "
+                         f"is {getattr(tokenizer, 'kind', type(tokenizer).__name__)}")
+    return tokenizer.split_words(words)
+
+
 def _pre_tokenizer(words: str):
     return pre_tokenizers.WhitespaceSplit() if words == "whitespace" else pre_tokenizers.BertPreTokenizer()
 
