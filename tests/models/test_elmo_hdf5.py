@@ -344,6 +344,10 @@ def test_words_on_a_model_without_a_word_tokenizer_is_one_line(tmp_path, capsys,
                  str(tmp_path / "f.npz"), "--words", "whitespace"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--words is ELMo's" in err and "wordpiece" in err, err
+    assert main(["features", "--model", str(tmp_path / "bert"), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "f.npz"), "--stateful"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--stateful is ELMo's" in err, err
     assert not (tmp_path / "f.npz").exists()
 
 

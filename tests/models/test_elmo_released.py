@@ -22,6 +22,7 @@ import torch
 
 from bertkit.cli import main
 from bertkit.features import encoder_hidden_states, extract_features, load_encoder, read_features
+from bertkit.models import ElmoModel
 from bertkit.tokenizers import load_tokenizer
 from conftest import shared_data
 
@@ -93,6 +94,7 @@ def test_stateful_reading_reproduces_all_thirty_sentences(fixture):
     for got, words, reference in zip(features, tokens, want):
         assert len(words) == len(reference) + 2
         np.testing.assert_allclose(got[1:-1], reference, atol=ATOL, rtol=0)
+    assert ElmoModel.from_pretrained(directory, stateful=True).stateful  # the model API's switch
     fresh, _ = extract_features(directory, texts[3:6], layers=[-1], batch_size=3)
     assert max(np.abs(got[1:-1] - reference).max() for got, reference in zip(fresh, want[3:6])) > 1e-3
 

@@ -108,7 +108,7 @@ def test_random_texts_give_the_released_files_ids(three, batch):
 
 
 @pytest.mark.slow
-@settings(max_examples=150, **FAST)
+@settings(max_examples=100, **FAST)
 @given(batch=batches)
 def test_many_random_texts_give_the_released_files_ids(three, batch):
     check(*three, batch)
