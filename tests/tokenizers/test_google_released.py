@@ -6,14 +6,17 @@ vocabularies (../shared/data/vocab), loaded as a user gets them from a bare voca
 the vocabulary shows), bertkit's tokens and ids equal `FullTokenizer`'s on: the strings the other tokenizer tests
 use; a set of strings on which Google's and transformers' rule sets differ (decomposed accents, words of 100-200
 characters, control, format, private-use and unassigned characters, accents, CJK, punctuation), where
-transformers' rules are also checked to differ from Google's on some (the set can tell the rules apart); and
-random text from every plane (hypothesis). The transcription `google_reference.py`, which the faster tests in
+transformers' rules are also checked to differ from Google's on some (the set can tell the rules apart);
+WikiText-2 lines changed where the rules part (bench/tokenizer_rules.py's variants); and random text from every
+plane (hypothesis). The transcription `google_reference.py`, which the faster tests in
 test_google_rules.py use, equals the released file on all of it.
 """
 
 from __future__ import annotations
 
+import sys
 import unicodedata
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +28,7 @@ from conftest import TINY_TEXT, shared_data, shared_ref
 from test_google_rules import batches
 from test_unicode_parity import FAST
 
+ROOT = Path(__file__).resolve().parents[2]
 VOCABS = {"uncased": "bert-base-uncased-vocab.txt", "cased": "bert-base-cased-vocab.txt"}
 NFD = lambda s: unicodedata.normalize("NFD", s)  # noqa: E731
 
@@ -112,3 +116,29 @@ def test_random_texts_give_the_released_files_ids(three, batch):
 @given(batch=batches)
 def test_many_random_texts_give_the_released_files_ids(three, batch):
     check(*three, batch)
+
+
+def test_wikitext_lines_changed_where_the_rules_part_tell_them_apart(three):
+    """bench/tokenizer_rules.py's WikiText-2 variants (NFD, a 150-character word, a private-use character), on the
+    first 30 lines each changes: Google's file and transformers' BertTokenizerLegacy differ on them (so a parity
+    check on them can tell the rule sets apart, which WikiText-2 as it stands cannot), and bertkit's google rules
+    give Google's ids on every one."""
+    legacy = pytest.importorskip("transformers.models.bert.tokenization_bert_legacy")
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from tokenizer_parity import read_lines
+        from tokenizer_rules import VARIANTS
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    tok, theirs, _ = three
+    path = shared_data("vocab", VOCABS["uncased" if tok.lowercase else "cased"])
+    other = legacy.BertTokenizerLegacy(str(path), do_lower_case=tok.lowercase)
+    lines = [line for line in read_lines(shared_data("wikitext-2", "wiki.valid.raw")) if line.strip()]
+    for name, change in VARIANTS.items():
+        changed = [new for new, line in zip(map(change, lines), lines) if new is not None and new != line][:30]
+        assert len(changed) == 30
+        want = [theirs.convert_tokens_to_ids(theirs.tokenize(line)) for line in changed]
+        assert tok.encode_plain(changed) == want, name
+        differ = sum(other.convert_tokens_to_ids(other.tokenize(line)) != ids for line, ids in zip(changed, want))
+        if name != "nfd" or not tok.lowercase:  # uncased strips the accents under both rules
+            assert differ > 0, name
