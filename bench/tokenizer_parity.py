@@ -3,8 +3,9 @@
 Each rule set against its own reference (`--compat`, default both):
 
     google        bertkit as a user gets it from a bare vocab.txt (`load_tokenizer(vocab.txt)`: Google's rules, the
-                  vocabulary's casing) against google-research/bert `tokenization.py` (`FullTokenizer`, transcribed
-                  in tests/tokenizers/google_reference.py; pairs cut as its `_truncate_seq_pair` cuts them)
+                  vocabulary's casing) against google-research/bert `tokenization.py` (`FullTokenizer`: the released
+                  file in DATA_DIR/../ref/google-bert when present, else the transcription in
+                  tests/tokenizers/google_reference.py; pairs cut as its `_truncate_seq_pair` cuts them)
     transformers  `load_tokenizer(vocab.txt, compat="transformers")` against transformers' pure-Python port,
                   `transformers.models.bert.tokenization_bert_legacy.BertTokenizerLegacy`
 
@@ -23,7 +24,9 @@ reference is a Python loop: the ratio is what a user of each gets, not a per-cor
     python bench/tokenizer_parity.py [--data-dir ../shared/data] [--max-length 64] [--limit N]
                                      [--compat google|transformers]
 
-Also counted, for the record: the lines on which the two references themselves differ (`references_differ`).
+Also counted, for the record: the lines on which the two references themselves differ (`references_differ`): none
+on WikiText-2, which is NFC text without words over 100 characters or private-use characters, so this check
+cannot tell the rule sets apart; bench/tokenizer_rules.py's `variants` change its lines where the rules part.
 Prints one JSON line per rule set; exits 1 when any encoding differs. `run(data_dir)` returns the same dict.
 """
 
@@ -83,11 +86,13 @@ class GoogleReference:
     """Google's `FullTokenizer` framed as its run_classifier.py frames inputs, with the call signature of
     transformers' tokenizers that `_run` uses."""
 
-    def __init__(self, vocab_path: Path, lowercase: bool) -> None:
+    def __init__(self, vocab_path: Path, lowercase: bool, released: Path | None = None) -> None:
         sys.path.insert(0, str(ROOT / "tests" / "tokenizers"))
         import google_reference
 
-        self.tokenizer = google_reference.FullTokenizer(str(vocab_path), do_lower_case=lowercase)
+        self.released = released is not None and (released / "tokenization.py").is_file()
+        google = google_reference.import_released(released) if self.released else google_reference
+        self.tokenizer = google.FullTokenizer(str(vocab_path), do_lower_case=lowercase)
         self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
@@ -154,7 +159,7 @@ def _run(data_dir: str | Path | None, max_length: int, limit: int | None, compat
         ours = load_tokenizer(vocab_paths[vocab_name], compat=None if compat == "google" else compat)
         assert (ours.compat, ours.lowercase) == (compat, lowercase), (ours, vocab_name)
         legacy = BertTokenizerLegacy(str(vocab_paths[vocab_name]), do_lower_case=lowercase)
-        google = GoogleReference(vocab_paths[vocab_name], lowercase)
+        google = GoogleReference(vocab_paths[vocab_name], lowercase, data_dir.parent / "ref" / "google-bert")
         ref, other = (google, legacy) if compat == "google" else (legacy, google)
         found = differ = 0
         for file_name, lines in corpora.items():
@@ -193,7 +198,8 @@ def _run(data_dir: str | Path | None, max_length: int, limit: int | None, compat
     n_pairs = sum(map(len, pairs.values()))
     timed_lines = n_lines * len(VOCABS)
     ours_rate, ref_rate = timed_lines / seconds["bertkit"], timed_lines / seconds["transformers"]
-    return {"bench": "tokenizer_parity", "compat": compat, "reference": type(ref).__name__, "lines": n_lines,
+    name = type(ref).__name__ + (("(released)" if google.released else "(transcribed)") if ref is google else "")
+    return {"bench": "tokenizer_parity", "compat": compat, "reference": name, "lines": n_lines,
             "pairs": n_pairs, "vocabs": list(VOCABS), "max_length": max_length, "mismatches": mismatches,
             "mismatches_by_vocab": per_vocab, "references_differ_on_lines": references_differ,
             "examples": examples, "bertkit_lines_per_s": round(ours_rate, 1),

@@ -18,7 +18,10 @@ from bertkit import BertConfig, WordPieceTokenizer
 # Tiny models run faster on one thread (less synchronisation); parity does not depend on it.
 torch.set_num_threads(1)
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ../shared beside the checkout (CI has it): the optional data and the released reference code; BERTKIT_SHARED
+# points elsewhere (a checkout that does not sit beside it).
+SHARED = Path(os.environ.get("BERTKIT_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
+SHARED_DATA = SHARED / "data"
 
 TINY_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -55,6 +58,14 @@ def shared_data(*parts: str) -> Path:
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
         pytest.skip(f"optional development data {path} is not present")
+    return path
+
+
+def shared_ref(*parts: str) -> Path:
+    """A released reference implementation under ../shared/ref (skips the test when absent)."""
+    path = SHARED.joinpath("ref", *parts)
+    if not path.exists():
+        pytest.skip(f"the released reference code {path} is not present")
     return path
 
 

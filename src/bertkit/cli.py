@@ -414,7 +414,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     inputs = _predict_inputs(args)
     results = predict(args.model, args.kind, inputs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                      top_k=args.top_k)
+                      top_k=args.top_k, words=args.words)
     show = None if args.json else family_for(prediction_kind(args.kind)).show  # the kind's family prints its answer
     for result in results:
         print(json.dumps(result, ensure_ascii=False, default=float) if show is None else show(result))
@@ -423,7 +423,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
 def cmd_similarity(args: argparse.Namespace) -> None:
     from bertkit.features import word_similarity
 
-    result = word_similarity(args.model, args.word, args.texts, max_seq_length=args.max_seq_length)
+    result = word_similarity(args.model, args.word, args.texts, max_seq_length=args.max_seq_length,
+                             words=args.words)
     if args.json:
         print(json.dumps(result))
         return
@@ -434,6 +435,14 @@ def cmd_similarity(args: argparse.Namespace) -> None:
                  for j in range(i + 1, len(result["texts"]))]
         same = "  (identical vectors)" if layer["identical"] else ""
         print(f"layer {layer['layer']}: cosine {', '.join(pairs)}{same}")
+
+
+def add_words_option(parser) -> None:
+    """--words: how an ELMo's text splits into words (the tokenizer's own way when not given)."""
+    parser.add_argument("--words", choices=["whitespace", "bert"],
+                        help="ELMo: split text into words on whitespace (a released options.json + weights.hdf5 "
+                             "directory's default, as bilm-tf and AllenNLP read it) or with BERT's pre-tokenizer "
+                             "(bertkit's own ELMo directories' default)")
 
 
 def cmd_features(args: argparse.Namespace) -> None:
@@ -467,7 +476,7 @@ def cmd_features(args: argparse.Namespace) -> None:
     with lock_directory(out.parent, name=f".{out.name}.lock"):
         features, tokens = extract_features(args.model, texts, layers=layers, combine=args.combine,
                                             batch_size=args.batch_size, max_seq_length=args.max_seq_length or 512,
-                                            tokenizer=tokenizer)
+                                            tokenizer=tokenizer, words=args.words, stateful=args.stateful)
         written = write_features(args.out, features, tokens, layers=layers, combine=args.combine)
     shape = list(features[0].shape[1:]) if features else []
     report = {"lines": len(features), "feature_shape": ["T", *shape], "files": [str(p) for p in written]}
@@ -488,7 +497,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
           device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
-          quantize=args.quantize, api_key=args.api_key)
+          quantize=args.quantize, api_key=args.api_key, words=args.words)
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -540,6 +549,7 @@ def add_serve_parsers(verbs) -> None:
     emb.add_argument("--api-key", default=os.environ.get("BERTKIT_API_KEY"),
                      help="require `Authorization: Bearer KEY` on the API routes (default: $BERTKIT_API_KEY, none)")
     _add_config_options(srv.add_argument_group("batching and limits (ServeConfig)"), config_fields())
+    add_words_option(srv)
     srv.set_defaults(func=cmd_serve)
 
     export = verbs.add_parser("export", help="export a model directory (ONNX)",
@@ -1050,6 +1060,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     pr.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned)")
     pr.add_argument("--json", action="store_true", help="one JSON object per input")
+    add_words_option(pr)
     pr.set_defaults(func=cmd_predict)
 
     feat = verbs.add_parser("features", help="per-token vectors from chosen hidden layers (feature-based BERT)",
@@ -1071,6 +1082,11 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=["auto", "none", "cls", "mean", "max", "last", "weighted-mean", "mean-sqrt-len"],
                       help="one vector per line (N, D) pooled so; auto (default): a sentence-transformers "
                            "directory's own pooling (Dense, Normalize), per-token features otherwise; none: per-token")
+    add_words_option(feat)
+    feat.add_argument("--stateful", action="store_true",
+                      help="ELMo: read the lines as one stream, --batch-size lines at a time in file order, each "
+                           "LSTM state carried from a batch's row to the next batch's same row (bilm-tf's and "
+                           "AllenNLP's way); default: every batch from zeros")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",
@@ -1082,6 +1098,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("texts", nargs="+", help="two or more texts containing the word")
     sim.add_argument("--max-seq-length", type=int, default=512, help="truncate to this many tokens (default 512)")
     sim.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_words_option(sim)
     sim.set_defaults(func=cmd_similarity)
     add_distill_parser(verbs)
     add_serve_parsers(verbs)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from bertkit.io import atomic_write
+from bertkit.tokenizers.word import apply_words
 
 COMBINE = ("concat", "sum", "none")
 
@@ -63,7 +64,8 @@ def combine_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int],
 @torch.no_grad()
 def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-1, -2, -3, -4),
                      combine: str = "concat", batch_size: int = 32, max_seq_length: int = 512,
-                     tokenizer=None, device: str = "cpu") -> tuple[list[np.ndarray], list[list[str]]]:
+                     tokenizer=None, device: str = "cpu", words: str | None = None,
+                     stateful: bool = False) -> tuple[list[np.ndarray], list[list[str]]]:
     """Per-token features of every text, framed by its tokenizer (`[CLS] text [SEP]`, RoBERTa's `<s> text </s>`,
     T5's `text </s>`), truncated to max_seq_length. A T5 directory gives its encoder's hidden states (embeddings,
     then every layer, the last after the final norm, as transformers' T5EncoderModel gives them).
@@ -74,6 +76,11 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         texts: N strings; an empty one gives the two special tokens.
         layers: indices into (embeddings, layer 1, ..., layer L); see the module docstring.
         combine: "concat", "sum" or "none".
+        words: ELMo only: how text splits into words, "whitespace" (a released ELMo's default, as bilm-tf reads
+            it) or "bert" (BERT's pre-tokenizer, bertkit's own ELMo directories' default); None: the tokenizer's.
+        stateful: ELMo only: read the texts as one stream, batch_size at a time in the order given, each LSTM
+            state carried from a batch's row b to the next batch's row b (bilm-tf's and AllenNLP's way; see
+            `bertkit.models.elmo.ElmoModel`); False: every batch from zeros, batches sorted by length.
     Returns:
         (features, tokens): features[i] is a float32 array (T_i, D) ((T_i, len(layers), H) for "none") for the
         T_i tokens of text i, special tokens included; tokens[i] are those tokens' strings.
@@ -87,8 +94,13 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     else:
         tokenizer = tokenizer or load_tokenizer(model_dir)
         model = load_encoder(model_dir)
-    if getattr(tokenizer, "kind", None) == "word":
+    elmo = getattr(tokenizer, "kind", None) == "word"
+    apply_words(tokenizer, words)
+    if elmo:
         tokenizer.open_vocabulary = True  # unknown words keep their spelling for the character encoder
+    elif stateful:
+        raise ValueError(f"--stateful is ELMo's (it carries LSTM states); this model's tokenizer is "
+                         f"{getattr(tokenizer, 'kind', type(tokenizer).__name__)}")
     if not layers:
         raise ValueError("choose at least one layer")
     if batch_size < 1:
@@ -97,7 +109,10 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     T = min(max_seq_length, getattr(model.config, "max_length", max_seq_length))  # T5: relative positions, no limit
     encoded = tokenizer.encode_batch(list(texts), max_length=T)
     features: list[np.ndarray | None] = [None] * len(encoded)
-    for chosen, ids, mask, types in length_sorted_batches(encoded, batch_size, tokenizer.pad_id):
+    if elmo:
+        model.stateful = stateful
+        model.reset_states()
+    for chosen, ids, mask, types in length_sorted_batches(encoded, batch_size, tokenizer.pad_id, sort=not stateful):
         hidden = encoder_hidden_states(model, ids.to(device), mask.to(device), types.to(device), tokenizer)
         combined = combine_layers(hidden, layers, combine).float().cpu().numpy()
         for row, i in enumerate(chosen):
@@ -105,11 +120,12 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
     return features, [e.tokens for e in encoded]  # type: ignore[return-value]
 
 
-def length_sorted_batches(encoded: Sequence, batch_size: int, pad_id: int):
-    """Batches of encodings sorted by length (similar lengths together: little padding). Yields (chosen, ids, mask,
-    types): the encodings' indices in this batch, and (B, T) long tensors padded to the batch's longest, with the
-    tokenizer's own segment ids (all 0 for one text, except XLNet's <cls>, segment 2)."""
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+def length_sorted_batches(encoded: Sequence, batch_size: int, pad_id: int, sort: bool = True):
+    """Batches of encodings sorted by length (similar lengths together: little padding; `sort=False`: in the order
+    given). Yields (chosen, ids, mask, types): the encodings' indices in this batch, and (B, T) long tensors padded
+    to the batch's longest, with the tokenizer's own segment ids (all 0 for one text, except XLNet's <cls>,
+    segment 2)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i])) if sort else list(range(len(encoded)))
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]
         width = max(len(encoded[i]) for i in chosen)
@@ -763,14 +779,14 @@ def fit_logistic_head(model: FeatureTaskModel, features: Sequence[dict], pad_id:
 # ------------------------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def word_similarity(model_dir: str | os.PathLike, word: str, texts: Sequence[str],
-                    max_seq_length: int = 512) -> dict[str, Any]:
+                    max_seq_length: int = 512, words: str | None = None) -> dict[str, Any]:
     """The vectors of `word` (its first occurrence, first piece) in each text at every layer, and their pairwise
     cosine similarities per layer: {"word", "texts", "tokens" (the token used in each text), "layers": [{"layer",
     "cosine": N x N, "identical": whether the vectors are exactly equal}]}. ValueError naming the text where the
-    word does not occur."""
+    word does not occur. `words`: how an ELMo's text splits into words (see `extract_features`)."""
     from bertkit.tokenizers import load_tokenizer
 
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = apply_words(load_tokenizer(model_dir), words)
     if getattr(tokenizer, "kind", None) == "word":
         tokenizer.open_vocabulary = True
     encoder = load_encoder(model_dir).eval()

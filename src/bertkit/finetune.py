@@ -57,6 +57,7 @@ import torch
 from bertkit.models.modeldir import TASK_FILE, ModelDir
 from bertkit.taskrun import FinetuneConfig, load_task_data, load_task_model, model_outputs, run_task
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
+from bertkit.tokenizers.word import apply_words
 
 __all__ = ["FinetuneConfig", "Predictor", "evaluate_predictions", "finetune", "finetune_sweep", "load_predictor",
            "predict", "pretrained_lm_head", "score_best"]
@@ -284,7 +285,8 @@ def _prediction_kinds() -> list[str]:
 
 @torch.no_grad()
 def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *, batch_size: int = 32,
-            max_seq_length: int | None = None, top_k: int | None = None, device: str = "cpu") -> list[dict[str, Any]]:
+            max_seq_length: int | None = None, top_k: int | None = None, device: str = "cpu",
+            words: str | None = None) -> list[dict[str, Any]]:
     """Predictions of a fine-tuned model directory, one dict per input; its tokenizer is whichever kind it holds.
 
     kind (None: from config.json's architecture) and inputs:
@@ -295,8 +297,10 @@ def predict(model_dir: str | os.PathLike, kind: str | None, inputs: Sequence, *,
         squad: (question, context) tuples -> {"answer", "score" (n-best probability), "start_logit",
             "end_logit", "nbest"}; "" is the no-answer of a SQuAD 2.0 model (its dev-chosen null threshold).
         swag: (context, [choices]) tuples -> {"choice", "text", "probabilities"}.
+    words: an ELMo's split of text into words, "whitespace" or "bert" (None: as its tokenizer was saved).
     """
-    predictor = load_predictor(model_dir, kind, max_seq_length=max_seq_length, batch_size=batch_size, device=device)
+    predictor = load_predictor(model_dir, kind, max_seq_length=max_seq_length, batch_size=batch_size, device=device,
+                               words=words)
     inputs = list(inputs)
     if not inputs:
         return []
@@ -328,7 +332,8 @@ class Predictor:
 
 
 def load_predictor(model_dir: str | os.PathLike | ModelDir, kind: str | None = None, *,
-                   max_seq_length: int | None = None, batch_size: int = 32, device: str = "cpu") -> Predictor:
+                   max_seq_length: int | None = None, batch_size: int = 32, device: str = "cpu",
+                   words: str | None = None) -> Predictor:
     """Load a fine-tuned model directory for prediction (see `predict` for the kinds; None: from the directory).
 
     max_seq_length: tokens per input, default as fine-tuned (finetune.json), never more than the model's positions.
@@ -339,7 +344,9 @@ def load_predictor(model_dir: str | os.PathLike | ModelDir, kind: str | None = N
     model_dir = ModelDir.open(model_dir)
     if kind is not None and kind not in KINDS:
         raise ValueError(f"unknown prediction kind {kind!r}; choose one of {', '.join(_prediction_kinds())}")
-    return _LOADERS[model_dir.form](model_dir, kind, max_seq_length, batch_size, device)
+    predictor = _LOADERS[model_dir.form](model_dir, kind, max_seq_length, batch_size, device)
+    apply_words(predictor.tokenizer, words)  # an ELMo's split of text into words, when asked for
+    return predictor
 
 
 def _prediction_config(kind: str, info: dict[str, Any], positions: int, max_seq_length: int | None,

@@ -97,6 +97,9 @@ class FinetuneConfig:
                                    "apply)")
     logistic_c: float = _f(1.0, "--task-model logistic: inverse L2 strength C, as scikit-learn's "
                                 "LogisticRegression")
+    words: str | None = _f(None, "ELMo: how text splits into words, whitespace (a released ELMo's default, as "
+                                 "bilm-tf and AllenNLP read it) or bert (BERT's pre-tokenizer, bertkit's own ELMo "
+                                 "directories' default); the fine-tuned directory keeps it")
     lstm_hidden: int = _f(256, "bilstm task model: hidden size of each direction")
     mix_layer_norm: bool = _f(False, "scalar mix: normalise each layer first (the ELMo paper's variant)")
     feature_cache: str | None = _f(None, "frozen: where the encoder's layers are kept once computed: memory "
@@ -118,6 +121,8 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind not in KINDS:
             raise ValueError(f"unknown fine-tuning kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if self.words not in (None, "whitespace", "bert"):
+            raise ValueError(f"--words must be whitespace or bert, got {self.words!r}")
         if self.kind == "glue" and self.task is None:
             raise ValueError("glue fine-tuning needs the task name (--task cola, sst2, mrpc, ...)")
         if self.task is not None and self.kind == "glue":
@@ -567,7 +572,7 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     config = dataclasses.replace(config or FinetuneConfig(kind=kind), kind=kind)
     model_dir = ModelDir.open(model_dir)
     family_class = task_family(kind, model_dir, "finetune" if who == "model" else "distill")
-    tokenizer = model_dir.tokenizer(who)
+    tokenizer = model_dir.tokenizer(who, config.words)
     positions = model_dir.max_positions
     if config.max_seq_length is None and config.seq_length > positions:
         config = dataclasses.replace(config, max_seq_length=positions)  # the default, cut to what the model has

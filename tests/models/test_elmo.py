@@ -169,3 +169,47 @@ def test_config_refuses_bad_fields():
         ElmoConfig.preset("tiny", vocab_size=10, sampled_softmax=10)
     with pytest.raises(ValueError, match="unknown config keys"):
         ElmoConfig.from_dict({**tiny().to_dict(), "hidden_sizes": 3})
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_a_row_carries_the_state_of_its_real_words_only(clip):
+    """With lengths, each row's final state is the one after its own last real position (the fused nn.LSTM path
+    packs the rows, the clipped path stops updating them): the row run alone, unpadded, ends in the same state; a
+    row of length 0 keeps the state it was given."""
+    torch.manual_seed(0)
+    layer = LSTMLayer(8, tiny(cell_clip=clip, proj_clip=clip)).eval()
+    x = torch.randn(3, 6, 8)
+    h0, c0 = torch.randn(3, layer.out_dim), torch.randn(3, layer.lstm.hidden_size)
+    lengths = torch.tensor([6, 2, 0])
+    out, (h, c) = layer(x, (h0, c0), lengths)
+    for row in range(2):
+        n = int(lengths[row])
+        alone, (h_alone, c_alone) = layer(x[row:row + 1, :n], (h0[row:row + 1], c0[row:row + 1]))
+        torch.testing.assert_close(out[row:row + 1, :n], alone, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(h[row], h_alone[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c[row], c_alone[0], rtol=1e-5, atol=1e-6)
+    assert torch.equal(h[2], h0[2]) and torch.equal(c[2], c0[2])
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_stateful_rows_are_streams_of_their_own(clip):
+    """stateful=True: row b of each batch continues row b of the previous one (both directions, every layer), a
+    batch narrower than the last leaves the other rows' states alone, a wider one starts its new rows from zeros.
+    Each row's outputs equal a one-row stateful model reading that row's stream alone; reset_states starts over."""
+    m = model(cell_clip=clip, proj_clip=clip)
+    m.stateful = True
+    batches = [random_chars(2, 5, seed=1), random_chars(1, 4, seed=2), random_chars(3, 6, seed=3)]
+    together = [m(chars).hidden_states for chars in batches]
+    streams = {0: [(0, 0), (1, 0), (2, 0)], 1: [(0, 1), (2, 1)], 2: [(2, 2)]}  # row -> (batch, row) read in turn
+    for row, stream in streams.items():
+        alone = model(cell_clip=clip, proj_clip=clip)
+        alone.stateful = True
+        for b, r in stream:
+            got = alone(batches[b][r:r + 1]).hidden_states
+            for a, want in zip(together[b], got):
+                torch.testing.assert_close(a[r:r + 1], want, rtol=1e-5, atol=1e-6)
+    m.reset_states()
+    fresh = model(cell_clip=clip, proj_clip=clip)
+    for a, b in zip(m(batches[2]).hidden_states, fresh(batches[2]).hidden_states):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(together[2][-1][0], fresh(batches[2]).hidden_states[-1][0], atol=1e-4)

@@ -295,6 +295,60 @@ def test_frozen_finetune_on_a_released_directory(bilm_dir, tmp_path):
     _, _, _, _, saved = bertkit_layers(tmp_path / "run" / "model", SENTENCES)
     for ours, theirs in zip(saved, released):
         assert torch.equal(ours, theirs)
+    # the directory keeps the released model's whitespace split (its tokenizer.json's pre-tokenizer); predict reads
+    # it so, or as --words says
+    from bertkit.finetune import load_predictor
+
+    model_dir = tmp_path / "run" / "model"
+    assert load_tokenizer(model_dir).words == "whitespace"
+    assert load_predictor(model_dir).tokenizer.words == "whitespace"
+    assert load_predictor(model_dir, words="bert").tokenizer.words == "bert"
+    assert main(["predict", "classify", "--model", str(model_dir), "--text", "U.S. good", "--words", "bert",
+                 "--json"]) == 0
+
+
+def test_words_override_and_its_mistakes_are_one_line(bilm_dir, tmp_path, capsys):
+    from bertkit.models.modeldir import ModelDir
+
+    assert ModelDir.open(bilm_dir).tokenizer().words == "whitespace"
+    tokenizer = ModelDir.open(bilm_dir).tokenizer(words="bert")
+    assert tokenizer.words == "bert" and tokenizer.encode("U.S.").tokens == ["<s>", "U", ".", "S", ".", "</s>"]
+    with pytest.raises(ValueError, match="--words must be one of whitespace, bert, got 'comma'"):
+        tokenizer.split_words("comma")
+    (tmp_path / "cls.tsv").write_text("text\tlabel\na b\tyes\n")
+    capsys.readouterr()
+    assert main(["finetune", "classify", "--model", str(bilm_dir), "--train", str(tmp_path / "cls.tsv"), "--dev",
+                 str(tmp_path / "cls.tsv"), "--out", str(tmp_path / "run"), "--frozen", "--words", "comma"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--words must be whitespace or bert, got 'comma'" in err, err
+    # the server's and similarity's tokenizer split as asked (whitespace by default)
+    from bertkit.serve.engine import Engine
+
+    assert Engine(bilm_dir, "embeddings").tokenizer.words == "whitespace"
+    assert Engine(bilm_dir, "embeddings", words="bert").tokenizer.words == "bert"
+    assert main(["similarity", "--model", str(bilm_dir), "--word", "U.S.", "the U.S. cat", "a U.S. mat",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == ["U.S.", "U.S."]
+
+
+def test_words_on_a_model_without_a_word_tokenizer_is_one_line(tmp_path, capsys, tiny_tokenizer):
+    from bertkit import BertConfig
+    from bertkit.models import BertForMaskedLM
+
+    BertForMaskedLM(BertConfig(vocab_size=tiny_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=37)).save_pretrained(
+        tmp_path / "bert", tokenizer=tiny_tokenizer)
+    (tmp_path / "in.txt").write_text("a b\n")
+    capsys.readouterr()
+    assert main(["features", "--model", str(tmp_path / "bert"), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "f.npz"), "--words", "whitespace"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--words is ELMo's" in err and "wordpiece" in err, err
+    assert main(["features", "--model", str(tmp_path / "bert"), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "f.npz"), "--stateful"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--stateful is ELMo's" in err, err
+    assert not (tmp_path / "f.npz").exists()
 
 
 BYTE_TOKENIZER = WordTokenizer(word_backend(read_bilm_vocab("no-such-vocab.txt")), [], W, byte_chars=True)

@@ -9,7 +9,8 @@ writes must compute what transformers' matching class computes (logits within 1e
         the same logits on padded batches (a causal model: transformers' BertModel with is_decoder and GPT-1's
         extract-token head by hand, the class transformers would pick reading the pooled first token instead;
         T5: T5ForConditionalGeneration's decoder logits; ELMo: no transformers class, the directory reloads into
-        the same outputs)
+        the same outputs: every tensor the trainer's checkpoint holds, the pretraining directory's layers, the
+        run's dev metrics and dev predictions file)
     predict    `bertkit predict classify --json` on the family's fine-tuned classifier: its probabilities are the
                softmax of transformers' logits for the same text (T5: the label transformers' greedy decoding
                writes)
@@ -272,10 +273,7 @@ def refused_argv(matrix, family: str, kind: str) -> list:
 def check_finetuned(matrix, family: str, kind: str) -> None:
     directory = matrix.finetuned(family, kind)
     if family == "elmo":  # no transformers class: bertkit's own format, read back into the same outputs
-        from bertkit.features import FeatureTaskModel
-
-        model = FeatureTaskModel.from_pretrained(directory)
-        assert model.role == {"classify": "sequence", "glue": "sequence", "ner": "token", "squad": "qa"}[kind]
+        check_elmo_reloads(matrix, kind, directory)
         return
     if family == "t5":
         from bertkit.models import T5ForConditionalGeneration
@@ -298,6 +296,53 @@ def check_finetuned(matrix, family: str, kind: str) -> None:
     with torch.no_grad():
         mine = ours(ids, mask, types).logits
     assert_close(mine, reference_logits(family, kind, directory, ids, mask, types), mask, kind)
+
+
+def check_elmo_reloads(matrix, kind: str, directory: Path) -> None:
+    """The fine-tuned ELMo directory read back is the model the run held: every tensor equal to the trainer's own
+    checkpoint of its last step (the one epoch is the best), its frozen encoder giving the pretraining directory's
+    layers bit for bit, and its dev logits giving the run's best-epoch dev metrics and the very dev predictions
+    file the run wrote."""
+    from bertkit.checkpoint import load_checkpoint
+    from bertkit.features import FeatureTaskModel, encoder_hidden_states, load_encoder
+    from bertkit.taskrun import FinetuneConfig, load_task_data, model_outputs
+
+    model = FeatureTaskModel.from_pretrained(directory).eval()
+    assert model.role == {"classify": "sequence", "glue": "sequence", "ner": "token", "squad": "qa"}[kind]
+    run_dir = directory.parent
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    last, = sorted((run_dir / "checkpoints").glob("step-*.pt"))
+    held = load_checkpoint(last)
+    assert held["step"] == results["best"]["step"]
+    reloaded = model.state_dict()
+    assert set(reloaded) == set(held["model"])
+    for name, tensor in held["model"].items():
+        assert torch.equal(reloaded[name], tensor), name
+    config = FinetuneConfig(**results["config"])
+    data = load_task_data(kind, directory, matrix.data[kind], matrix.data[kind], config)
+    # the encoder was frozen: the directory's ELMo is the pretraining directory's, layer for layer
+    ids = torch.tensor([data.dev_features[0]["input_ids"]])
+    with torch.no_grad():
+        saved = encoder_hidden_states(load_encoder(directory).eval(), ids, torch.ones_like(ids),
+                                      tokenizer=data.tokenizer)
+        pretrained = encoder_hidden_states(load_encoder(matrix.model("elmo")).eval(), ids, torch.ones_like(ids),
+                                           tokenizer=data.tokenizer)
+    for a, b in zip(saved, pretrained):
+        assert torch.equal(a, b)
+    logits = model_outputs(data.family, model, data.dev_features, data.tokenizer.pad_id, config.eval_batch_size)
+    metrics, output = data.family.evaluate(data.dev_examples, data.dev_features, logits)
+    best = results["best"]
+    compared = [name for name in data.family.metric_names if name in best and name in metrics]
+    assert compared, (metrics, best)
+    for name in compared:
+        assert metrics[name] == pytest.approx(best[name], abs=1e-9), (name, metrics, best)
+    again = matrix.root / f"rewritten-{kind}"
+    again.mkdir(exist_ok=True)
+    data.family.write_predictions(again, data.dev_examples, output)
+    written = sorted(p.name for p in again.iterdir())
+    assert written
+    for name in written:
+        assert (again / name).read_bytes() == (run_dir / name).read_bytes(), name
 
 
 def check_predict(matrix, family: str, capsys) -> None:

@@ -7,6 +7,10 @@ max_input_chars_per_word=200) and `_is_whitespace` / `_is_control` / `_is_punctu
 (`six`, `convert_to_unicode` of bytes) and TensorFlow's file reader are left out. Note what it does not do: no NFC
 anywhere, and cleaning drops only categories Cc and Cf.
 
+`import_released(folder)` imports Google's released file itself (../shared/ref/google-bert: tokenization.py and its
+two stand-ins, six.py and tensorflow/), which `tests/tokenizers/test_google_released.py` runs beside bertkit and
+this transcription.
+
 `tokens_with_specials` adds the one thing bertkit does beyond it: a special token written in the text ("[MASK]")
 is one piece (Google's scripts insert special tokens as ids; its tokenizer would split "[MASK]" at the brackets).
 """
@@ -14,9 +18,36 @@ is one piece (Google's scripts insert special tokens as ids; its tokenizer would
 from __future__ import annotations
 
 import collections
+import importlib.util
+import sys
 import unicodedata
+from pathlib import Path
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def import_released(folder: str | Path):
+    """google-research/bert's tokenization.py from `folder`, as a module named `google_tokenization`.
+
+    Its stand-ins (`six`, `tensorflow`) are importable only while it is imported: `sys.path` and `sys.modules` are
+    put back as they were afterwards (the module keeps its own references), so they shadow nothing else."""
+    folder = Path(folder)
+    saved = {name: sys.modules.get(name) for name in ("six", "tensorflow")}
+    sys.path.insert(0, str(folder))
+    try:
+        for name in saved:
+            sys.modules.pop(name, None)
+        spec = importlib.util.spec_from_file_location("google_tokenization", folder / "tokenization.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+        for name, before in saved.items():
+            if before is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = before
+    return module
 
 
 def load_vocab(vocab_file) -> "collections.OrderedDict[str, int]":

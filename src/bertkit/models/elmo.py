@@ -125,19 +125,35 @@ class LSTMLayer(nn.Module):
     def zero_state(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return (like.new_zeros(batch, self.out_dim), like.new_zeros(batch, self.lstm.hidden_size))
 
-    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """x (B, T, D), state (h (B, P), c (B, H)) or None (zeros) -> outputs (B, T, P), the state after T."""
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None,
+                lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x (B, T, D), state (h (B, P), c (B, H)) or None (zeros) -> outputs (B, T, P), the state after T.
+
+        With `lengths` (B,), row b's state is the one after its lengths[b] real positions (the padding after them
+        is not read into it; a row of length 0 keeps `state`), as a stateful reader carries it to the next batch;
+        the outputs at real positions are the same either way."""
         if state is None:
             state = self.zero_state(x.shape[0], x)
         if self.cell_clip is None and self.proj_clip is None:
-            out, (h, c) = self.lstm(x, (state[0][None].contiguous(), state[1][None].contiguous()))
-            return out, (h[0], c[0])
-        return self.step_loop(x, state, self.cell_clip, self.proj_clip)
+            h0, c0 = state[0][None].contiguous(), state[1][None].contiguous()
+            if lengths is None:
+                out, (h, c) = self.lstm(x, (h0, c0))
+                return out, (h[0], c[0])
+            # packed rows stop at their own length; a row of length 0 cannot be packed: it runs one step, and
+            # its old state is put back below
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True,
+                                                       enforce_sorted=False)
+            out, (h, c) = self.lstm(packed, (h0, c0))
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+            empty = lengths.eq(0)[:, None]
+            return out, (torch.where(empty, state[0], h[0]), torch.where(empty, state[1], c[0]))
+        return self.step_loop(x, state, self.cell_clip, self.proj_clip, lengths)
 
     def step_loop(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], cell_clip: float | None,
-                  proj_clip: float | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """The LSTMP recurrence written out (torch's gate order i, f, g, o), clipping c and the projected h."""
+                  proj_clip: float | None, lengths: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The LSTMP recurrence written out (torch's gate order i, f, g, o), clipping c and the projected h; with
+        `lengths` a row's state stops changing after its last real position."""
         lstm = self.lstm
         h, c = state
         inputs = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0)  # (B, T, 4H): the input half of every gate at once
@@ -145,15 +161,20 @@ class LSTMLayer(nn.Module):
         for t in range(x.shape[1]):
             gates = inputs[:, t] + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
             i, f, g, o = gates.chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if cell_clip is not None:
-                c = c.clamp(-cell_clip, cell_clip)
-            h = torch.sigmoid(o) * torch.tanh(c)
+                c_new = c_new.clamp(-cell_clip, cell_clip)
+            h_new = torch.sigmoid(o) * torch.tanh(c_new)
             if lstm.proj_size:
-                h = F.linear(h, lstm.weight_hr_l0)
+                h_new = F.linear(h_new, lstm.weight_hr_l0)
             if proj_clip is not None:
-                h = h.clamp(-proj_clip, proj_clip)
-            outs.append(h)
+                h_new = h_new.clamp(-proj_clip, proj_clip)
+            outs.append(h_new)
+            if lengths is None:
+                h, c = h_new, c_new
+            else:
+                real = (t < lengths)[:, None]  # (B, 1): padding leaves the state as the last real word left it
+                h, c = torch.where(real, h_new, h), torch.where(real, c_new, c)
         return torch.stack(outs, dim=1), (h, c)
 
 
@@ -169,12 +190,13 @@ class BiLM(nn.Module):
         self.residual = config.residual
         self.dropout = nn.Dropout(config.dropout)
 
-    def run(self, layers: nn.ModuleList, x: torch.Tensor, state: LSTMState | None
-            ) -> tuple[list[torch.Tensor], LSTMState]:
-        """One direction over x (B, T, P) -> every layer's outputs (B, T, P) and every layer's final state."""
+    def run(self, layers: nn.ModuleList, x: torch.Tensor, state: LSTMState | None,
+            lengths: torch.Tensor | None = None) -> tuple[list[torch.Tensor], LSTMState]:
+        """One direction over x (B, T, P) -> every layer's outputs (B, T, P) and every layer's final state (after
+        each row's `lengths` real positions when given, else after T)."""
         outputs, final = [], []
         for k, layer in enumerate(layers):
-            out, last = layer(self.dropout(x), None if state is None else state[k])
+            out, last = layer(self.dropout(x), None if state is None else state[k], lengths)
             if self.residual and k > 0:
                 out = out + x
             outputs.append(out)
@@ -182,12 +204,17 @@ class BiLM(nn.Module):
             x = out
         return outputs, final
 
-    def directions(self, tokens: torch.Tensor, lengths: torch.Tensor, state: LSTMState | None = None
-                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], LSTMState]:
-        """tokens (B, T, P), lengths (B,) -> (forward outputs, backward outputs in text order, forward state)."""
-        forward, final = self.run(self.forward_layers, tokens, state)
-        backward, _ = self.run(self.backward_layers, reverse_padded(tokens, lengths), None)
-        return forward, [reverse_padded(b, lengths) for b in backward], final
+    def directions(self, tokens: torch.Tensor, lengths: torch.Tensor, state: LSTMState | None = None,
+                   backward_state: LSTMState | None = None, final_states: bool = False
+                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], LSTMState, LSTMState]:
+        """tokens (B, T, P), lengths (B,) -> (forward outputs, backward outputs in text order, forward state,
+        backward state). Each direction starts from its state (None: zeros). With `final_states` the states
+        returned are each row's after its own real words (the forward LSTM's after the last word, the backward
+        LSTM's after the first: where each would go on reading the next batch's row), else after T positions."""
+        upto = lengths if final_states else None
+        forward, final = self.run(self.forward_layers, tokens, state, upto)
+        backward, back_final = self.run(self.backward_layers, reverse_padded(tokens, lengths), backward_state, upto)
+        return forward, [reverse_padded(b, lengths) for b in backward], final, back_final
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -209,16 +236,28 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
 
 class ElmoModel(ElmoPreTrainedModel):
-    """Characters -> the layers of ELMo: the token layer and every biLSTM layer, each (B, T, 2P)."""
+    """Characters -> the layers of ELMo: the token layer and every biLSTM layer, each (B, T, 2P).
+
+    stateful=False (the default): every batch starts both directions' LSTMs from zeros, so a sentence's layers do
+    not depend on what came before. stateful=True reads a stream of batches as bilm-tf and AllenNLP's `Elmo` do:
+    row b of a batch starts each LSTM (forward and backward, every layer) from the state row b of the previous
+    batch left it (the forward LSTM's after that row's last word, the backward one's after its first); rows beyond
+    the previous batch's start from zeros, a row without words keeps its state. `reset_states()` starts over."""
 
     architecture = "ElmoModel"
 
-    def __init__(self, config: ElmoConfig) -> None:
+    def __init__(self, config: ElmoConfig, stateful: bool = False) -> None:
         super().__init__()
         self.config = config
         self.char_cnn = CharEncoder(config)
         self.bilm = BiLM(config)
+        self.stateful = stateful
+        self.states: tuple[LSTMState, LSTMState] | None = None  # (forward, backward) per layer, rows = widest batch
         self.init_weights()
+
+    def reset_states(self) -> None:
+        """Forget the carried LSTM states: the next batch starts from zeros."""
+        self.states = None
 
     def tokens(self, chars: torch.Tensor) -> torch.Tensor:
         """(B, T, W) character ids -> (B, T, P) context-free token vectors."""
@@ -232,11 +271,37 @@ class ElmoModel(ElmoPreTrainedModel):
             attention_mask = chars.ne(0).any(-1).long()
         lengths = attention_mask.ne(0).sum(-1)
         tokens = self.tokens(chars)
-        forward, backward, _ = self.bilm.directions(tokens, lengths)
+        if self.stateful:
+            start = self._carried(B)
+            forward, backward, fwd_state, bwd_state = self.bilm.directions(tokens, lengths, *start,
+                                                                           final_states=True)
+            self._carry(fwd_state, bwd_state)
+        else:
+            forward, backward, _, _ = self.bilm.directions(tokens, lengths)
         keep = attention_mask.ne(0)[..., None].to(tokens.dtype)  # padding positions give zeros in every layer
         layers = [torch.cat([tokens, tokens], dim=-1) * keep]
         layers += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward, backward)]
         return ElmoOutput(layers[-1], tuple(layers))
+
+    def _carried(self, batch: int) -> tuple[LSTMState | None, LSTMState | None]:
+        """The states the first `batch` rows start from (zeros past the rows carried so far)."""
+        if self.states is None:
+            return None, None
+        out = []
+        for direction in self.states:
+            rows = direction[0][0].shape[0]
+            out.append([(F.pad(h[:batch], (0, 0, 0, max(0, batch - rows))),
+                         F.pad(c[:batch], (0, 0, 0, max(0, batch - rows)))) for h, c in direction])
+        return out[0], out[1]
+
+    def _carry(self, forward: LSTMState, backward: LSTMState) -> None:
+        """Keep this batch's final states for its rows; rows past this batch keep theirs."""
+        new = ([(h.detach(), c.detach()) for h, c in forward], [(h.detach(), c.detach()) for h, c in backward])
+        if self.states is not None and self.states[0][0][0].shape[0] > new[0][0][0].shape[0]:
+            batch = new[0][0][0].shape[0]
+            new = tuple([(torch.cat([h, old_h[batch:]]), torch.cat([c, old_c[batch:]]))
+                         for (h, c), (old_h, old_c) in zip(mine, theirs)] for mine, theirs in zip(new, self.states))
+        self.states = new
 
 
 def log_uniform_samples(vocab_size: int, count: int, generator: torch.Generator | None = None,

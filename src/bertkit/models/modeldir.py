@@ -149,11 +149,14 @@ class ModelDir:
         return "text-to-text" if self.text_to_text else "head"
 
     # ---- loading ---------------------------------------------------------------------------------------------
-    def tokenizer(self, who: str = "model"):
+    def tokenizer(self, who: str = "model", words: str | None = None):
         """Its tokenizer, of whatever kind (`bertkit.tokenizers.load_tokenizer`); ELMo reads words by their
-        characters, so its word tokenizer keeps unknown words' spelling (open vocabulary). FileNotFoundError
-        saying the `who` (model, teacher) must be a model directory with its tokenizer files."""
+        characters, so its word tokenizer keeps unknown words' spelling (open vocabulary). `words` ("whitespace" or
+        "bert", ELMo only) changes how its text splits into words (None: as its files say: whitespace for a released
+        ELMo, BERT's pre-tokenizer for bertkit's own). FileNotFoundError saying the `who` (model, teacher) must be a
+        model directory with its tokenizer files; ValueError for `words` on another kind of tokenizer."""
         from bertkit.tokenizers import load_tokenizer
+        from bertkit.tokenizers.word import apply_words
 
         try:
             tokenizer = load_tokenizer(self.path)
@@ -161,7 +164,7 @@ class ModelDir:
             raise FileNotFoundError(f"{err}; the {who} must be a model directory with its tokenizer files") from None
         if getattr(tokenizer, "kind", None) == "word" and self.model_type == "elmo":
             tokenizer.open_vocabulary = True
-        return tokenizer
+        return apply_words(tokenizer, words)
 
     def model_class(self, role: str, kind: str = "") -> type:
         """The class that loads this directory for `role` (a key of ROLE_CLASSES' rows, "causal", or a use of

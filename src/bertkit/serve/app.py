@@ -446,7 +446,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
           backend: str = "torch", onnx_path=None, config: ServeConfig | None = None, max_seq_length: int | None = None,
           top_k: int | None = None, pooling: str | None = None, device: str = "cpu", threads: int | None = None,
           log_level: str = "info", dtype: str = "auto", quantize: str | None = None,
-          api_key: str | None = None) -> None:
+          api_key: str | None = None, words: str | None = None) -> None:
     """Load the model directory and serve it with uvicorn until SIGINT / SIGTERM (which finish the requests in
     flight first, for up to `config.shutdown_timeout` seconds)."""
     try:
@@ -456,7 +456,8 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8080, kind: str | N
 
     config = config or ServeConfig()
     engine = Engine(model_dir, kind, backend=backend, onnx_path=onnx_path, max_seq_length=max_seq_length,
-                    top_k=top_k, pooling=pooling, device=device, threads=threads, dtype=dtype, quantize=quantize)
+                    top_k=top_k, pooling=pooling, device=device, threads=threads, dtype=dtype, quantize=quantize,
+                    words=words)
     app = create_app(engine, config, api_key=api_key)
     print(f"serving {engine.kind} from {model_dir} ({engine.backend_name}) on http://{host}:{port}/", flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=config.shutdown_timeout)

@@ -288,12 +288,14 @@ class Engine:
             "bf16" or "fp16": the weights' type.
         quantize: torch backend on a CPU: "int8" quantises every Linear layer dynamically (int8 weights,
             activations quantised per batch; `bertkit.models.pooling.quantize_int8`).
+        words: an ELMo's split of text into words, "whitespace" or "bert" (None: as its tokenizer says).
     """
 
     def __init__(self, model_dir: str | os.PathLike, kind: str | None = None, *, backend: str = "torch",
                  onnx_path: str | os.PathLike | None = None, max_seq_length: int | None = None,
                  top_k: int | None = None, pooling: str | None = None, device: str = "cpu",
-                 threads: int | None = None, dtype: str = "auto", quantize: str | None = None) -> None:
+                 threads: int | None = None, dtype: str = "auto", quantize: str | None = None,
+                 words: str | None = None) -> None:
         import torch
 
         from bertkit.models.modeldir import ModelDir
@@ -326,11 +328,12 @@ class Engine:
         if self.task is not None:  # a task head: the task family's predictor, as `bertkit predict` loads it
             from bertkit.finetune import load_predictor
 
-            self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device)
+            self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device,
+                                            words=words)
             model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
             self.max_length = self.predictor.config.seq_length
         else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`, generate)
-            self.tokenizer = directory.tokenizer()
+            self.tokenizer = directory.tokenizer(words=words)
             model = directory.load(self.kind)
             if self.kind == "fill-mask" and self.tokenizer.mask_id is None:
                 raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")

@@ -1,7 +1,8 @@
 """Word-level tokenisation with characters: ELMo's input (a word vocabulary for the softmax, characters for the
 token encoder).
 
-Text is split on whitespace and around every punctuation character (BERT's pre-tokenizer, case kept); each word
+Text is split on whitespace and around every punctuation character (BERT's pre-tokenizer, case kept; a released
+ELMo's text on whitespace only, as bilm-tf and AllenNLP read it: `words`, `split_words`); each word
 is one token, whose id is its rank in the vocabulary (`<pad>`=0, `<unk>`=1, `<s>`=2, `</s>`=3, then the words by
 frequency, which is what a log-uniform sampled softmax assumes) or `<unk>`'s. A sentence is framed `<s> A </s>`
 (a pair `<s> A </s> B </s>`). The pipeline is a transformers `tokenizer.json` (WordLevel model), so
@@ -56,6 +57,10 @@ BILM_BOS, BILM_EOS, BILM_BOW, BILM_EOW, BILM_PAD = (c + 1 for c in range(256, 26
 BILM_CHAR_VOCAB = 262  # 0 (a padding word) + bilm-tf's 261 characters
 BILM_OPTIONS, BILM_WEIGHTS, BILM_VOCAB = "options.json", "weights.hdf5", "vocab.txt"
 _BILM_SPECIALS = {"<S>": "<s>", "</S>": "</s>", "<UNK>": "<unk>"}
+# How text splits into words: "bert" (BERT's pre-tokenizer: whitespace, and around every punctuation character; what
+# bertkit's own word tokenizers train and read with) or "whitespace" (on whitespace only: bilm-tf's and AllenNLP's
+# reading of a released ELMo, whose text came tokenized, `U.S.` one word).
+WORD_SPLITS = ("whitespace", "bert")
 
 
 def is_bilm_directory(path: str | os.PathLike) -> bool:
@@ -113,6 +118,24 @@ class WordTokenizer(JsonTokenizer):
         self._extra, self._extra_words = _OPEN_WORDS.setdefault(self.vocab_hash(), ({}, []))
 
     @property
+    def words(self) -> str:
+        """How text splits into words: "whitespace" or "bert" (see WORD_SPLITS), as tokenizer.json's pre-tokenizer
+        says."""
+        kind = (json.loads(self.backend.to_str()).get("pre_tokenizer") or {}).get("type")
+        return "whitespace" if kind == "WhitespaceSplit" else "bert"
+
+    def split_words(self, words: str) -> "WordTokenizer":
+        """Split text into words the `words` way from now on ("whitespace" or "bert"); returns self. ValueError
+        naming the choices otherwise. Saved with the tokenizer (tokenizer.json's pre-tokenizer)."""
+        if words not in WORD_SPLITS:
+            raise ValueError(f"--words must be one of {', '.join(WORD_SPLITS)}, got {words!r}")
+        if words != self.words:
+            self.backend.pre_tokenizer = _pre_tokenizer(words)
+            self._extra, self._extra_words = _OPEN_WORDS.setdefault(self.vocab_hash(), ({}, []))
+            self.__dict__.pop("_table", None)
+        return self
+
+    @property
     def char_vocab_size(self) -> int:
         return BILM_CHAR_VOCAB if self.byte_chars else FIRST_CHAR + len(self.chars)
 
@@ -143,9 +166,10 @@ class WordTokenizer(JsonTokenizer):
                    byte_chars=scheme == BYTES_SCHEME)
 
     @classmethod
-    def from_bilm(cls, directory: str | os.PathLike) -> "WordTokenizer":
+    def from_bilm(cls, directory: str | os.PathLike, words: str = "whitespace") -> "WordTokenizer":
         """The tokenizer of a released ELMo in bilm-tf's layout: UTF-8 byte characters (see the module docstring),
-        max_characters from options.json's char_cnn.max_characters_per_token, the words of vocab.txt if present."""
+        max_characters from options.json's char_cnn.max_characters_per_token, the words of vocab.txt if present,
+        text split into words on whitespace as bilm-tf and AllenNLP read it (`words="bert"`: BERT's split)."""
         directory = Path(directory)
         options = directory / BILM_OPTIONS
         try:
@@ -153,7 +177,7 @@ class WordTokenizer(JsonTokenizer):
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
             raise ValueError(f"{options}: no char_cnn.max_characters_per_token ({err!r})") from None
         vocab = read_bilm_vocab(directory / BILM_VOCAB)
-        return cls(word_backend(vocab), [], width, config=word_config(), source=str(options), byte_chars=True)
+        return cls(word_backend(vocab, words), [], width, config=word_config(), source=str(options), byte_chars=True)
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 1, *,
@@ -321,11 +345,27 @@ class WordTokenizer(JsonTokenizer):
         return f"WordTokenizer(vocab_size={self.vocab_size}, chars={chars}, max_characters={self.max_characters})"
 
 
-def word_backend(vocab: dict[str, int]) -> Tokenizer:
-    """The tokenizer.json pipeline around a word vocabulary: BERT's whitespace-and-punctuation split (case kept),
-    WordLevel with `<unk>`, framing `<s> A </s>` / `<s> A </s> B </s>`, the specials matched whole in text."""
+def apply_words(tokenizer, words: str | None):
+    """`tokenizer` splitting its text into words the `words` way ("whitespace" or "bert"; None: as it is), for
+    ELMo's word tokenizer; ValueError naming --words for any other kind of tokenizer. Returns the tokenizer."""
+    if words is None:
+        return tokenizer
+    if getattr(tokenizer, "kind", None) != "word":
+        raise ValueError(f"--words is ELMo's (how a word tokenizer splits text into words); this model's tokenizer "
+                         f"is {getattr(tokenizer, 'kind', type(tokenizer).__name__)}")
+    return tokenizer.split_words(words)
+
+
+def _pre_tokenizer(words: str):
+    return pre_tokenizers.WhitespaceSplit() if words == "whitespace" else pre_tokenizers.BertPreTokenizer()
+
+
+def word_backend(vocab: dict[str, int], words: str = "bert") -> Tokenizer:
+    """The tokenizer.json pipeline around a word vocabulary: BERT's whitespace-and-punctuation split (case kept; or
+    with `words="whitespace"` a split on whitespace only), WordLevel with `<unk>`, framing `<s> A </s>` /
+    `<s> A </s> B </s>`, the specials matched whole in text."""
     engine = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    engine.pre_tokenizer = _pre_tokenizer(words)
     engine.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     if "<s>" in vocab and "</s>" in vocab:
         engine.post_processor = processors.TemplateProcessing(
