@@ -361,7 +361,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     metrics = evaluate_predictions(args.kind, args.data, args.predictions, args.null_odds, task=args.task,
                                    text_column=args.text_column, pair_column=args.pair_column,
                                    label_column=args.label_column, regression=args.regression,
-                                   column=args.column, scheme=args.scheme)
+                                   column=args.column, scheme=args.scheme, **_table_args(args))
     print(json.dumps(metrics, indent=None if args.compact else 2))
 
 
@@ -584,6 +584,22 @@ def _given(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict
     """The fields of a config (`config_fields()` rows) that the command line set."""
     return {name: getattr(args, name) for name, *_ in fields
             if name not in skip and getattr(args, name, None) is not None}
+
+
+_TABLE_OPTIONS = ("format", "records", "tokens_column", "tags_column")  # FinetuneConfig's fields on reading files
+
+
+def _add_table_options(parser: argparse.ArgumentParser) -> None:
+    """How a verb's data file is read (bertkit.data.readers): FinetuneConfig's format, records and NER columns."""
+    from bertkit.taskrun import config_fields
+
+    _add_config_options(parser.add_argument_group("reading the data file"),
+                        [row for row in config_fields() if row[0] in _TABLE_OPTIONS])
+
+
+def _table_args(args: argparse.Namespace) -> dict:
+    """The table options the command line set (`_add_table_options`)."""
+    return {name: getattr(args, name) for name in _TABLE_OPTIONS if getattr(args, name, None) is not None}
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -1030,6 +1046,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--column", type=int, help="ner: the data file's tag column (default the last)")
     ev.add_argument("--scheme", default="auto", choices=("auto", "none"),
                     help="ner: auto (entity tags: entity F1) or none (plain tags such as POS: token accuracy)")
+    _add_table_options(ev)
     ev.add_argument("--compact", action="store_true", help="JSON on one line")
     ev.set_defaults(func=cmd_evaluate)
 

@@ -180,6 +180,10 @@ class TaskFamily:
         model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head)."""
         return name.removesuffix("Simple").endswith(cls.model_class_name[len("Bert"):])
 
+    def table_options(self) -> dict[str, Any]:
+        """How the task's files are read (`bertkit.data.readers.Table`): the config's format and JSON records key."""
+        return {"format": getattr(self.config, "format", None), "records": getattr(self.config, "records", None)}
+
     # ---- fine-tuning -----------------------------------------------------------------------------------------
     def read(self, path, training: bool) -> list:
         raise NotImplementedError
