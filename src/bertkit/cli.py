@@ -18,6 +18,12 @@ from bertkit.errors import missing_extra
 # ------------------------------------------------------------------------------------------------------------------
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
+def _corpus_args(args: argparse.Namespace) -> dict:
+    """How `tokenizer train` reads its files (`bertkit.data.corpus.iter_lines`)."""
+    return {"format": "arrow" if args.format == "datasets" else args.format, "text_column": args.text_column,
+            "document_column": args.document_column}
+
+
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from bertkit.data.corpus import CorpusLines, iter_lines
     from bertkit.tokenizers import ByteLevelBPETokenizer, UnigramTokenizer, WordPieceTokenizer
@@ -30,7 +36,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     if args.kind == "word":
         from bertkit.tokenizers import WordTokenizer
 
-        tok = WordTokenizer.train(iter_lines(args.files), vocab_size=args.vocab_size or 30000,
+        tok = WordTokenizer.train(iter_lines(args.files, **_corpus_args(args)), vocab_size=args.vocab_size or 30000,
                                   min_frequency=1 if args.min_frequency is None else args.min_frequency,
                                   show_progress=not args.quiet)
         tok.save(args.out)
@@ -39,7 +45,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         return
     if args.min_frequency is not None and args.kind == "unigram":
         raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
-    texts = CorpusLines(args.files)  # file:line errors come from the corpus reader; training reads the files twice
+    texts = CorpusLines(args.files, **_corpus_args(args))  # file:line errors come from the corpus reader; training reads the files twice
     vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
     min_frequency = 2 if args.min_frequency is None else args.min_frequency
     if getattr(args, "xlnet", False) and (args.kind != "unigram" or args.extra_ids is not None):
@@ -167,7 +173,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     manifest = prepare(args.corpus, tokenizer, args.out, eval_paths=args.eval_corpus,
                        eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
                        shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet,
-                       tokenizer_kind=args.tokenizer_kind)
+                       tokenizer_kind=args.tokenizer_kind, text_column=args.text_column,
+                       document_column=args.document_column)
     print(json.dumps(manifest.summary() if hasattr(manifest, "summary") else {"out": args.out}, indent=2))
 
 
@@ -763,6 +770,18 @@ def add_distill_parser(verbs) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------------------------------
+_CORPUS_FORMATS = ["text", "jsonl", "wikitext", "parquet", "arrow", "datasets"]
+
+
+def _add_corpus_columns(parser: argparse.ArgumentParser) -> None:
+    """Where a corpus's text is in JSONL records and Parquet / Arrow / datasets tables."""
+    parser.add_argument("--text-column", default="text",
+                        help="JSONL key or Parquet/Arrow column of the text; a row is a document, its newlines its "
+                             "line boundaries (default text)")
+    parser.add_argument("--document-column",
+                        help="Parquet/Arrow: consecutive rows with the same value here form one document")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertkit", description="BERT and its family end to end.")
     from bertkit import __version__
@@ -777,6 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "BPE; --kind unigram: T5's SentencePiece-style Unigram) from corpus files "
                                           "(text, JSON Lines, .gz).")
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
+    train.add_argument("--format", choices=_CORPUS_FORMATS, help="input format (default: by extension)")
+    _add_corpus_columns(train)
     train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram", "word"], default="wordpiece",
                        help="wordpiece (vocab.txt, default), bpe (vocab.json + merges.txt, RoBERTa's), unigram "
                             "(tokenizer.json, T5's: <pad> </s> <unk> first, sentinels last) or word (ELMo's: "
@@ -864,7 +885,9 @@ def build_parser() -> argparse.ArgumentParser:
     held = prep.add_mutually_exclusive_group()
     held.add_argument("--eval-corpus", nargs="+", help="held-out corpus for evaluation")
     held.add_argument("--eval-fraction", type=float, default=0.0, help="hold out this fraction of documents")
-    prep.add_argument("--format", choices=["text", "jsonl", "wikitext"], help="input format (default: by extension)")
+    prep.add_argument("--format", choices=_CORPUS_FORMATS, help="input format (default: by extension; a directory "
+                                                                "of Parquet shards or a save_to_disk directory)")
+    _add_corpus_columns(prep)
     prep.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
                       help="invalid UTF-8, bad JSON or empty documents: stop (default) or skip and count")
     prep.add_argument("--shard-tokens", type=int, default=2 ** 24, help="tokens per shard (default 16M)")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertkit.data.corpus import (CorpusStats, Document, Position, detect_format, expand_paths, iter_documents,
-                                 iter_lines, iter_positioned_documents, split_sentences)
+from bertkit.data.corpus import (CorpusLines, CorpusStats, Document, Position, detect_format, expand_paths,
+                                 iter_documents, iter_lines, iter_positioned_documents, split_sentences)
 from bertkit.errors import DataError
 
 WIKITEXT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
@@ -239,3 +239,50 @@ def test_reading_resumes_from_every_position(tmp_path):
         assert rest == full[k + 1:]
         assert [p.to_dict() for _, p in rest] == [p.to_dict() for _, p in full[k + 1:]]
         assert Position.from_dict(position.to_dict()) == position and position.line > 0
+
+
+# ---- Parquet and Arrow --------------------------------------------------------------------------------------------
+def test_parquet_and_arrow_rows_are_documents_as_in_the_text_format(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    docs = [["First line.", "Second  line."], ["Alone."], ["x", "y", "z"]]
+    text = tmp_path / "c.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    # Lines keep their inner spaces and lose outer ones, blank lines inside a row are dropped, as in the text format.
+    rows = ["First line.\n  Second  line.  ", "Alone.\n\n", "x\ny\r\nz"]
+    pq.write_table(pa.table({"text": rows}), tmp_path / "c.parquet")
+    with pa.ipc.new_stream(tmp_path / "c.arrow", pa.schema([("text", pa.string())])) as writer:
+        writer.write_table(pa.table({"text": rows}), max_chunksize=1)
+    want = [d.sentences for d in iter_documents(text)]
+    assert want == docs
+    for path in (tmp_path / "c.parquet", tmp_path / "c.arrow"):
+        got = list(iter_documents(path))
+        assert [d.sentences for d in got] == want and [d.line for d in got] == [0, 1, 2]
+    assert list(CorpusLines(tmp_path / "c.parquet")) == list(CorpusLines(text)) == [s for d in docs for s in d]
+    # --format parquet reads a file whatever its name says
+    (tmp_path / "renamed.bin").write_bytes((tmp_path / "c.parquet").read_bytes())
+    assert [d.sentences for d in iter_documents(tmp_path / "renamed.bin", format="parquet")] == want
+
+
+def test_document_column_groups_consecutive_rows_and_bad_rows_are_counted(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "lines.parquet"
+    pq.write_table(pa.table({"t": ["a", "b", None, "c", "", "d"], "doc": ["x", "x", "y", "y", "z", "x"]}), path)
+    stats = CorpusStats()
+    got = list(iter_documents(path, text_column="t", document_column="doc", on_bad_line="skip", stats=stats))
+    # "x" returns after "z": a new document (only consecutive rows group); "z" has no text.
+    assert [(d.sentences, d.line) for d in got] == [(["a", "b"], 0), (["c"], 2), (["d"], 5)]
+    assert stats.skipped == {"missing_text": 1, "empty_document": 1} and stats.documents == 3
+    with pytest.raises(DataError, match=r"lines.parquet:row 2: the column 't' is null$"):
+        list(iter_documents(path, text_column="t", document_column="doc"))
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"t": ["a", "", "b"], "doc": [1, 2, 3]}), empty)
+    with pytest.raises(DataError, match=r"empty.parquet:row 1: the document 2 is empty \(column 't'\)$"):
+        list(iter_documents(empty, text_column="t", document_column="doc"))
+    with pytest.raises(DataError, match=r"empty.parquet:row 1: the row's text is empty \(column 't'\)$"):
+        list(iter_documents(empty, text_column="t"))
+    with pytest.raises(DataError, match=r"no column 'text'; the file has columns \['t', 'doc'\]"):
+        list(iter_documents(path))

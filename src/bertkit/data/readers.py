@@ -188,6 +188,12 @@ class Table:
             return [] if header is None else header[1]
         return None
 
+    def num_rows(self) -> int | None:
+        """How many rows a Parquet table has (its footers say); None for other formats."""
+        if self.format != "parquet":
+            return None
+        return sum(_open_columnar(file, "parquet").metadata.num_rows for file in self._files)
+
     def require(self, *names: str | None) -> None:
         """DataError naming the columns the file has when one of `names` (None entries ignored) is not among them.
         Only where the file declares its columns; JSON records are checked row by row."""
@@ -267,13 +273,9 @@ class Table:
             reader = _open_columnar(file, self.format)
             try:
                 if self.format == "parquet":
-                    groups = []
-                    for group in range(reader.metadata.num_row_groups):
-                        rows = reader.metadata.row_group(group).num_rows
-                        if skip >= rows:
-                            skip -= rows
-                        else:
-                            groups.append(group)
+                    groups = list(range(reader.metadata.num_row_groups))
+                    while groups and skip >= reader.metadata.row_group(groups[0]).num_rows:
+                        skip -= reader.metadata.row_group(groups.pop(0)).num_rows  # leading groups, unread
                     if not groups:
                         continue
                     stream = reader.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns,
