@@ -379,6 +379,7 @@ _FIELD_FLAGS = {"text": "text", "pair": "pair", "question": "question", "context
 def _predict_inputs(args: argparse.Namespace) -> list:
     """The inputs of `bertkit predict`: from the flags, or from --input (JSON Lines or tab-separated lines), read
     as the kind's family reads a JSON input (`TaskFamily.input_fields`, `input_from_json`)."""
+    from bertkit.data.readers import is_table_input
     from bertkit.tasks.base import family_for
 
     kind, family = args.kind, family_for(args.kind)
@@ -392,6 +393,10 @@ def _predict_inputs(args: argparse.Namespace) -> list:
             raise ValueError(f"{kind} prediction needs {what} (or --input)")
         return [family.input_from_json(record)]
     path = Path(args.input)
+    if is_table_input(path, args.format):  # Parquet, Arrow, a datasets directory, JSON records, CSV
+        columns = {"text": args.text_column, "pair": args.pair_column}
+        return family.inputs_from_table(path, args.format, args.records,
+                                        {k: v for k, v in columns.items() if v is not None})
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if line.strip()]
     inputs = []
@@ -444,6 +449,7 @@ def cmd_similarity(args: argparse.Namespace) -> None:
 
 
 def cmd_features(args: argparse.Namespace) -> None:
+    from bertkit.data.readers import column_texts, is_table_input
     from bertkit.features import extract_features, write_features
     from bertkit.io import lock_directory
     from bertkit.tokenizers import load_tokenizer
@@ -452,7 +458,10 @@ def cmd_features(args: argparse.Namespace) -> None:
         layers = [int(x) for x in args.layers.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
-    texts = Path(args.input).read_text(encoding="utf-8").splitlines()
+    if is_table_input(args.input, args.format):  # one input per row: the --text-column of a table
+        texts = column_texts(args.input, args.text_column or "text", args.format, args.records)
+    else:
+        texts = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
     from bertkit.sentence import read_sentence_config
 
@@ -607,6 +616,16 @@ def _add_table_options(parser: argparse.ArgumentParser) -> None:
 def _table_args(args: argparse.Namespace) -> dict:
     """The table options the command line set (`_add_table_options`)."""
     return {name: getattr(args, name) for name in _TABLE_OPTIONS if getattr(args, name, None) is not None}
+
+
+def _add_input_table_options(parser: argparse.ArgumentParser, pair: bool = False) -> None:
+    """--format, --records and the text columns of an --input that is a table (`predict`, `features`)."""
+    group = parser.add_argument_group("an --input table")
+    group.add_argument("--format", help="tsv, csv, jsonl, json, parquet, arrow or datasets (default: from the path)")
+    group.add_argument("--records", help="JSON: the key whose list holds the records")
+    group.add_argument("--text-column", help="the column of the text (default text)")
+    if pair:
+        group.add_argument("--pair-column", help="classify: the column of the second text (default pair)")
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -1085,7 +1104,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--question", help="question (squad)")
     pr.add_argument("--context", help="passage (squad) or context sentence (swag)")
     pr.add_argument("--choice", action="append", help="a candidate ending (swag; repeat for each)")
-    pr.add_argument("--input", help="file of inputs (.txt/.tsv lines or .jsonl)")
+    pr.add_argument("--input", help="file of inputs (.txt/.tsv lines or .jsonl), or a table (.parquet, .arrow, "
+                                    ".json records, .csv, a datasets directory) with columns named as the fields")
+    _add_input_table_options(pr, pair=True)
     pr.add_argument("--top-k", type=int, help="labels (classify) or n-best answers (squad) to show")
     pr.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     pr.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned)")
@@ -1098,7 +1119,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "metadata), .npz (features (N, T, D) zero-padded, lengths, tokens) or .npy "
                                         "(the padded array; NAME.lengths.npy and NAME.tokens.json beside it).")
     feat.add_argument("--model", required=True, help="model directory (any head; the encoder is used)")
-    feat.add_argument("--input", required=True, help="text file, one input per line")
+    feat.add_argument("--input", required=True, help="text file, one input per line; or a table (.parquet, .arrow, "
+                                                     ".json records, .jsonl, .csv, a datasets directory), one "
+                                                     "input per row")
+    _add_input_table_options(feat)
     feat.add_argument("--out", required=True, help="output file: .safetensors, .npz or .npy")
     feat.add_argument("--layers", default="-1,-2,-3,-4",
                       help="comma-separated layer indices, 0 = embeddings, -1 = last (default -1,-2,-3,-4)")

@@ -430,3 +430,23 @@ def text_cell(path, where: int, record: dict, column: str, what: str = "text", a
     if not allow_empty and not value.strip():  # a missing sentence: the model would see only special tokens
         raise DataError.at(path, where, f"empty {what} column {column!r}")
     return value
+
+
+def column_texts(path: str | os.PathLike, column: str = "text", format: str | None = None,
+                 records: str | None = None) -> list[str]:
+    """The strings of one column of a table, in order (`bertkit features --input` on a table); DataError naming the
+    file, the row and the column for a null or non-string cell, or the columns there are for a missing one."""
+    table = Table(path, format, records)
+    table.require(column)
+    return [text_cell(path, where, record, column) for where, record in table.rows([column])]
+
+
+def is_table_input(path: str | os.PathLike, format: str | None = None) -> bool:
+    """Whether an --input file of `predict` / `features` is read as a table rather than as lines of text: a format
+    given, or a path that names one other than the line formats (.txt, .tsv; JSON Lines keep their own reader)."""
+    if format is not None:
+        return True
+    try:
+        return table_format(path) not in ("tsv", "jsonl")
+    except ValueError:
+        return False
