@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus import (FORMATS, ON_BAD_LINE, CorpusStats, Document, Position, expand_paths,
-                                 iter_positioned_documents)
+from bertkit.data.corpus import (COLUMNAR_FORMATS, FORMATS, ON_BAD_LINE, CorpusStats, Document, Position,
+                                 detect_format, expand_paths, iter_positioned_documents)
 from bertkit.data.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, TOKENIZER_FILES, TOKENIZER_KIND_FILE,
                                    TOKENIZER_SUBDIR, Manifest, PathLike, Paths, check_shard_files, shard_entry,
                                    shard_index, shard_name)
+from bertkit.data.readers import Table
 from bertkit.errors import DataError
 from bertkit.io import atomic_write, fsync_dir, lock_directory, remove_stale_temporaries
 from bertkit.tokenizers import TOKENIZER_KINDS, load_tokenizer
@@ -118,6 +119,10 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
     for files, what in ((train_files, "corpus"), (eval_files, "eval corpus")):
         if files and all(f.stat().st_size == 0 for f in files):  # refused before anything in out_dir is touched
             raise DataError(f"{', '.join(map(str, files))}: the {what} is empty (0 bytes); nothing to prepare")
+        for file in files:  # a Parquet or Arrow file without the columns: refused before out_dir is touched too
+            fmt = format or detect_format(file)
+            if fmt in COLUMNAR_FORMATS:
+                Table(file, fmt).require(text_column, document_column)
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     if previous is None:
         # Let the engine use every core for encode_batch; restored afterwards so that a later fork (DataLoader
