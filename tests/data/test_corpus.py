@@ -286,3 +286,25 @@ def test_document_column_groups_consecutive_rows_and_bad_rows_are_counted(tmp_pa
         list(iter_documents(empty, text_column="t"))
     with pytest.raises(DataError, match=r"no column 'text'; the file has columns \['t', 'doc'\]"):
         list(iter_documents(path))
+
+
+def test_a_datasets_directory_reads_as_its_arrow_files_and_a_dataset_dict_names_its_splits(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="datasets (the test extra) writes the save_to_disk fixture")
+    ds = datasets.Dataset.from_dict({"text": ["a b\nc", "d", "e"]})
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=2)
+    assert [p.name for p in expand_paths(tmp_path / "saved")] == ["data-00000-of-00002.arrow",
+                                                                  "data-00001-of-00002.arrow"]
+    assert [d.sentences for d in iter_documents(tmp_path / "saved")] == [["a b", "c"], ["d"], ["e"]]
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(DataError, match=r"dd: a DatasetDict directory; name one of its splits, e.g. .*dd/test "
+                                        r"\(splits: test, train\)"):
+        expand_paths(tmp_path / "dd")
+    assert len(list(iter_documents(tmp_path / "dd" / "train"))) == 3
+    # Inside a plain directory, a save_to_disk directory contributes its data files only (no state.json), and a
+    # DatasetDict is refused as above.
+    with pytest.raises(DataError, match=r"dd: a DatasetDict directory; name one of its splits"):
+        expand_paths(tmp_path)
+    (tmp_path / "dd" / "dataset_dict.json").unlink()  # two save_to_disk directories in a plain one
+    assert [p.relative_to(tmp_path).as_posix() for p in expand_paths(tmp_path)] == [
+        "dd/test/data-00000-of-00001.arrow", "dd/train/data-00000-of-00001.arrow",
+        "saved/data-00000-of-00002.arrow", "saved/data-00001-of-00002.arrow"]

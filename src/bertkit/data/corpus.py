@@ -203,8 +203,10 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     seen: set[Path] = set()
     for entry in entries:
         path = Path(entry).expanduser()
-        if _is_datasets_dir(path):
-            files = columnar_files(path, "datasets")  # its Arrow files, in state.json's order
+        if _is_datasets_dir(path) or (path / "dataset_dict.json").is_file():
+            # its Arrow files, in state.json's order; a DatasetDict is refused, naming its splits (a corpus that
+            # took them all would train on the test split)
+            files = columnar_files(path, "datasets")
         elif path.is_dir():
             files = _corpus_files_in(path)
             if not files:
@@ -237,6 +239,8 @@ def _is_datasets_dir(path: Path) -> bool:
 
 
 def _corpus_files_in(directory: Path) -> list[Path]:
+    for marker in directory.rglob("dataset_dict.json"):
+        columnar_files(marker.parent, "datasets")  # a DatasetDict inside: refused too, naming its splits
     found = []
     datasets_dirs: dict[Path, set[Path]] = {}  # a save_to_disk directory inside -> its data files
     for file in directory.rglob("*"):
