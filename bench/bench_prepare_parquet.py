@@ -103,7 +103,8 @@ def side(name: str, root: Path, vocab: Path) -> dict:
         data = datasets.load_dataset("parquet", data_files=str(root / "corpus.parquet"), split="train",
                                      cache_dir=str(root / "hf-cache"))
         mapped = data.map(lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True), batched=True,
-                          batch_size=1000, remove_columns=["text"], cache_file_name=str(root / "hf-cache" / "map.arrow"))
+                          batch_size=1000, remove_columns=["text"],
+                          cache_file_name=str(root / "hf-cache" / "map.arrow"))
         elapsed = time.perf_counter() - start
         lengths = mapped.with_format("arrow")["input_ids"]
         out = {"s": elapsed, "peer_tokens": int(sum(len(x) for x in lengths.to_pylist()))}

@@ -45,7 +45,8 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         return
     if args.min_frequency is not None and args.kind == "unigram":
         raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
-    texts = CorpusLines(args.files, **_corpus_args(args))  # file:line errors come from the corpus reader; training reads the files twice
+    # file:line errors come from the corpus reader; training reads the files twice
+    texts = CorpusLines(args.files, **_corpus_args(args))
     vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
     min_frequency = 2 if args.min_frequency is None else args.min_frequency
     if getattr(args, "xlnet", False) and (args.kind != "unigram" or args.extra_ids is not None):

@@ -1,9 +1,11 @@
 """Sentence (pair) classification and regression on the user's tables: reading, features, loss, metrics, predictions.
 
-`read_table` reads CSV (header row, standard double-quote quoting), TSV (header row, no quoting, as GLUE) and JSONL
-(one object per line) files into `Example(text, pair, label, line)`: one sentence or sentence pair, its label as
-written (a string for classification, a float for regression, None without a label column), and the 1-based line
-it came from so that later errors point back into the file. Columns are looked up by header name (or JSON key).
+`read_table` reads CSV (header row, standard double-quote quoting), TSV (header row, no quoting, as GLUE), JSONL
+(one object per line), and every other table `bertkit.data.readers` reads (JSON records, Parquet, Arrow, a
+`datasets.save_to_disk` directory) into `Example(text, pair, label, line)`: one sentence or sentence pair, its label
+as written (a string for classification, a float for regression, None without a label column), and the 1-based
+line it came from (a `Row`, the 0-based row, for JSON records and columnar files) so that later errors point back
+into the file. Columns are looked up by header name (or JSON key, or column; dotted names reach into objects).
 Malformed rows (a field count different from the header's, a missing text or label) raise
 `bertkit.errors.DataError` with a message starting `"{path}:{line}: "`; `skip_malformed=True` drops them with one
 warning instead.
@@ -283,7 +285,8 @@ def classification_metrics(predictions: Sequence, gold: Sequence, regression: bo
 @register("classify")
 class ClassificationFamily(TaskFamily):
     """The user's classification or regression tables, any format `bertkit.data.readers` reads (config:
-    text_column, pair_column, label_column, regression, format, records). The labels are the training file's, sorted; the dev file may use no others."""
+    text_column, pair_column, label_column, regression, format, records). The labels are the training file's,
+    sorted; the dev file may use no others."""
 
     model_class_name = "BertForSequenceClassification"
     model_role = "sequence"
