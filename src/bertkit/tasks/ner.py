@@ -16,6 +16,11 @@ Plain tag sets (part of speech, chunks: CoNLL-2003's other columns) are tagged t
 accuracy (`tag_accuracy`). A column of IOB tags (the chunks, column 2) can also be read as spans with the default
 scheme, scored by chunk F1 as CoNLL-2000.
 
+Besides CoNLL column files, `read_tagged_table` reads sentences from tables (Parquet, Arrow, `datasets`
+directories, JSON Lines, JSON records: `bertkit.data.readers`) with a list of words and a list of tags per row, the
+tags strings or integers named by the column's ClassLabel names (conll2003's layout on the Hub); the same
+sentences give the same run either way.
+
 Inputs are `CLS pieces-of-the-words SEP` with the tokenizer's own special tokens (`[CLS] ... [SEP]` for BERT,
 `<s> ... </s>` for RoBERTa), one token type; the words are given (CoNLL tokens), so every kind of tokenizer pieces
 each word on its own (`encode_words`) and says which word each piece came from.

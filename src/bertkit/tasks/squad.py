@@ -4,7 +4,9 @@
 Pipeline: `read_squad` → tokenize question and context with any tokenizer that gives character offsets →
 `make_windows` (one example → one or more windows of `max_seq_length` tokens) → model start/end logits per
 window → `postprocess` (best span per question, as Google's `run_squad.py` `write_predictions`) →
-`evaluate_v1` / `evaluate_v2` (the official evaluation scripts, re-implemented line for line).
+`evaluate_v1` / `evaluate_v2` (the official evaluation scripts, re-implemented line for line). `read_squad` also
+reads KorQuAD 1.0 (SQuAD v1.1's layout) and tables of questions as the Hub's squad / squad_v2 store them (Parquet,
+Arrow, `datasets` directories, JSON Lines: `read_squad_table`).
 
 Conventions copied from Google's `run_squad.py` because fine-tuned checkpoints and published numbers depend on
 them:
