@@ -308,3 +308,25 @@ def test_a_datasets_directory_reads_as_its_arrow_files_and_a_dataset_dict_names_
     assert [p.relative_to(tmp_path).as_posix() for p in expand_paths(tmp_path)] == [
         "dd/test/data-00000-of-00001.arrow", "dd/train/data-00000-of-00001.arrow",
         "saved/data-00000-of-00002.arrow", "saved/data-00001-of-00002.arrow"]
+
+
+def test_a_parquet_corpus_streams_in_record_batches(tmp_path):
+    """Reading holds about one row group, never the file: pyarrow's allocations while iterating do not grow with
+    the file (measured peaks: 1.37 MB for 30,000 rows of 5,000-row groups, 1.41 MB for 120,000; with pyarrow's
+    default read-ahead they were 2.0 and 3.8 MB, growing with the file)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    peaks = []
+    for rows in (30_000, 120_000):
+        path = tmp_path / f"{rows}.parquet"
+        pq.write_table(pa.table({"text": [f"document {i} " + "word " * 20 for i in range(rows)]}), path,
+                       row_group_size=5000)
+        base, peak, count = pa.total_allocated_bytes(), 0, 0
+        for _ in iter_documents(path):
+            count += 1
+            if count % 500 == 0:
+                peak = max(peak, pa.total_allocated_bytes() - base)
+        assert count == rows
+        peaks.append(peak)
+    assert 0 < peaks[1] < 1.15 * peaks[0], peaks  # four times the rows, about the same memory

@@ -331,7 +331,9 @@ def _open_columnar(file: Path, fmt: str):
     """A pyarrow reader of one file: ParquetFile, or an IPC file/stream reader; DataError when pyarrow cannot."""
     try:
         if fmt == "parquet":
-            return pa.parquet.ParquetFile(file)
+            # pre_buffer=False: pyarrow would otherwise read ahead the column chunks of every row group asked for,
+            # which is the whole file (its memory grew with the file's size); this way it holds about one group
+            return pa.parquet.ParquetFile(file, pre_buffer=False)
         with open(file, "rb") as handle:
             magic = handle.read(len(_ARROW_FILE_MAGIC))
         source = pa.memory_map(str(file), "r")
