@@ -153,3 +153,16 @@ def test_errors_are_one_line_naming_what_is_there(tmp_path):
         Table(tmp_path / "x.xyz")
     with pytest.raises(ValueError, match="unknown table format 'xlsx'"):
         Table(paths["csv"], format="xlsx")
+
+
+def test_column_texts_and_which_inputs_are_tables(tmp_path):
+    paths = write_all(tmp_path, RECORDS)
+    for name in ("parquet", "datasets", "json", "csv"):
+        assert readers.column_texts(paths[name]) == [r["text"] for r in RECORDS], name
+    pq.write_table(pa.table({"text": ["a", None]}), tmp_path / "null.parquet")
+    with pytest.raises(DataError, match=r"null.parquet:row 1: the text column 'text' is null$"):
+        readers.column_texts(tmp_path / "null.parquet")
+    # Lines of text (.txt, .tsv) and JSON Lines keep their own readers; a format given makes any path a table.
+    assert [readers.is_table_input(p) for p in ("a.txt", "a.tsv", "a.jsonl", "a.unknown")] == [False] * 4
+    assert [readers.is_table_input(paths[k]) for k in ("parquet", "datasets", "json", "csv")] == [True] * 4
+    assert readers.is_table_input("a.txt", "tsv")

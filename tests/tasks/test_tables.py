@@ -230,3 +230,16 @@ def test_predict_inputs_from_a_table(tmp_path):
     pq.write_table(pa.table({"question": ["q"], "context": [None]}), tmp_path / "qa.parquet")
     with pytest.raises(DataError, match=r"qa.parquet:row 0: field 'context' is missing"):
         family_for("squad").inputs_from_table(tmp_path / "qa.parquet")
+
+
+def test_rerank_from_a_datasets_directory_reads_as_from_tsv(tmp_path):
+    rows = {"query": ["who lives in paris", "who lives in paris", "capital of italy"],
+            "document": ["anna lives in paris", "carl lives in rome", "rome is the capital"], "label": [1, 0, 2]}
+    (tmp_path / "r.tsv").write_text("query\tdocument\tlabel\n" + "".join(
+        f"{q}\t{d}\t{l}\n" for q, d, l in zip(*rows.values())))
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "saved"))
+    family = family_for("rerank")
+    from_tsv = family(FinetuneConfig(kind="rerank")).read(tmp_path / "r.tsv", training=True)
+    from_saved = family(FinetuneConfig(kind="rerank")).read(tmp_path / "saved", training=True)
+    assert [(e.text, e.pair, e.label) for e in from_saved] == [(e.text, e.pair, e.label) for e in from_tsv]
+    assert [e.label for e in from_tsv] == [1.0, 0.0, 2.0]
