@@ -3,6 +3,7 @@ metric, writes a model transformers loads, predicts, and reports bad input as on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -449,3 +450,74 @@ def test_help(verb, capsys):
         main([verb, "--help"])
     assert exit_info.value.code == 0
     assert "usage: bertkit " + verb in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The same rows in any format give the same run
+# ------------------------------------------------------------------------------------------------------------------
+def _same_run(a: Path, b: Path) -> None:
+    """Two run directories trained identically: per-epoch metrics, every logged loss, dev predictions, weights."""
+    ra, rb = (json.loads((d / "results.json").read_text()) for d in (a, b))
+    assert ra["epochs"] == rb["epochs"] and ra["best"] == rb["best"] and ra["labels"] == rb["labels"]
+    losses = [[json.loads(line).get("loss") for line in (d / "metrics.jsonl").read_text().splitlines()]
+              for d in (a, b)]
+    assert losses[0] == losses[1] and len([x for x in losses[0] if x is not None]) > 4
+    for name in ("dev_predictions.txt", "dev_predictions.conll"):
+        if (a / name).exists():
+            assert (a / name).read_bytes() == (b / name).read_bytes()
+    assert (a / "model" / "model.safetensors").read_bytes() == (b / "model" / "model.safetensors").read_bytes()
+
+
+def test_tsv_parquet_and_a_datasets_directory_fine_tune_identically(pretrained, tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    datasets = pytest.importorskip("datasets", reason="datasets (the test extra) writes the save_to_disk fixture")
+    splits = {"train": classify_rows(24, 5), "dev": classify_rows(8, 6)}
+    for split, rows in splits.items():
+        texts, labels = zip(*(row.rsplit(",", 1) for row in rows))
+        (tmp_path / f"{split}.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in zip(texts, labels)))
+        columns = {"sentence": list(texts), "gold": list(labels), "n": list(range(len(texts)))}
+        pq.write_table(pa.table(columns), tmp_path / f"{split}.parquet", row_group_size=5)
+        datasets.Dataset.from_dict(columns).save_to_disk(str(tmp_path / "saved" / split))
+    config = FinetuneConfig(epochs=2, dropout=0.1, seed=3, **QUICK)
+    finetune("classify", pretrained, tmp_path / "train.tsv", tmp_path / "dev.tsv", tmp_path / "tsv", config)
+    columns = dataclasses.replace(config, text_column="sentence", label_column="gold")
+    finetune("classify", pretrained, tmp_path / "train.parquet", tmp_path / "dev.parquet", tmp_path / "parquet",
+             columns)
+    _same_run(tmp_path / "tsv", tmp_path / "parquet")
+    # On the command line: a DatasetDict directory's splits, --format datasets, the column options.
+    common = ["--model", str(pretrained), "--quiet", "--epochs", "2", "--seed", "3", "--batch-size", "8",
+              "--learning-rate", "3e-3", "--log-every", "1", "--max-seq-length", "24"]
+    assert main(["finetune", "classify", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
+                 "--out", str(tmp_path / "tsv-cli"), *common]) == 0
+    code = main(["finetune", "classify", "--train", str(tmp_path / "saved" / "train"),
+                 "--dev", str(tmp_path / "saved" / "dev"), "--out", str(tmp_path / "saved-cli"), *common,
+                 "--format", "datasets", "--text-column", "sentence", "--label-column", "gold"])
+    assert code == 0, capsys.readouterr().err
+    _same_run(tmp_path / "tsv-cli", tmp_path / "saved-cli")
+    # `evaluate` reads the Parquet dev file as fine-tuning did.
+    assert code_and_json(["evaluate", "classify", "--data", str(tmp_path / "dev.parquet"), "--text-column",
+                          "sentence", "--label-column", "gold", "--predictions",
+                          str(tmp_path / "parquet" / "dev_predictions.txt")], capsys)[1]["accuracy"] == \
+        json.loads((tmp_path / "tsv" / "results.json").read_text())["best"]["accuracy"]
+
+
+def test_conll_and_parquet_with_class_label_tags_fine_tune_ner_identically(pretrained, tmp_path, capsys):
+    datasets = pytest.importorskip("datasets", reason="datasets (the test extra) writes the ClassLabel fixture")
+    names = ["O", "I-PER", "I-LOC", "B-PER", "B-LOC"]  # IOB1 tags as CoNLL-2003 writes them, in a ClassLabel
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
+    for split, seed, n in (("train", 0, 24), ("dev", 1, 8)):
+        sentences = ner_sentences(n, seed)
+        (tmp_path / f"{split}.txt").write_text(conll(sentences), encoding="utf-8")
+        datasets.Dataset.from_dict({"tokens": [[w for w, _ in s] for s in sentences],
+                                    "ner_tags": [[names.index(t) for _, t in s] for s in sentences]},
+                                   features=features).to_parquet(str(tmp_path / f"{split}.parquet"))
+    config = FinetuneConfig(epochs=2, dropout=0.1, seed=4, **QUICK)
+    finetune("ner", pretrained, tmp_path / "train.txt", tmp_path / "dev.txt", tmp_path / "conll", config)
+    finetune("ner", pretrained, tmp_path / "train.parquet", tmp_path / "dev.parquet", tmp_path / "parquet", config)
+    _same_run(tmp_path / "conll", tmp_path / "parquet")
+    assert code_and_json(["evaluate", "ner", "--data", str(tmp_path / "dev.parquet"), "--predictions",
+                          str(tmp_path / "parquet" / "dev_predictions.conll")], capsys)[1]["f1"] == \
+        json.loads((tmp_path / "conll" / "results.json").read_text())["best"]["f1"]

@@ -18,6 +18,12 @@ from bertkit.errors import missing_extra
 # ------------------------------------------------------------------------------------------------------------------
 # tokenizer / tokenize / fill-mask / info
 # ------------------------------------------------------------------------------------------------------------------
+def _corpus_args(args: argparse.Namespace) -> dict:
+    """How `tokenizer train` reads its files (`bertkit.data.corpus.iter_lines`)."""
+    return {"format": "arrow" if args.format == "datasets" else args.format, "text_column": args.text_column,
+            "document_column": args.document_column}
+
+
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from bertkit.data.corpus import CorpusLines, iter_lines
     from bertkit.tokenizers import ByteLevelBPETokenizer, UnigramTokenizer, WordPieceTokenizer
@@ -30,7 +36,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     if args.kind == "word":
         from bertkit.tokenizers import WordTokenizer
 
-        tok = WordTokenizer.train(iter_lines(args.files), vocab_size=args.vocab_size or 30000,
+        tok = WordTokenizer.train(iter_lines(args.files, **_corpus_args(args)), vocab_size=args.vocab_size or 30000,
                                   min_frequency=1 if args.min_frequency is None else args.min_frequency,
                                   show_progress=not args.quiet)
         tok.save(args.out)
@@ -39,7 +45,8 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
         return
     if args.min_frequency is not None and args.kind == "unigram":
         raise ValueError("--min-frequency is a wordpiece / bpe option; unigram prunes by likelihood")
-    texts = CorpusLines(args.files)  # file:line errors come from the corpus reader; training reads the files twice
+    # file:line errors come from the corpus reader; training reads the files twice
+    texts = CorpusLines(args.files, **_corpus_args(args))
     vocab_size = args.vocab_size or (32100 if args.kind == "unigram" else 30522)
     min_frequency = 2 if args.min_frequency is None else args.min_frequency
     if getattr(args, "xlnet", False) and (args.kind != "unigram" or args.extra_ids is not None):
@@ -167,7 +174,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     manifest = prepare(args.corpus, tokenizer, args.out, eval_paths=args.eval_corpus,
                        eval_fraction=args.eval_fraction, format=args.format, on_bad_line=args.on_bad_line,
                        shard_tokens=args.shard_tokens, seed=args.seed, progress=not args.quiet,
-                       tokenizer_kind=args.tokenizer_kind)
+                       tokenizer_kind=args.tokenizer_kind, text_column=args.text_column,
+                       document_column=args.document_column)
     print(json.dumps(manifest.summary() if hasattr(manifest, "summary") else {"out": args.out}, indent=2))
 
 
@@ -361,7 +369,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     metrics = evaluate_predictions(args.kind, args.data, args.predictions, args.null_odds, task=args.task,
                                    text_column=args.text_column, pair_column=args.pair_column,
                                    label_column=args.label_column, regression=args.regression,
-                                   column=args.column, scheme=args.scheme)
+                                   column=args.column, scheme=args.scheme, **_table_args(args))
     print(json.dumps(metrics, indent=None if args.compact else 2))
 
 
@@ -372,6 +380,7 @@ _FIELD_FLAGS = {"text": "text", "pair": "pair", "question": "question", "context
 def _predict_inputs(args: argparse.Namespace) -> list:
     """The inputs of `bertkit predict`: from the flags, or from --input (JSON Lines or tab-separated lines), read
     as the kind's family reads a JSON input (`TaskFamily.input_fields`, `input_from_json`)."""
+    from bertkit.data.readers import is_table_input
     from bertkit.tasks.base import family_for
 
     kind, family = args.kind, family_for(args.kind)
@@ -385,6 +394,10 @@ def _predict_inputs(args: argparse.Namespace) -> list:
             raise ValueError(f"{kind} prediction needs {what} (or --input)")
         return [family.input_from_json(record)]
     path = Path(args.input)
+    if is_table_input(path, args.format):  # Parquet, Arrow, a datasets directory, JSON records, CSV
+        columns = {"text": args.text_column, "pair": args.pair_column}
+        return family.inputs_from_table(path, args.format, args.records,
+                                        {k: v for k, v in columns.items() if v is not None})
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if line.strip()]
     inputs = []
@@ -446,6 +459,7 @@ def add_words_option(parser) -> None:
 
 
 def cmd_features(args: argparse.Namespace) -> None:
+    from bertkit.data.readers import column_texts, is_table_input
     from bertkit.features import extract_features, write_features
     from bertkit.io import lock_directory
     from bertkit.tokenizers import load_tokenizer
@@ -454,7 +468,10 @@ def cmd_features(args: argparse.Namespace) -> None:
         layers = [int(x) for x in args.layers.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--layers {args.layers!r}: give comma-separated layer indices, e.g. -1,-2,-3,-4") from None
-    texts = Path(args.input).read_text(encoding="utf-8").splitlines()
+    if is_table_input(args.input, args.format):  # one input per row: the --text-column of a table
+        texts = column_texts(args.input, args.text_column or "text", args.format, args.records)
+    else:
+        texts = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
     from bertkit.sentence import read_sentence_config
 
@@ -594,6 +611,32 @@ def _given(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict
     """The fields of a config (`config_fields()` rows) that the command line set."""
     return {name: getattr(args, name) for name, *_ in fields
             if name not in skip and getattr(args, name, None) is not None}
+
+
+_TABLE_OPTIONS = ("format", "records", "tokens_column", "tags_column")  # FinetuneConfig's fields on reading files
+
+
+def _add_table_options(parser: argparse.ArgumentParser) -> None:
+    """How a verb's data file is read (bertkit.data.readers): FinetuneConfig's format, records and NER columns."""
+    from bertkit.taskrun import config_fields
+
+    _add_config_options(parser.add_argument_group("reading the data file"),
+                        [row for row in config_fields() if row[0] in _TABLE_OPTIONS])
+
+
+def _table_args(args: argparse.Namespace) -> dict:
+    """The table options the command line set (`_add_table_options`)."""
+    return {name: getattr(args, name) for name in _TABLE_OPTIONS if getattr(args, name, None) is not None}
+
+
+def _add_input_table_options(parser: argparse.ArgumentParser, pair: bool = False) -> None:
+    """--format, --records and the text columns of an --input that is a table (`predict`, `features`)."""
+    group = parser.add_argument_group("an --input table")
+    group.add_argument("--format", help="tsv, csv, jsonl, json, parquet, arrow or datasets (default: from the path)")
+    group.add_argument("--records", help="JSON: the key whose list holds the records")
+    group.add_argument("--text-column", help="the column of the text (default text)")
+    if pair:
+        group.add_argument("--pair-column", help="classify: the column of the second text (default pair)")
 
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
@@ -757,6 +800,18 @@ def add_distill_parser(verbs) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------------------------------
+_CORPUS_FORMATS = ["text", "jsonl", "wikitext", "parquet", "arrow", "datasets"]
+
+
+def _add_corpus_columns(parser: argparse.ArgumentParser) -> None:
+    """Where a corpus's text is in JSONL records and Parquet / Arrow / datasets tables."""
+    parser.add_argument("--text-column", default="text",
+                        help="JSONL key or Parquet/Arrow column of the text; a row is a document, its newlines its "
+                             "line boundaries (default text)")
+    parser.add_argument("--document-column",
+                        help="Parquet/Arrow: consecutive rows with the same value here form one document")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertkit", description="BERT and its family end to end.")
     from bertkit import __version__
@@ -771,6 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "BPE; --kind unigram: T5's SentencePiece-style Unigram) from corpus files "
                                           "(text, JSON Lines, .gz).")
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
+    train.add_argument("--format", choices=_CORPUS_FORMATS, help="input format (default: by extension)")
+    _add_corpus_columns(train)
     train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram", "word"], default="wordpiece",
                        help="wordpiece (vocab.txt, default), bpe (vocab.json + merges.txt, RoBERTa's), unigram "
                             "(tokenizer.json, T5's: <pad> </s> <unk> first, sentinels last) or word (ELMo's: "
@@ -858,7 +915,9 @@ def build_parser() -> argparse.ArgumentParser:
     held = prep.add_mutually_exclusive_group()
     held.add_argument("--eval-corpus", nargs="+", help="held-out corpus for evaluation")
     held.add_argument("--eval-fraction", type=float, default=0.0, help="hold out this fraction of documents")
-    prep.add_argument("--format", choices=["text", "jsonl", "wikitext"], help="input format (default: by extension)")
+    prep.add_argument("--format", choices=_CORPUS_FORMATS, help="input format (default: by extension; a directory "
+                                                                "of Parquet shards or a save_to_disk directory)")
+    _add_corpus_columns(prep)
     prep.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
                       help="invalid UTF-8, bad JSON or empty documents: stop (default) or skip and count")
     prep.add_argument("--shard-tokens", type=int, default=2 ** 24, help="tokens per shard (default 16M)")
@@ -1040,6 +1099,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--column", type=int, help="ner: the data file's tag column (default the last)")
     ev.add_argument("--scheme", default="auto", choices=("auto", "none"),
                     help="ner: auto (entity tags: entity F1) or none (plain tags such as POS: token accuracy)")
+    _add_table_options(ev)
     ev.add_argument("--compact", action="store_true", help="JSON on one line")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -1055,7 +1115,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--question", help="question (squad)")
     pr.add_argument("--context", help="passage (squad) or context sentence (swag)")
     pr.add_argument("--choice", action="append", help="a candidate ending (swag; repeat for each)")
-    pr.add_argument("--input", help="file of inputs (.txt/.tsv lines or .jsonl)")
+    pr.add_argument("--input", help="file of inputs (.txt/.tsv lines or .jsonl), or a table (.parquet, .arrow, "
+                                    ".json records, .csv, a datasets directory) with columns named as the fields")
+    _add_input_table_options(pr, pair=True)
     pr.add_argument("--top-k", type=int, help="labels (classify) or n-best answers (squad) to show")
     pr.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     pr.add_argument("--max-seq-length", type=int, help="tokens per input (default: as fine-tuned)")
@@ -1069,7 +1131,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "metadata), .npz (features (N, T, D) zero-padded, lengths, tokens) or .npy "
                                         "(the padded array; NAME.lengths.npy and NAME.tokens.json beside it).")
     feat.add_argument("--model", required=True, help="model directory (any head; the encoder is used)")
-    feat.add_argument("--input", required=True, help="text file, one input per line")
+    feat.add_argument("--input", required=True, help="text file, one input per line; or a table (.parquet, .arrow, "
+                                                     ".json records, .jsonl, .csv, a datasets directory), one "
+                                                     "input per row")
+    _add_input_table_options(feat)
     feat.add_argument("--out", required=True, help="output file: .safetensors, .npz or .npy")
     feat.add_argument("--layers", default="-1,-2,-3,-4",
                       help="comma-separated layer indices, 0 = embeddings, -1 = last (default -1,-2,-3,-4)")

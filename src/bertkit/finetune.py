@@ -440,7 +440,7 @@ def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_pa
                          null_odds_path: str | os.PathLike | None = None, task: str | None = None, *,
                          text_column: str = "text", pair_column: str | None = None, label_column: str = "label",
                          regression: bool = False, column: int | None = None,
-                         scheme: str = "auto") -> dict[str, Any]:
+                         scheme: str = "auto", **table: Any) -> dict[str, Any]:
     """Metrics of a predictions file against a labelled data file (the family's `evaluate_file`).
 
     squad: predictions.json ({qid: answer}) and optionally null_odds.json; exactly the official scripts' output
@@ -452,6 +452,8 @@ def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_pa
         precision, recall, F1 (conlleval rules) and per-type scores; with scheme "none" (plain tags such as POS,
         the data file's tags in `column`) token accuracy.
     swag: one chosen ending index (0-3) per line; accuracy.
+    table: how the data file is read, as in fine-tuning (FinetuneConfig's format, records, tokens_column,
+        tags_column and the kinds' other column fields).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown evaluation kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -459,5 +461,5 @@ def evaluate_predictions(kind: str, data_path: str | os.PathLike, predictions_pa
         raise ValueError("glue evaluation needs the task name (--task)")
     config = FinetuneConfig(kind=kind, task=task if kind == "glue" else None, text_column=text_column,
                             pair_column=pair_column, label_column=label_column, regression=regression,
-                            column=column, scheme=scheme)
+                            column=column, scheme=scheme, **table)
     return family_for(kind)(config).evaluate_file(data_path, predictions_path, null_odds_path)

@@ -79,6 +79,15 @@ class FinetuneConfig:
                                   "CoNLL-2003: 1 POS, 2 chunks, 3 entities)")
     scheme: str = _f("auto", "ner: auto (entity tags, IOB1/BIO/IOBES as the training file has them; entity F1) or "
                              "none (a plain tag set such as POS, each tag a label; token accuracy)")
+    # the task files' format (bertkit.data.readers): every kind reads tables as well as its own layout
+    format: str | None = _f(None, "the task files' format: tsv, csv, jsonl, json, parquet, arrow, datasets (a "
+                                  "save_to_disk directory), or the kind's own: conll (ner), squad, swag (CSV); "
+                                  "default: from the path")
+    records: str | None = _f(None, "JSON files: the key whose list holds the records (dotted for nested keys); "
+                                   "default: the file is a list of records")
+    tokens_column: str = _f("tokens", "ner, tables: column of each sentence's list of words")
+    tags_column: str = _f("ner_tags", "ner, tables: column of each sentence's list of tags (strings, or integers "
+                                      "named by the column's ClassLabel names as datasets stores them)")
     save_every: int = _f(0, "write a resume checkpoint every N steps (0 = every epoch)")
     log_every: int = _f(10, "write a training metrics line every N steps")
     frozen: bool = _f(False, "feature-based: the encoder's weights stay fixed and only a task model on its layers "

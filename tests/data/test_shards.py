@@ -364,3 +364,80 @@ def test_a_split_without_documents_is_named_with_its_directory(tok_dir, corpus, 
         opened.num_documents = 0  # as an eval split held out by an older prepare could be
         with pytest.raises(DataError, match=f"^{tmp_path / 'data'}: the {split} split has no documents "):
             opened.require_documents()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Parquet, Arrow and datasets directories: the same documents give the same shards, byte for byte
+# ------------------------------------------------------------------------------------------------------------------
+def test_prepare_from_parquet_arrow_and_datasets_writes_the_text_corpus_shards(tmp_path, tok_dir):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    datasets = pytest.importorskip("datasets", reason="datasets (the test extra) writes the save_to_disk fixture")
+    docs = documents(7, 30)
+    (tmp_path / "c.txt").write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
+    rows = {"body": ["\n".join(doc) for doc in docs], "id": list(range(len(docs)))}
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet", row_group_size=7)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pq.write_table(pa.table(rows).slice(0, 11), shards / "a.parquet")
+    pq.write_table(pa.table(rows).slice(11), shards / "b.parquet")
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    # One row per line, grouped into documents by their id column.
+    lines = {"line": [s for doc in docs for s in doc], "doc": [i for i, doc in enumerate(docs) for _ in doc]}
+    pq.write_table(pa.table(lines), tmp_path / "lines.parquet")
+
+    text = prepare(tmp_path / "c.txt", tok_dir, tmp_path / "from-text", shard_tokens=150, progress=False)
+    want = checksums(tmp_path / "from-text")
+    assert len(want) > 8
+    for name, inputs, options in (("parquet", tmp_path / "c.parquet", {}), ("shards", shards, {}),
+                                  ("datasets", tmp_path / "saved", {}),
+                                  ("grouped", tmp_path / "lines.parquet",
+                                   {"text_column": "line", "document_column": "doc"})):
+        options = {"text_column": "body", **options}
+        manifest = prepare(inputs, tok_dir, tmp_path / name, shard_tokens=150, progress=False, **options)
+        assert checksums(tmp_path / name) == want, name
+        for relative in want:  # the files themselves, not only what the manifest says of them
+            assert (tmp_path / name / relative).read_bytes() == (tmp_path / "from-text" / relative).read_bytes()
+        assert manifest.split("train")["documents"] == text.split("train")["documents"] == len(docs)
+        assert ShardedCorpus(tmp_path / name).verify() == len(want)
+
+
+def test_prepare_from_parquet_resumes_after_a_crash_with_the_same_shards(tmp_path, tok_dir, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    docs = documents(8, 40)
+    pq.write_table(pa.table({"text": ["\n".join(doc) for doc in docs]}), tmp_path / "c.parquet", row_group_size=5)
+    prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "whole", shard_tokens=120, progress=False)
+    real = prepare_module._ShardWriter._close
+    calls = []
+
+    def crash_on_third(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "crashed", shard_tokens=120, progress=False)
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", real)
+    manifest = prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "crashed", shard_tokens=120, progress=False)
+    # Two shards were kept; reading resumed at the row after the second (whole row groups before it unread).
+    assert len(manifest.reused["train"]) == 2 and checksums(tmp_path / "crashed") == checksums(tmp_path / "whole")
+
+
+def test_a_null_or_missing_text_column_is_one_line_and_writes_nothing(tmp_path, tok_dir):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["one doc", None, "two"]}), tmp_path / "c.parquet")
+    with pytest.raises(DataError, match=r"c.parquet:row 1: the column 'text' is null$"):
+        prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "out", progress=False)
+    with pytest.raises(DataError, match=r"c.parquet: no column 'body'; the file has columns \['text'\]$"):
+        prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "out2", progress=False, text_column="body")
+    assert not list((tmp_path / "out").rglob("*.bin")) and not list((tmp_path / "out").rglob("*.tmp*"))
+    assert not (tmp_path / "out2").exists()  # a missing column is refused before the output is touched
+    manifest = prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "skip", progress=False, on_bad_line="skip")
+    assert manifest.split("train")["documents"] == 2

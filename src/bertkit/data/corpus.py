@@ -13,8 +13,17 @@ decompressed transparently) or forced with `format=`:
   paragraph, split into sentences. WikiText's split-number markers are joined back (``1 @,@ 000`` -> ``1,000``,
   ``0 @.@ 5`` -> ``0.5``, ``state @-@ of`` -> ``state-of``): they are artefacts of its tokenisation, not text.
 
+* ``parquet`` (`.parquet`) and ``arrow`` (`.arrow`, `.feather`, `.ipc`: Arrow IPC, file or stream format) — a
+  column of strings (`text_column`, default ``"text"``), read with pyarrow in record batches
+  (`bertkit.data.readers`), so memory stays around one batch. A row is a document and its newlines are its line
+  boundaries, exactly as in the text format (one sentence per line, not split further by default); with
+  `document_column`, consecutive rows with the same value there form one document instead (a row per line or
+  paragraph). A `datasets.save_to_disk` directory is read as its Arrow files (state.json's list), and a directory
+  of Parquet shards as its shards, sorted. Positions are rows (0-based), and errors say ``path:row N:``.
+
 Bad input never passes silently. With ``on_bad_line="error"`` (the default) a line that is not valid UTF-8, a
-JSONL line that is not an object with a string "text", or a document with no text raises
+JSONL line that is not an object with a string "text", a null or non-string cell of a Parquet or Arrow text column,
+or a document with no text raises
 `bertkit.errors.DataError` whose message starts with ``path:line:``. With ``"skip"`` the line (or document) is
 dropped and counted, per reason, in a `CorpusStats` the caller passes in.
 
@@ -37,9 +46,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.readers import COLUMNAR, Row, Table, columnar_files
 from bertkit.errors import DataError
 
-FORMATS = ("text", "jsonl", "wikitext")
+FORMATS = ("text", "jsonl", "wikitext", "parquet", "arrow")
+COLUMNAR_FORMATS = ("parquet", "arrow")  # read in record batches; a Position's byte and line are rows
 ON_BAD_LINE = ("error", "skip")
 
 # Reasons a line or document can be skipped, with the words `CorpusStats.summary` prints for them.
@@ -166,6 +177,10 @@ def detect_format(path: str | os.PathLike) -> str | None:
         return "wikitext"
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".arrow", ".feather", ".ipc")):
+        return "arrow"
     if name.endswith((".txt", ".text")):
         return "text"
     return None
@@ -188,11 +203,15 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     seen: set[Path] = set()
     for entry in entries:
         path = Path(entry).expanduser()
-        if path.is_dir():
+        if _is_datasets_dir(path) or (path / "dataset_dict.json").is_file():
+            # its Arrow files, in state.json's order; a DatasetDict is refused, naming its splits (a corpus that
+            # took them all would train on the test split)
+            files = columnar_files(path, "datasets")
+        elif path.is_dir():
             files = _corpus_files_in(path)
             if not files:
                 raise FileNotFoundError(f"{path}: the directory holds no corpus files (*.txt, *.jsonl, *.json, "
-                                        f"wiki.*.raw, wiki.*.tokens, optionally .gz)")
+                                        f"wiki.*.raw, wiki.*.tokens, optionally .gz; *.parquet, *.arrow)")
         elif path.exists():
             files = [path]
         elif glob.has_magic(entry):
@@ -214,11 +233,27 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     return out
 
 
+def _is_datasets_dir(path: Path) -> bool:
+    """A `datasets.save_to_disk` directory of one split (a DatasetDict's split is its subdirectory)."""
+    return (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
 def _corpus_files_in(directory: Path) -> list[Path]:
+    for marker in directory.rglob("dataset_dict.json"):
+        columnar_files(marker.parent, "datasets")  # a DatasetDict inside: refused too, naming its splits
     found = []
+    datasets_dirs: dict[Path, set[Path]] = {}  # a save_to_disk directory inside -> its data files
     for file in directory.rglob("*"):
         relative = file.relative_to(directory).parts
-        if any(part.startswith(".") for part in relative) or not file.is_file() or detect_format(file) is None:
+        if any(part.startswith(".") for part in relative) or not file.is_file():
+            continue
+        if file.parent not in datasets_dirs:
+            datasets_dirs[file.parent] = (set(columnar_files(file.parent, "datasets"))
+                                          if _is_datasets_dir(file.parent) else set())
+        if datasets_dirs[file.parent] or (file.parent / "dataset_dict.json").is_file():
+            if file not in datasets_dirs[file.parent]:
+                continue  # state.json, dataset_info.json, caches: a datasets directory's own files
+        elif detect_format(file) is None:
             continue
         found.append((relative, file))
     return [file for _, file in sorted(found)]
@@ -247,6 +282,8 @@ class Position:
 
 
 def _check_options(format: str | None, on_bad_line: str) -> None:
+    if format == "datasets":
+        format = "arrow"  # a save_to_disk directory's files
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown corpus format {format!r}; expected one of {list(FORMATS)}")
     if on_bad_line not in ON_BAD_LINE:
@@ -257,13 +294,15 @@ def _splitter_for(fmt: str, split_sentences_: bool | Callable[[str], list[str]] 
     if callable(split_sentences_):
         return split_sentences_
     if split_sentences_ is None:
-        split_sentences_ = fmt != "text"  # Google's text format already has one sentence per line
+        # Google's text format already has one sentence per line; a Parquet or Arrow row's lines are its sentences
+        split_sentences_ = fmt in ("jsonl", "wikitext")
     return split_sentences if split_sentences_ else None
 
 
 def iter_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None,
                    on_bad_line: str = "error", split_sentences: bool | Callable[[str], list[str]] | None = None,
-                   stats: CorpusStats | None = None) -> Iterator[Document]:
+                   stats: CorpusStats | None = None, text_column: str = "text",
+                   document_column: str | None = None) -> Iterator[Document]:
     """Every document of every file in `paths` (see `expand_paths`), in order.
 
     format: one of `FORMATS` for all files, or None to choose per file by name (unknown names read as text).
@@ -272,17 +311,22 @@ def iter_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], forma
     split_sentences: None = the format's default (text: one sentence per line; jsonl and wikitext: split with
         `split_sentences`); True / False to force; or a callable str -> list[str] to split lines yourself.
     stats: a `CorpusStats` to update while reading (counts and bytes read).
+    text_column: the key (JSONL) or column (Parquet, Arrow) of the text.
+    document_column: Parquet and Arrow: consecutive rows with the same value in this column form one document
+        (None: each row is one).
     """
     _check_options(format, on_bad_line)
     files = expand_paths(paths)
-    for document, _ in iter_positioned_documents(files, format, on_bad_line, split_sentences, stats):
+    for document, _ in iter_positioned_documents(files, format, on_bad_line, split_sentences, stats,
+                                                 text_column=text_column, document_column=document_column):
         yield document
 
 
 def iter_positioned_documents(files: list[Path], format: str | None = None, on_bad_line: str = "error",
                               split_sentences: bool | Callable[[str], list[str]] | None = None,
-                              stats: CorpusStats | None = None,
-                              start: Position | None = None) -> Iterator[tuple[Document, Position]]:
+                              stats: CorpusStats | None = None, start: Position | None = None,
+                              text_column: str = "text",
+                              document_column: str | None = None) -> Iterator[tuple[Document, Position]]:
     """`iter_documents` over already expanded `files`, also giving the position just after each document.
 
     Reading can resume from any such position (`start`) with the same files and options and yields exactly the
@@ -290,6 +334,7 @@ def iter_positioned_documents(files: list[Path], format: str | None = None, on_b
     indices in positions count yielded documents, so they depend on `on_bad_line` and the file contents.
     """
     _check_options(format, on_bad_line)
+    format = "arrow" if format == "datasets" else format
     stats = stats if stats is not None else CorpusStats()
     start = start or Position(0, 0)
     done_bytes = sum(_size(f) for f in files[:start.file])
@@ -298,8 +343,13 @@ def iter_positioned_documents(files: list[Path], format: str | None = None, on_b
         fmt = format or detect_format(path) or "text"
         here = start if ordinal == start.file else Position(ordinal, 0)
         index = here.documents
-        for sentences, first_line, end_byte, end_line, consumed in _read_file(
-                path, fmt, _splitter_for(fmt, split_sentences), on_bad_line, stats, here.byte, here.line):
+        if fmt in COLUMNAR_FORMATS:
+            items = _read_columnar(path, fmt, _splitter_for(fmt, split_sentences), on_bad_line, stats, here.line,
+                                   text_column, document_column)
+        else:
+            items = _read_file(path, fmt, _splitter_for(fmt, split_sentences), on_bad_line, stats, here.byte,
+                               here.line, text_column)
+        for sentences, first_line, end_byte, end_line, consumed in items:
             index += 1
             stats.documents += 1
             stats.sentences += len(sentences)
@@ -309,8 +359,10 @@ def iter_positioned_documents(files: list[Path], format: str | None = None, on_b
         stats.bytes_read = done_bytes
 
 
-def iter_lines(paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None) -> Iterator[str]:
+def iter_lines(paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None,
+               text_column: str = "text", document_column: str | None = None) -> Iterator[str]:
     """Every sentence of every document, for vocabulary training. Invalid input raises DataError (path:line).
+    format, text_column, document_column: as in `iter_documents`.
 
     Raises ValueError("corpus ... is empty") when the files hold no text at all.
     """
@@ -318,7 +370,7 @@ def iter_lines(paths: str | os.PathLike | Iterable[str | os.PathLike], format: s
     names = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     if not names:
         raise ValueError("corpus [] is empty: no input paths were given")
-    for document in iter_documents(names, format=format):
+    for document in iter_documents(names, format=format, text_column=text_column, document_column=document_column):
         for sentence in document.sentences:
             count += 1
             yield sentence
@@ -332,12 +384,15 @@ class CorpusLines:
 
     rereadable = True  # `bertkit.tokenizers.base.replayable` reads such an iterable again instead of copying it
 
-    def __init__(self, paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None):
+    def __init__(self, paths: str | os.PathLike | Iterable[str | os.PathLike], format: str | None = None,
+                 text_column: str = "text", document_column: str | None = None):
         self.paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         self.format = format
+        self.text_column, self.document_column = text_column, document_column
 
     def __iter__(self) -> Iterator[str]:
-        return iter_lines(self.paths, format=self.format)
+        return iter_lines(self.paths, format=self.format, text_column=self.text_column,
+                          document_column=self.document_column)
 
 
 def _size(path: Path) -> int:
@@ -407,12 +462,12 @@ class _Lines:
 
 
 def _read_file(path: Path, fmt: str, splitter, on_bad_line: str, stats: CorpusStats, byte: int,
-               line: int) -> Iterator[_Item]:
+               line: int, text_column: str = "text") -> Iterator[_Item]:
     lines = _Lines(path, on_bad_line, stats, byte, line)
     if fmt == "text":
         return _read_text(lines, splitter)
     if fmt == "jsonl":
-        return _read_jsonl(lines, splitter)
+        return _read_jsonl(lines, splitter, text_column)
     return _read_wikitext(lines, splitter)
 
 
@@ -433,7 +488,7 @@ def _read_text(lines: _Lines, splitter) -> Iterator[_Item]:
         yield sentences, first, lines.offset, lines.number, lines.consumed()
 
 
-def _read_jsonl(lines: _Lines, splitter) -> Iterator[_Item]:
+def _read_jsonl(lines: _Lines, splitter, key: str = "text") -> Iterator[_Item]:
     for number, text in lines:
         if not text.strip():
             continue  # blank lines (a trailing newline, say) are not documents
@@ -443,12 +498,12 @@ def _read_jsonl(lines: _Lines, splitter) -> Iterator[_Item]:
         except json.JSONDecodeError as err:
             reason, message = "invalid_json", f"not valid JSON ({err.msg} at column {err.colno})"
         else:
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            if not isinstance(record, dict) or not isinstance(record.get(key), str):
                 got = type(record).__name__ if not isinstance(record, dict) else \
-                    ("no 'text' key" if "text" not in record else f"'text' is {type(record['text']).__name__}")
-                reason, message = "missing_text", f'expected a JSON object with a string "text" ({got})'
+                    (f"no {key!r} key" if key not in record else f"{key!r} is {type(record[key]).__name__}")
+                reason, message = "missing_text", f'expected a JSON object with a string "{key}" ({got})'
             else:
-                sentences = _split_paragraphs(record["text"], splitter)
+                sentences = _split_paragraphs(record[key], splitter)
                 if sentences:
                     yield sentences, number, lines.offset, number, lines.consumed()
                     continue
@@ -492,3 +547,58 @@ def _read_wikitext(lines: _Lines, splitter) -> Iterator[_Item]:
         text = _WIKITEXT_MARKERS.sub(r"\1", text)
         sentences.extend([text] if splitter is None else _split_paragraphs(text, splitter))
     yield from finish(lines.offset, lines.number)
+
+
+def _read_columnar(path: Path, fmt: str, splitter, on_bad_line: str, stats: CorpusStats, start_row: int,
+                   text_column: str, document_column: str | None) -> Iterator[_Item]:
+    """Documents of a Parquet or Arrow file from row `start_row` on: a row each, or (`document_column`) runs of
+    consecutive rows with the same value there. Positions are rows: a document's "line" is its first row, its end
+    the row after its last. Bytes consumed are the file's size times the share of rows read (Parquet), or all of it
+    at the end (Arrow streams do not say how many rows they hold)."""
+    table = Table(path, fmt)
+    table.require(text_column, document_column)
+    size = _size(path)
+    total = table.num_rows()
+    columns = [text_column] + ([document_column] if document_column is not None else [])
+    row = start_row
+    sentences: list[str] = []
+    first = row
+    key: object = None
+    open_document = False
+
+    def consumed(done: int) -> int:
+        return size if not total else size * done // total
+
+    def finish(end: int) -> Iterator[_Item]:
+        if sentences:
+            yield list(sentences), Row(first), end, end, consumed(end)
+            return
+        if on_bad_line == "error":
+            what = "row's text" if document_column is None else f"document {key!r}"
+            raise DataError.at(path, Row(first), f"the {what} is empty (column {text_column!r})")
+        stats.count_skip("empty_document")
+
+    for batch in table.batches(columns, start=start_row):
+        texts = batch.column(0).to_pylist()
+        keys = batch.column(1).to_pylist() if document_column is not None else None
+        for i, text in enumerate(texts):
+            if document_column is None or not open_document or keys[i] != key:
+                if open_document:
+                    yield from finish(row)
+                sentences.clear()
+                first, key, open_document = row, (keys[i] if keys is not None else None), True
+            row += 1
+            if not isinstance(text, str):
+                got = "null" if text is None else f"a {type(text).__name__}, not a string"
+                if on_bad_line == "error":
+                    raise DataError.at(path, Row(row - 1), f"the column {text_column!r} is {got}")
+                stats.count_skip("missing_text")
+                if document_column is None:
+                    open_document = False  # the row is dropped (counted once, not also as an empty document)
+                continue
+            sentences.extend(_split_paragraphs(text, splitter))
+            if document_column is None:
+                yield from finish(row)
+                open_document = False
+    if open_document:
+        yield from finish(row)

@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus import (FORMATS, ON_BAD_LINE, CorpusStats, Document, Position, expand_paths,
-                                 iter_positioned_documents)
+from bertkit.data.corpus import (COLUMNAR_FORMATS, FORMATS, ON_BAD_LINE, CorpusStats, Document, Position,
+                                 detect_format, expand_paths, iter_positioned_documents)
 from bertkit.data.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, TOKENIZER_FILES, TOKENIZER_KIND_FILE,
                                    TOKENIZER_SUBDIR, Manifest, PathLike, Paths, check_shard_files, shard_entry,
                                    shard_index, shard_name)
+from bertkit.data.readers import Table
 from bertkit.errors import DataError
 from bertkit.io import atomic_write, fsync_dir, lock_directory, remove_stale_temporaries
 from bertkit.tokenizers import TOKENIZER_KINDS, load_tokenizer
@@ -47,7 +48,8 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
             eval_paths: Paths | None = None, eval_fraction: float = 0.0, format: str | None = None,
             on_bad_line: str = "error", split_sentences: bool | None = None, shard_tokens: int = 2 ** 24,
             batch_size: int = 1000, seed: int = 0, progress: bool = True,
-            tokenizer_kind: str | None = None) -> Manifest:
+            tokenizer_kind: str | None = None, text_column: str = "text",
+            document_column: str | None = None) -> Manifest:
     """Tokenise `corpus_paths` into shards under `out_dir` (layout: `bertkit.data.manifest`); return the manifest.
 
     corpus_paths / eval_paths: files, directories or glob patterns (see `bertkit.data.corpus.expand_paths`).
@@ -57,7 +59,8 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
     tokenizer_kind: None detects the kind from the files; one of TOKENIZER_KINDS insists on it (ValueError naming
         the files found when they are another kind's).
     eval_fraction: share of the corpus documents held out into the "eval" split (exclusive with `eval_paths`).
-    format, on_bad_line, split_sentences: as in `bertkit.data.corpus.iter_documents`.
+    format, on_bad_line, split_sentences, text_column, document_column: as in
+        `bertkit.data.corpus.iter_documents` (Parquet, Arrow and datasets directories are read in record batches).
     shard_tokens: a shard closes at the first document that arrives once it holds this many tokens.
     batch_size: sentences per call to the tokenizer engine (which parallelises over all cores); speed only.
     seed: chooses the `eval_fraction` documents.
@@ -74,6 +77,7 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
         raise ValueError("give either eval_paths or eval_fraction, not both")
     if shard_tokens < 1 or batch_size < 1:
         raise ValueError(f"shard_tokens ({shard_tokens}) and batch_size ({batch_size}) must be positive")
+    format = "arrow" if format == "datasets" else format  # a save_to_disk directory's files are Arrow streams
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown corpus format {format!r}; expected one of {list(FORMATS)}")
     if on_bad_line not in ON_BAD_LINE:
@@ -105,6 +109,8 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
                    "shard_tokens": int(shard_tokens), "eval_fraction": float(eval_fraction),
                    "eval_from": "files" if eval_files else ("fraction" if eval_fraction > 0 else None),
                    "seed": int(seed) if eval_fraction > 0 else None, "dtype": dtype.name}
+    if text_column != "text" or document_column is not None:  # recorded only when set: older directories still match
+        key_options.update(text_column=text_column, document_column=document_column)
     streams = [_Stream("corpus", train_files, ["train", "eval"] if eval_fraction > 0 else ["train"])]
     if eval_files:
         streams.append(_Stream("eval", eval_files, ["eval"]))
@@ -113,6 +119,10 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
     for files, what in ((train_files, "corpus"), (eval_files, "eval corpus")):
         if files and all(f.stat().st_size == 0 for f in files):  # refused before anything in out_dir is touched
             raise DataError(f"{', '.join(map(str, files))}: the {what} is empty (0 bytes); nothing to prepare")
+        for file in files:  # a Parquet or Arrow file without the columns: refused before out_dir is touched too
+            fmt = format or detect_format(file)
+            if fmt in COLUMNAR_FORMATS:
+                Table(file, fmt).require(text_column, document_column)
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     if previous is None:
         # Let the engine use every core for encode_batch; restored afterwards so that a later fork (DataLoader
@@ -341,7 +351,8 @@ class _Build:
         bar.update(max(0, bar_base + sum(f["size"] for f in stream.inputs[:start.file]) - bar.n))
 
         reader = iter_positioned_documents(stream.files, self.format, self.on_bad_line, self.split_sentences,
-                                           stats, start)
+                                           stats, start, text_column=self.key_options.get("text_column", "text"),
+                                           document_column=self.key_options.get("document_column"))
 
         def todo() -> Iterator[tuple[_ShardWriter, Document, Position, dict]]:
             for document, position in reader:

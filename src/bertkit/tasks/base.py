@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.readers import MISSING, Table, field
 from bertkit.errors import DataError
 from bertkit.models.registry import ARCHITECTURES, refused_cells
 
@@ -180,6 +181,10 @@ class TaskFamily:
         model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head)."""
         return name.removesuffix("Simple").endswith(cls.model_class_name[len("Bert"):])
 
+    def table_options(self) -> dict[str, Any]:
+        """How the task's files are read (`bertkit.data.readers.Table`): the config's format and JSON records key."""
+        return {"format": getattr(self.config, "format", None), "records": getattr(self.config, "records", None)}
+
     # ---- fine-tuning -----------------------------------------------------------------------------------------
     def read(self, path, training: bool) -> list:
         raise NotImplementedError
@@ -231,6 +236,25 @@ class TaskFamily:
         values = [json_text(item, key) for key in required]
         values += [json_text(item, key) for key in optional if item.get(key) is not None]
         return values[0] if len(values) == 1 else tuple(values)
+
+    @classmethod
+    def inputs_from_table(cls, path, format: str | None = None, records: str | None = None,
+                          columns: dict[str, str] | None = None) -> list[Any]:
+        """The inputs of a table (`bertkit.data.readers`: Parquet, Arrow, a datasets directory, JSON records, CSV),
+        one per record, its fields (`input_fields`) in the columns of those names or of the names `columns` maps
+        them to ({"text": "sentence"}). DataError naming the file and the row for a missing or bad field."""
+        columns = columns or {}
+        required, optional = cls.input_fields
+        table = Table(path, format, records)
+        table.require(*(columns.get(k, k) for k in required))
+        inputs = []
+        for where, record in table.rows():
+            item = {k: field(record, columns.get(k, k)) for k in (*required, *optional)}
+            try:
+                inputs.append(cls.input_from_json({k: v for k, v in item.items() if v is not MISSING}))
+            except ValueError as err:
+                raise DataError.at(path, where, str(err)) from None
+        return inputs
 
     def truncated(self, x, features: list[dict[str, Any]], tokenizer) -> bool:
         """Whether `prediction_features([x], tokenizer)` (`features`) lost tokens of input x to the length."""

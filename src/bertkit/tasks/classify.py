@@ -1,9 +1,11 @@
 """Sentence (pair) classification and regression on the user's tables: reading, features, loss, metrics, predictions.
 
-`read_table` reads CSV (header row, standard double-quote quoting), TSV (header row, no quoting, as GLUE) and JSONL
-(one object per line) files into `Example(text, pair, label, line)`: one sentence or sentence pair, its label as
-written (a string for classification, a float for regression, None without a label column), and the 1-based line
-it came from so that later errors point back into the file. Columns are looked up by header name (or JSON key).
+`read_table` reads CSV (header row, standard double-quote quoting), TSV (header row, no quoting, as GLUE), JSONL
+(one object per line), and every other table `bertkit.data.readers` reads (JSON records, Parquet, Arrow, a
+`datasets.save_to_disk` directory) into `Example(text, pair, label, line)`: one sentence or sentence pair, its label
+as written (a string for classification, a float for regression, None without a label column), and the 1-based
+line it came from (a `Row`, the 0-based row, for JSON records and columnar files) so that later errors point back
+into the file. Columns are looked up by header name (or JSON key, or column; dotted names reach into objects).
 Malformed rows (a field count different from the header's, a missing text or label) raise
 `bertkit.errors.DataError` with a message starting `"{path}:{line}: "`; `skip_malformed=True` drops them with one
 warning instead.
@@ -17,7 +19,6 @@ tasks are the same family with fixed labels and GLUE's metrics (`bertkit.tasks.g
 from __future__ import annotations
 
 import csv
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -26,9 +27,9 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from bertkit.data.readers import MISSING, Table, delimited_rows, field, text_cell
 from bertkit.errors import DataError
-from bertkit.tasks.base import (TaskFamily, cut_at, read_predictions, register, softmax, texts_and_pairs,
-                                utf8_errors)
+from bertkit.tasks.base import TaskFamily, cut_at, read_predictions, register, softmax, texts_and_pairs
 
 
 @dataclass(frozen=True)
@@ -40,43 +41,6 @@ class Example:
     label: str | float | None  # class name as written in the file, a float for regression, None if unlabelled
     line: int  # 1-based line of the row in its file, for error messages
 
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Row sources: each yields (line, fields) with `line` the 1-based line where the record starts.
-
-
-def delimited_rows(path: str | os.PathLike[str], delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
-    """(line where the row starts, fields) of every non-blank row of a CSV/TSV file (GLUE's readers use it too)."""
-    # newline="" hands line endings to the csv module (required for quoted newlines in CSV, harmless in TSV);
-    # utf-8-sig strips a byte-order mark that would otherwise stick to the first column name.
-    with open(path, encoding="utf-8-sig", newline="") as f, utf8_errors(path):
-        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        previous_end = 0
-        while True:
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:
-                raise DataError.at(path, reader.line_num, f"unreadable row: {e}") from e
-            start, previous_end = previous_end + 1, reader.line_num
-            if fields:  # csv gives [] for a blank line
-                yield start, fields
-
-
-def _jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8-sig") as f, utf8_errors(path):
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError.at(path, line_no, f"invalid JSON: {e.msg}") from e
-            if not isinstance(record, dict):
-                raise DataError.at(path, line_no, f"expected a JSON object, got {type(record).__name__}")
-            yield line_no, record
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -92,7 +56,8 @@ class Columns:
     label: int | str | None
 
 
-def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression: bool) -> str | float:
+def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression: bool,
+                 class_names: Sequence[str] | None = None) -> str | float:
     if regression:
         if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
             raise DataError.at(path, line, f"label {raw!r} is not a number")
@@ -102,6 +67,12 @@ def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression:
             raise DataError.at(path, line, f"label {raw!r} is not a number") from None
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         raise DataError.at(path, line, f"label {raw!r} must be a string or an integer")
+    if class_names is not None and isinstance(raw, int):
+        # A `datasets` ClassLabel column: the integer names a class (-1: no label, as datasets writes test splits).
+        if not 0 <= raw < len(class_names):
+            raise DataError.at(path, line, "missing label" if raw == -1 else
+                               f"label {raw} is outside the column's {len(class_names)} ClassLabel names")
+        raw = class_names[raw]
     label = str(raw)
     if label == "":
         raise DataError.at(path, line, "missing label")
@@ -111,11 +82,9 @@ def _parse_label(path, line: int, raw, labels: Sequence[str] | None, regression:
 
 
 def _text_field(path, line: int, record, key, what: str, allow_empty: bool = True) -> str:
-    value = record.get(key) if isinstance(record, dict) else record[key]
-    if value is None:
-        raise DataError.at(path, line, f"missing {what} field {key!r}")
-    if not isinstance(value, str):
-        raise DataError.at(path, line, f"{what} field {key!r} must be a string, got {type(value).__name__}")
+    if isinstance(record, dict):
+        return text_cell(path, line, record, key, what, allow_empty)
+    value = record[key]
     if not allow_empty and not value.strip():  # a missing sentence: the model would see only special tokens
         raise DataError.at(path, line, f"empty {what} field {key!r}")
     return value
@@ -123,9 +92,10 @@ def _text_field(path, line: int, record, key, what: str, allow_empty: bool = Tru
 
 def rows_to_examples(path, rows: Iterator[tuple[int, object]], columns: Columns, width: int | None,
                      labels: Sequence[str] | None, regression: bool, skip_malformed: bool,
-                     allow_empty: bool = True) -> list[Example]:
-    """Convert rows to examples; `width` is the required field count of a delimited row (None for JSONL).
-    allow_empty=False: an empty (or blank) text or pair is a malformed row (GLUE's files have none)."""
+                     allow_empty: bool = True, class_names: Sequence[str] | None = None) -> list[Example]:
+    """Convert rows to examples; `width` is the required field count of a delimited row (None for records).
+    allow_empty=False: an empty (or blank) text or pair is a malformed row (GLUE's files have none).
+    class_names: the label column's ClassLabel names (a `datasets` table), which its integers stand for."""
     examples: list[Example] = []
     skipped: list[DataError] = []
     for line, row in rows:
@@ -136,10 +106,13 @@ def rows_to_examples(path, rows: Iterator[tuple[int, object]], columns: Columns,
             pair = None if columns.pair is None else _text_field(path, line, row, columns.pair, "pair", allow_empty)
             label = None
             if columns.label is not None:
-                raw = row.get(columns.label) if isinstance(row, dict) else row[columns.label]
+                raw = field(row, columns.label) if isinstance(row, dict) else row[columns.label]
+                if raw is MISSING:
+                    raise DataError.at(path, line, f"no label column {columns.label!r}; the record has "
+                                                   f"{sorted(row)}")
                 if raw is None:
-                    raise DataError.at(path, line, f"missing label field {columns.label!r}")
-                label = _parse_label(path, line, raw, labels, regression)
+                    raise DataError.at(path, line, f"the label column {columns.label!r} is null")
+                label = _parse_label(path, line, raw, labels, regression, class_names)
         except DataError as e:
             if not skip_malformed:
                 raise
@@ -169,51 +142,47 @@ def header_columns(path, header_line: int, header: list[str], text_column: str, 
                    label=index(label_column, optional=label_optional))
 
 
-def _guess_format(path: str | os.PathLike[str]) -> str:
-    suffix = Path(path).suffix.lower()
-    formats = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-    if suffix not in formats:
-        raise ValueError(f"cannot tell the format of {os.fspath(path)!r} from its suffix; pass format=")
-    return formats[suffix]
-
-
 def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str | None = None,
                label_column: str | None = None, format: str | None = None, *,
                labels: Sequence[str] | None = None, regression: bool = False,
-               skip_malformed: bool = False) -> list[Example]:
+               skip_malformed: bool = False, records: str | None = None) -> list[Example]:
     """Read a user's classification or regression file into examples.
 
     Args:
-        path: a CSV (header row, standard double-quote quoting), TSV (header row, no quoting, like GLUE) or
-            JSONL (one JSON object per line) file.
-        text_column, pair_column, label_column: header names (CSV/TSV) or keys (JSONL) of sentence A, the
-            optional sentence B, and the optional label. With `label_column=None` every label is None.
-        format: "csv", "tsv" or "jsonl"; by default from the suffix (.csv; .tsv/.txt; .jsonl/.json/.ndjson).
+        path: any table `bertkit.data.readers` reads: CSV (header row, standard double-quote quoting), TSV (header
+            row, no quoting, like GLUE), JSONL, JSON records, Parquet, Arrow, a `datasets.save_to_disk` directory.
+        text_column, pair_column, label_column: column names (header names, JSON keys; a dotted name reaches into
+            nested objects: "labels.label") of sentence A, the optional sentence B, and the optional label. With
+            `label_column=None` every label is None.
+        format: one of `bertkit.data.readers.TABLE_FORMATS`; by default from the path.
         labels: the allowed class names; a label outside them raises DataError. None accepts any label.
         regression: parse labels as floats instead of class names.
         skip_malformed: drop bad rows with one warning instead of raising on the first.
+        records: JSON only: the key under which the records are.
     Returns:
-        Examples in file order; classification labels are strings (JSON integers become their decimal string),
-        regression labels floats.
+        Examples in file order; classification labels are strings (integers become their decimal string, or their
+        ClassLabel name in a `datasets` table), regression labels floats.
     Raises:
-        DataError "{path}:{line}: ..." for a missing column, a row of the wrong width, a missing or non-string
-        text, a missing label, an unknown label or a non-numeric regression label.
+        DataError "{path}:{line}: ..." (``{path}:row N:`` for a record of a JSON list or a columnar table) for a
+        missing column (naming the columns there are), a row of the wrong width, a null or non-string text, a
+        missing label, an unknown label or a non-numeric regression label.
     """
-    format = format or _guess_format(path)
-    if format == "jsonl":
-        columns = Columns(text=text_column, pair=pair_column, label=label_column)
-        return rows_to_examples(path, _jsonl_rows(path), columns, None, labels, regression, skip_malformed)
-    if format not in ("csv", "tsv"):
-        raise ValueError(f"unknown format {format!r}; expected 'csv', 'tsv' or 'jsonl'")
-    delimiter, quoting = (",", csv.QUOTE_MINIMAL) if format == "csv" else ("\t", csv.QUOTE_NONE)
-    rows = delimited_rows(path, delimiter, quoting)
-    first = next(rows, None)
-    if first is None:
-        return []
-    header_line, header = first
-    columns = header_columns(path, header_line, header, text_column, pair_column, label_column,
-                             label_optional=False)
-    return rows_to_examples(path, rows, columns, len(header), labels, regression, skip_malformed)
+    table = Table(path, format, records)
+    if table.format in ("csv", "tsv"):
+        delimiter, quoting = (",", csv.QUOTE_MINIMAL) if table.format == "csv" else ("\t", csv.QUOTE_NONE)
+        rows = delimited_rows(path, delimiter, quoting)
+        first = next(rows, None)
+        if first is None:
+            return []
+        header_line, header = first
+        columns = header_columns(path, header_line, header, text_column, pair_column, label_column,
+                                 label_optional=False)
+        return rows_to_examples(path, rows, columns, len(header), labels, regression, skip_malformed)
+    table.require(text_column, pair_column, label_column)
+    names = table.class_names(label_column) if label_column is not None else None
+    rows = table.rows([c for c in (text_column, pair_column, label_column) if c is not None])
+    return rows_to_examples(path, rows, Columns(text_column, pair_column, label_column), None, labels, regression,
+                            skip_malformed, class_names=names)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,8 +284,9 @@ def classification_metrics(predictions: Sequence, gold: Sequence, regression: bo
 
 @register("classify")
 class ClassificationFamily(TaskFamily):
-    """The user's CSV/TSV/JSONL classification or regression files (config: text_column, pair_column,
-    label_column, regression). The labels are the training file's, sorted; the dev file may use no others."""
+    """The user's classification or regression tables, any format `bertkit.data.readers` reads (config:
+    text_column, pair_column, label_column, regression, format, records). The labels are the training file's,
+    sorted; the dev file may use no others."""
 
     model_class_name = "BertForSequenceClassification"
     model_role = "sequence"
@@ -336,7 +306,7 @@ class ClassificationFamily(TaskFamily):
     def _read_labelled(self, path, training: bool) -> list[Example]:
         c = self.config
         examples = read_table(path, c.text_column, c.pair_column, c.label_column, regression=self.regression,
-                              labels=None if training else self.labels)
+                              labels=None if training else self.labels, **self.table_options())
         if training and not self.regression:
             self.labels = sorted({e.label for e in examples})
             if len(self.labels) < 2:
@@ -355,7 +325,7 @@ class ClassificationFamily(TaskFamily):
     def read_texts(self, path) -> list[Example]:
         """The examples of a file in the task's format with any labels ignored (an unlabelled transfer set)."""
         c = self.config
-        return read_table(path, c.text_column, c.pair_column, None)
+        return read_table(path, c.text_column, c.pair_column, None, **self.table_options())
 
     # ---- features, model, loss -------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None, tokenizer) -> list[dict[str, Any]]:
@@ -440,7 +410,7 @@ class ClassificationFamily(TaskFamily):
         """The labels of a data file, for scoring a predictions file against it."""
         c = self.config
         return [e.label for e in read_table(data_path, c.text_column, c.pair_column, c.label_column,
-                                            regression=self.regression)]
+                                            regression=self.regression, **self.table_options())]
 
     def score(self, rows: list[tuple[int, str]], predicted: list, gold: list, predictions_path) -> dict[str, float]:
         """Metrics of the predictions (labels as written, or numbers) against the gold labels."""

@@ -34,9 +34,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from bertkit.data.readers import Table
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, register
-from bertkit.tasks.classify import _guess_format, _jsonl_rows, delimited_rows
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
@@ -51,30 +51,23 @@ class TextPair:
     line: int
 
 
-def records(path: str | os.PathLike) -> tuple[list[str], Iterator[tuple[int, dict]]]:
-    """(column names, rows as {name: value}) of a CSV/TSV (header row; TSV unquoted, as GLUE) or JSONL file; the
-    column names of a JSONL file are its first record's keys. DataError for a row of the wrong width."""
-    import csv
-
-    fmt = _guess_format(path)
-    if fmt == "jsonl":
-        rows = _jsonl_rows(path)
-        first = next(rows, None)
-        if first is None:
-            return [], iter(())
-        return list(first[1]), itertools.chain([first], rows)
-    rows = delimited_rows(path, *((",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)))
+def records(path: str | os.PathLike, format: str | None = None,
+            json_records: str | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """(column names, rows as {name: value}) of any table `bertkit.data.readers` reads (format, json_records: its
+    format and JSON records key); the column names of JSON records are the first record's keys. DataError for a
+    TSV/CSV row of the wrong width."""
+    table = Table(path, format, json_records)
+    rows = table.rows()
+    columns = table.columns
+    if columns is not None:
+        return [c.strip() for c in columns], ((line, {k.strip(): v for k, v in row.items()}) for line, row in rows)
     first = next(rows, None)
     if first is None:
         return [], iter(())
-    header = [h.strip() for h in first[1]]
+    return list(first[1]), itertools.chain([first], rows)
 
-    def as_dicts() -> Iterator[tuple[int, dict]]:
-        for line, fields in rows:
-            if len(fields) != len(header):
-                raise DataError.at(path, line, f"expected {len(header)} fields, found {len(fields)}")
-            yield line, dict(zip(header, fields))
-    return header, as_dicts()
+
+_records = records  # read_pairs' `records` argument (the JSON key) shadows the function's name there
 
 
 def _pick(path, header: list[str], given: str | None, defaults: tuple[str, ...], what: str,
@@ -94,10 +87,11 @@ def _pick(path, header: list[str], given: str | None, defaults: tuple[str, ...],
 
 
 def read_pairs(path, anchor: str | None = None, positive: str | None = None, negative: str | None = None,
-               score: str | None = None) -> list[TextPair]:
-    """Every row of a pair file (see the module docstring for the column names); DataError "{path}:{line}: ..."
-    for a missing or non-string text or a score that is not a number."""
-    header, rows = records(path)
+               score: str | None = None, format: str | None = None, records: str | None = None) -> list[TextPair]:
+    """Every row of a pair file (see the module docstring for the column names; format, records: as
+    `bertkit.data.readers.Table`); DataError "{path}:{line}: ..." for a missing, null or non-string text or a
+    score that is not a number."""
+    header, rows = _records(path, format, records)
     if not header:
         raise DataError.at(path, None, "no rows")
     a = _pick(path, header, anchor, ("anchor", "sentence1", "query", "text"), "anchor")
@@ -109,6 +103,8 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
         texts = []
         for column in (a, p) + ((n,) if n else ()):
             value = row.get(column)
+            if value is None and column in row:
+                raise DataError.at(path, line, f"the column {column!r} is null")
             if not isinstance(value, str):
                 raise DataError.at(path, line, f"field {column!r} must be a string, got "
                                                f"{'nothing' if value is None else type(value).__name__}")
@@ -204,7 +200,7 @@ class EmbedFamily(TaskFamily):
                 getattr(c, "negative_column", None), None if c.label_column == "label" else c.label_column)
 
     def read(self, path, training: bool) -> list[TextPair]:
-        rows = read_pairs(path, *self._columns())
+        rows = read_pairs(path, *self._columns(), **self.table_options())
         if training:
             low = getattr(self.config, "min_score", None)
             if low is not None:
@@ -290,7 +286,7 @@ class EmbedFamily(TaskFamily):
         from bertkit.tasks.base import read_predictions
         from bertkit.tasks.metrics import pearson, spearman
 
-        examples = read_pairs(data_path, *self._columns())
+        examples = read_pairs(data_path, *self._columns(), **self.table_options())
         if examples[0].score is None:
             raise DataError.at(data_path, None, "the data file has no score column")
         _, cos = read_predictions(predictions_path, examples, data_path, numbers=True)

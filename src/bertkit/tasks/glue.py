@@ -46,8 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.readers import Table, table_format
 from bertkit.tasks.base import TaskFamily, register
-from bertkit.tasks.classify import (ClassificationFamily, Example, delimited_rows, header_columns, read_table,
+from bertkit.tasks.classify import (ClassificationFamily, Columns, Example, delimited_rows, header_columns, read_table,
                                     rows_to_examples)
 from bertkit.tasks.metrics import GLUE_METRICS, canonical_task
 
@@ -124,12 +125,44 @@ def glue_path(data_dir: str | os.PathLike[str], task: str, split: str) -> Path:
     return Path(data_dir) / spec.dirname / spec.splits[split]
 
 
-def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool = False) -> list[Example]:
+# The Hub's GLUE (nyu-mll/glue, Parquet) names the texts so; its labels are ClassLabel integers.
+HUB_COLUMNS = {"cola": ("sentence", None), "sst2": ("sentence", None), "mrpc": ("sentence1", "sentence2"),
+               "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"),
+               "mnli": ("premise", "hypothesis"), "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"),
+               "wnli": ("sentence1", "sentence2")}
+
+
+def read_glue_table(task: str, path: str | os.PathLike[str], format: str | None = None, records: str | None = None,
+                    *, skip_malformed: bool = False) -> list[Example]:
+    """A GLUE task's split from another table (Parquet, Arrow, a `datasets` directory, JSON): the GLUE TSV's
+    column names when the table has them, else the Hub's (`HUB_COLUMNS`, label "label"). An integer label is its
+    ClassLabel name where that is one of the task's labels (MNLI's entailment, ...), else its decimal string (the
+    binary tasks' 0 / 1, as the TSV files write them)."""
+    spec = get_task(task)
+    table = Table(path, format, records)
+    text, pair, label = spec.text_column, spec.pair_column, spec.label_column
+    columns = table.columns
+    if columns is not None and text not in columns:
+        (text, pair), label = HUB_COLUMNS[spec.name], "label"
+    table.require(text, pair)
+    if columns is not None and label not in columns:
+        label = None  # an unlabelled (test) split
+    names = table.class_names(label) if label is not None else None
+    if names is not None:
+        names = [name if name in (spec.labels or ()) else str(i) for i, name in enumerate(names)]
+    rows = table.rows([c for c in (text, pair, label) if c is not None])
+    return rows_to_examples(path, rows, Columns(text, pair, label), None, spec.labels, spec.is_regression,
+                            skip_malformed, allow_empty=False, class_names=names)
+
+
+def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool = False, format: str | None = None,
+              records: str | None = None) -> list[Example]:
     """Read any split of a GLUE task (train, dev, or an unlabelled test file) into examples.
 
     Args:
         task: GLUE task name in any common spelling ("CoLA", "sst2", "MNLI-mm", "STS-B", ...).
-        path: the task's .tsv file as distributed by GLUE.
+        path: the task's .tsv file as distributed by GLUE, or another table (`read_glue_table`).
+        format, records: the table's format (default: from the path) and JSON records key.
         skip_malformed: drop malformed rows with a warning instead of raising (for the original QQP release).
     Returns:
         Examples in file order. Labels are class-name strings checked against `TASKS[task].labels`, floats for
@@ -137,6 +170,14 @@ def read_glue(task: str, path: str | os.PathLike[str], *, skip_malformed: bool =
     Raises:
         DataError naming file:line for a wrong field count, a missing field or a label outside the task's set.
     """
+    try:
+        fmt = table_format(path, format)
+    except ValueError:
+        if format is not None:
+            raise
+        fmt = "tsv"  # GLUE's own files are TSV, whatever their name
+    if fmt != "tsv":
+        return read_glue_table(task, path, format, records, skip_malformed=skip_malformed)
     spec = get_task(task)
     rows = delimited_rows(path, "\t", csv.QUOTE_NONE)
     first = next(rows, None)
@@ -177,10 +218,10 @@ class GlueFamily(ClassificationFamily):
         return self.spec.pair_column is not None
 
     def _read_labelled(self, path, training: bool) -> list[Example]:
-        return read_glue(self.spec.name, path)
+        return read_glue(self.spec.name, path, **self.table_options())
 
     def read_texts(self, path) -> list[Example]:
-        return read_glue(self.spec.name, path)
+        return read_glue(self.spec.name, path, **self.table_options())
 
     def metrics(self, logits: np.ndarray, gold) -> dict[str, float]:
         from bertkit.tasks.metrics import glue_metrics
@@ -188,7 +229,7 @@ class GlueFamily(ClassificationFamily):
         return glue_metrics(self.spec.name, logits, np.asarray(gold))
 
     def gold_labels(self, data_path) -> list:
-        return [e.label for e in read_glue(self.spec.name, data_path)]
+        return [e.label for e in read_glue(self.spec.name, data_path, **self.table_options())]
 
     def score(self, rows, predicted, gold, predictions_path) -> dict[str, Any]:
         from bertkit.tasks.metrics import glue_metrics

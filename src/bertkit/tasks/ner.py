@@ -16,6 +16,11 @@ Plain tag sets (part of speech, chunks: CoNLL-2003's other columns) are tagged t
 accuracy (`tag_accuracy`). A column of IOB tags (the chunks, column 2) can also be read as spans with the default
 scheme, scored by chunk F1 as CoNLL-2000.
 
+Besides CoNLL column files, `read_tagged_table` reads sentences from tables (Parquet, Arrow, `datasets`
+directories, JSON Lines, JSON records: `bertkit.data.readers`) with a list of words and a list of tags per row, the
+tags strings or integers named by the column's ClassLabel names (conll2003's layout on the Hub); the same
+sentences give the same run either way.
+
 Inputs are `CLS pieces-of-the-words SEP` with the tokenizer's own special tokens (`[CLS] ... [SEP]` for BERT,
 `<s> ... </s>` for RoBERTa), one token type; the words are given (CoNLL tokens), so every kind of tokenizer pieces
 each word on its own (`encode_words`) and says which word each piece came from.
@@ -33,6 +38,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from bertkit.config import IGNORE_INDEX  # label of positions the loss skips (torch's cross-entropy default)
+from bertkit.data.readers import MISSING, Row, Table, field, table_format
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, check_count, cut_at, json_text, register, softmax, utf8_errors
 
@@ -96,6 +102,76 @@ def read_conll(path: str | os.PathLike[str], *, tag_column: int = -1, plain: boo
             tokens.append(fields[0])
             tags.append(tag)
     flush()
+    return sentences
+
+
+def table_format_of(path: str | os.PathLike[str], format: str | None = None) -> str | None:
+    """The table format a NER file is read in, or None for CoNLL columns: `format` when given ("conll": None);
+    by path, JSON (Lines), Parquet, Arrow and `datasets` directories are tables, anything else is CoNLL (its files
+    are .txt, .conll or have no suffix at all)."""
+    if format is not None:
+        return None if format == "conll" else table_format(path, format)
+    try:
+        fmt = table_format(path)
+    except ValueError:
+        return None
+    return fmt if fmt not in ("tsv", "csv") else None
+
+
+def read_tagged_table(path: str | os.PathLike[str], tokens_column: str = "tokens", tags_column: str = "ner_tags", *,
+                      format: str | None = None, records: str | None = None,
+                      plain: bool = False) -> list[TaggedSentence]:
+    """Sentences from a table with a list of words and a list of tags per row (conll2003's layout on the Hub).
+
+    Tags are strings, or integers named by the tags column's ClassLabel names (`datasets` features: the
+    dataset_info.json of a save_to_disk directory, the schema metadata of its Parquet and Arrow files). Each
+    sentence's `line` is its row (`bertkit.data.readers.Row`) or its JSONL line. Raises DataError naming the file,
+    the row and the column for a missing column (with the columns there are), a null or non-list cell, a word that
+    is no string, lists of different lengths, an integer tag without ClassLabel names or outside them, and (unless
+    plain) a tag that is not "O" or "<B|I|E|S>-TYPE"."""
+    table = Table(path, format, records)
+    table.require(tokens_column, tags_column)
+    names = table.class_names(tags_column)
+    sentences = []
+    for where, record in table.rows([tokens_column, tags_column]):
+        cells = []
+        for column, what in ((tokens_column, "tokens"), (tags_column, "tags")):
+            value = field(record, column)
+            if value is MISSING:
+                raise DataError.at(path, where, f"no {what} column {column!r}; the record has {sorted(record)}")
+            if not isinstance(value, list):
+                raise DataError.at(path, where, f"the {what} column {column!r} must be a list, got "
+                                                f"{'null' if value is None else type(value).__name__}")
+            cells.append(value)
+        tokens, raw_tags = cells
+        if len(tokens) != len(raw_tags):
+            raise DataError.at(path, where, f"{len(tokens)} tokens ({tokens_column!r}) but {len(raw_tags)} tags "
+                                            f"({tags_column!r})")
+        if not tokens:
+            continue  # an empty row, as a blank line in CoNLL
+        tags = []
+        for word, tag in zip(tokens, raw_tags):
+            if not isinstance(word, str):
+                raise DataError.at(path, where, f"the tokens column {tokens_column!r} holds "
+                                                f"{'null' if word is None else type(word).__name__}, not a string")
+            if isinstance(tag, int) and not isinstance(tag, bool):
+                if names is None:
+                    raise DataError.at(path, where, f"integer tags in {tags_column!r} but the file names no "
+                                                    f"ClassLabel for them (datasets features); write the tags as "
+                                                    f"strings")
+                if not 0 <= tag < len(names):
+                    raise DataError.at(path, where, f"tag {tag} is outside the {len(names)} ClassLabel names of "
+                                                    f"{tags_column!r}")
+                tag = names[tag]
+            elif not isinstance(tag, str):
+                raise DataError.at(path, where, f"the tags column {tags_column!r} holds "
+                                                f"{'null' if tag is None else type(tag).__name__}, not a string "
+                                                f"or an integer")
+            if not plain and not _TAG.match(tag):
+                raise DataError.at(path, where, f"malformed tag {tag!r}; expected O or B-/I-/E-/S-TYPE (plain tags "
+                                                f"such as POS: --scheme none)")
+            tags.append(tag)
+        sentences.append(TaggedSentence(tokens=list(tokens), tags=tags, line=where))
     return sentences
 
 
@@ -393,7 +469,7 @@ class TaggingFamily(TaskFamily):
     def read(self, path, training: bool) -> list[tuple[list[str], list[str]]]:
         """(words, tags) of every sentence; the training file fixes the scheme and the labels."""
         plain = self.scheme == "none"
-        sentences = read_conll(path, tag_column=self.column, plain=plain)
+        sentences = self.read_sentences(path, plain)
         if not sentences:
             raise DataError.at(path, None, "no sentences")
         iobes = any(t[0] in "ES" for s in sentences for t in s.tags)
@@ -411,10 +487,20 @@ class TaggingFamily(TaskFamily):
             tags = s.tags if self.scheme in ("IOBES", "none") else iob1_to_bio(s.tags)
             for i, (written, tag) in enumerate(zip(s.tags, tags)):
                 if tag not in known:
-                    raise DataError.at(path, s.line + i, f"unknown label {written!r}; the training file has "
-                                                         f"{self.labels}")
+                    where = s.line if isinstance(s.line, Row) else s.line + i  # a table's row, or the word's line
+                    raise DataError.at(path, where, f"unknown label {written!r}; the training file has "
+                                                    f"{self.labels}")
             out.append((s.tokens, tags))
         return out
+
+    def read_sentences(self, path, plain: bool) -> list[TaggedSentence]:
+        """The sentences of a CoNLL file or of a table (config.format, tokens_column, tags_column, records)."""
+        c = self.config
+        fmt = table_format_of(path, getattr(c, "format", None))
+        if fmt is None:
+            return read_conll(path, tag_column=self.column, plain=plain)
+        return read_tagged_table(path, getattr(c, "tokens_column", "tokens"), getattr(c, "tags_column", "ner_tags"),
+                                 format=fmt, records=getattr(c, "records", None), plain=plain)
 
     def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
         to_id = {name: i for i, name in enumerate(self.labels)}
@@ -534,7 +620,7 @@ class TaggingFamily(TaskFamily):
         """Entity-level scores (plain tags: token accuracy) of a CoNLL file whose last column is the predicted tag
         (words as in data_path, whose tags are in config.column)."""
         plain = self.scheme == "none"
-        gold = read_conll(data_path, tag_column=self.column, plain=plain)
+        gold = self.read_sentences(data_path, plain)
         pred = read_conll(predictions_path, plain=plain)
         check_count(pred, gold, predictions_path, data_path)
         for g, p in zip(gold, pred):

@@ -101,7 +101,7 @@ class RerankFamily(ClassificationFamily):
 
     def _read_labelled(self, path, training: bool) -> list[Example]:
         query, document, label = self.columns
-        examples = read_table(path, query, document, label, regression=True)
+        examples = read_table(path, query, document, label, regression=True, **self.table_options())
         for e in examples:
             if not math.isfinite(e.label) or e.label < 0:
                 raise DataError.at(path, e.line, f"label {e.label!r} must be a non-negative number (relevance)")
@@ -114,7 +114,7 @@ class RerankFamily(ClassificationFamily):
 
     def read_texts(self, path) -> list[Example]:
         query, document, _ = self.columns
-        return read_table(path, query, document, None)
+        return read_table(path, query, document, None, **self.table_options())
 
     def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
         features = self.encode([e.text for e in examples], [e.pair for e in examples], tokenizer)
@@ -181,14 +181,16 @@ class RerankFamily(ClassificationFamily):
 
     def gold_labels(self, data_path) -> list:
         query, document, label = self.columns
-        return [e.label for e in read_table(data_path, query, document, label, regression=True)]
+        return [e.label for e in read_table(data_path, query, document, label, regression=True,
+                                            **self.table_options())]
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """nDCG@10 and MRR@10 of a file of one score per line (the data file's rows, in order)."""
         from bertkit.tasks.base import read_predictions
 
         query, document, label = self.columns
-        examples = read_table(data_path, query, document, label, regression=True)
+        examples = read_table(data_path, query, document, label, regression=True,
+                                            **self.table_options())
         _, scores = read_predictions(predictions_path, examples, data_path, numbers=True)
         ranked = [g for g in self.ranked(examples, np.asarray(scores)) if any(x > 0 for x in g)]
         return {"ndcg_at_10": ndcg_at_k(ranked), "mrr_at_10": mrr_at_k(ranked)}

@@ -4,7 +4,9 @@
 Pipeline: `read_squad` → tokenize question and context with any tokenizer that gives character offsets →
 `make_windows` (one example → one or more windows of `max_seq_length` tokens) → model start/end logits per
 window → `postprocess` (best span per question, as Google's `run_squad.py` `write_predictions`) →
-`evaluate_v1` / `evaluate_v2` (the official evaluation scripts, re-implemented line for line).
+`evaluate_v1` / `evaluate_v2` (the official evaluation scripts, re-implemented line for line). `read_squad` also
+reads KorQuAD 1.0 (SQuAD v1.1's layout) and tables of questions as the Hub's squad / squad_v2 store them (Parquet,
+Arrow, `datasets` directories, JSON Lines: `read_squad_table`).
 
 Conventions copied from Google's `run_squad.py` because fine-tuned checkpoints and published numbers depend on
 them:
@@ -42,6 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from bertkit.data.readers import MISSING, Table, field, table_format, text_cell
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, json_text, register, utf8_errors
 from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, google_words
@@ -85,8 +88,69 @@ class SquadReadStats:
     mismatches: list[AnswerMismatch]
 
 
-def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExample], SquadReadStats]:
-    """Read a SQuAD v1.1 or v2.0 JSON file, checking every answer against its context.
+def squad_table_format(path: str | os.PathLike[str], format: str | None = None) -> str | None:
+    """The table format a SQuAD file is read in, or None for SQuAD's own JSON layout (the default for .json;
+    format "squad" forces it): JSON Lines, Parquet, Arrow and `datasets` directories are tables of questions."""
+    if format is not None:
+        return None if format == "squad" else table_format(path, format)
+    try:
+        fmt = table_format(path)
+    except ValueError:
+        return None
+    return None if fmt == "json" else fmt
+
+
+def read_squad_table(path: str | os.PathLike[str], format: str | None = None,
+                     records: str | None = None) -> tuple[list[SquadExample], SquadReadStats]:
+    """Questions from a table as the Hub's squad and squad_v2 store them: columns id, title (optional), context,
+    question and answers, a struct {"text": [...], "answer_start": [...]} (no answer: SQuAD 2.0's unanswerable
+    question). Answers are checked against their context as in `read_squad_with_stats`. DataError naming the file,
+    the row and the column for a missing column (with those the file has), a null cell or a cell of the wrong type."""
+    table = Table(path, format, records)
+    table.require("id", "context", "question", "answers")
+    examples: list[SquadExample] = []
+    mismatches: list[AnswerMismatch] = []
+    titles: set[str] = set()
+    n_answers = 0
+    wanted = ["id", "context", "question", "answers"] + (["title"] if "title" in (table.columns or ["title"]) else [])
+    for where, record in table.rows(wanted):
+        raw_id = field(record, "id")
+        if raw_id is MISSING or raw_id is None or isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+            raise DataError.at(path, where, f"the column 'id' must be a string or an integer, found "
+                                            f"{'nothing' if raw_id is MISSING else _short(raw_id)}")
+        qid = str(raw_id)
+        context = text_cell(path, where, record, "context", "context")
+        question = text_cell(path, where, record, "question", "question")
+        title = record.get("title") if isinstance(record.get("title"), str) else ""
+        titles.add(title)
+        answers_cell = field(record, "answers")
+        texts = answers_cell.get("text") if isinstance(answers_cell, dict) else None
+        starts = answers_cell.get("answer_start") if isinstance(answers_cell, dict) else None
+        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+            raise DataError.at(path, where, f"question {qid}: the column 'answers' must be "
+                                            f'{{"text": [...], "answer_start": [...]}} of equal lengths, found '
+                                            f"{_short(answers_cell) if answers_cell is not MISSING else 'nothing'}")
+        answers = []
+        for i, (text, start) in enumerate(zip(texts, starts)):
+            if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+                raise DataError.at(path, where, f"question {qid} answer {i}: text must be a string and answer_start "
+                                                f"an integer, found {_short(text)} and {_short(start)}")
+            found = context[start:start + len(text)] if start >= 0 else ""
+            if found != text:
+                mismatches.append(AnswerMismatch(qid=qid, answer_index=i, text=text, start=start, found=found))
+            answers.append((text, start))
+        n_answers += len(answers)
+        examples.append(SquadExample(id=qid, question=question, context=context, answers=answers,
+                                     is_impossible=not answers, title=title))
+    stats = SquadReadStats(path=os.fspath(path), articles=len(titles), examples=len(examples), answers=n_answers,
+                           impossible=sum(e.is_impossible for e in examples), mismatches=mismatches)
+    return examples, stats
+
+
+def read_squad_with_stats(path: str | os.PathLike[str], format: str | None = None,
+                          records: str | None = None) -> tuple[list[SquadExample], SquadReadStats]:
+    """Read a SQuAD v1.1 or v2.0 JSON file (KorQuAD 1.0 has v1.1's layout), or a table of questions
+    (`read_squad_table`; `squad_table_format` tells which), checking every answer against its context.
 
     Every answer must satisfy `context[answer_start:answer_start + len(text)] == text`; the ones that do not are
     kept (dropping them would silently shrink the training set) and listed in the returned stats.
@@ -98,6 +162,9 @@ def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExamp
         value of the wrong type (a context, question or answer text that is not a string, say; the line is that of
         the question's id, and absent where it cannot be told).
     """
+    fmt = squad_table_format(path, format)
+    if fmt is not None:
+        return read_squad_table(path, fmt, records)
     with open(path, encoding="utf-8") as f, utf8_errors(path):
         try:
             dataset = json.load(f)
@@ -780,7 +847,7 @@ class SquadFamily(TaskFamily):
         return "best_f1" if self.version_2 else "f1"
 
     def read(self, path, training: bool) -> list[SquadExample]:
-        examples, stats = read_squad_with_stats(path)
+        examples, stats = read_squad_with_stats(path, **self.table_options())
         if not examples:
             raise DataError.at(path, None, "no questions")
         self.version_2 = self.version_2 or any(e.is_impossible for e in examples)
@@ -928,7 +995,7 @@ class SquadFamily(TaskFamily):
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """The official scripts' output for predictions.json (and null_odds.json); v2.0 when the data has
         unanswerable questions or null odds are given."""
-        examples, _ = read_squad_with_stats(data_path)
+        examples, _ = read_squad_with_stats(data_path, **self.table_options())
         predictions = read_json_object(predictions_path)
         null_odds = read_json_object(null_odds_path) if null_odds_path is not None else None
         version_2 = any(e.is_impossible for e in examples) or null_odds is not None

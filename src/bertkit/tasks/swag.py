@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bertkit.data.readers import MISSING, Table, field, table_format, text_cell
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, cut_at, json_text, read_predictions, register, softmax, utf8_errors
 from bertkit.tasks.classify import SequenceClassificationTask
@@ -37,13 +38,43 @@ class MultipleChoiceExample:
     line: int  # 1-based line where the row starts
 
 
-def read_swag(path: str | os.PathLike[str]) -> list[MultipleChoiceExample]:
-    """Read a SWAG CSV file (train, val or test).
+def read_swag_table(path: str | os.PathLike[str], format: str | None = None,
+                    records: str | None = None) -> list[MultipleChoiceExample]:
+    """SWAG's columns (sent1, sent2, ending0-3, optional label and fold-ind) from any table `bertkit.data.readers`
+    reads: the Hub's swag in Parquet, a `datasets` directory, JSON records. A label of -1 (datasets' unlabelled test
+    split) is no label. DataError naming the file, the row and the column for a missing column (with those the
+    file has), a null or non-string text, or a label that is not an integer in [0, 3]."""
+    table = Table(path, format, records)
+    table.require(*_REQUIRED)
+    examples = []
+    for where, record in table.rows():
+        sent1, sent2, *endings = (text_cell(path, where, record, name, name) for name in _REQUIRED)
+        label = field(record, "label")
+        if label is MISSING or label is None or label == -1:
+            label = None
+        elif isinstance(label, bool) or not isinstance(label, (int, str)) or str(label) not in ("0", "1", "2", "3"):
+            raise DataError.at(path, where, f"label {label!r} is not one of 0, 1, 2, 3")
+        else:
+            label = int(label)
+        ident = field(record, "fold-ind")
+        examples.append(MultipleChoiceExample(id=str(where if ident is MISSING or ident is None else ident),
+                                              context=sent1, choices=[f"{sent2} {e}" for e in endings],
+                                              label=label, line=where))
+    return examples
+
+
+def read_swag(path: str | os.PathLike[str], format: str | None = None,
+              records: str | None = None) -> list[MultipleChoiceExample]:
+    """Read a SWAG CSV file (train, val or test), or SWAG's columns from another table (`read_swag_table`: any
+    path that is not .csv, or a `format` other than "csv" / "swag").
 
     Raises:
         DataError "{path}:{line}: ..." for a missing column, a row of the wrong width, or a label that is not
         an integer in [0, 3].
     """
+    fmt = format if format not in (None, "swag") else ("csv" if format == "swag" else _format_or_csv(path))
+    if fmt != "csv":
+        return read_swag_table(path, fmt, records)
     examples: list[MultipleChoiceExample] = []
     with open(path, encoding="utf-8-sig", newline="") as f, utf8_errors(path):
         reader = csv.reader(f)
@@ -88,6 +119,13 @@ def read_swag(path: str | os.PathLike[str]) -> list[MultipleChoiceExample]:
     return examples
 
 
+def _format_or_csv(path) -> str:
+    try:
+        return table_format(path)
+    except ValueError:
+        return "csv"  # SWAG's own files are CSV
+
+
 def multiple_choice_accuracy(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray) -> float:
     """Fraction of questions whose chosen answer is right.
 
@@ -125,7 +163,7 @@ class SwagFamily(TaskFamily):
     main_metric = "accuracy"
 
     def read(self, path, training: bool) -> list[MultipleChoiceExample]:
-        examples = read_swag(path)
+        examples = read_swag(path, **self.table_options())
         if not examples:
             raise DataError.at(path, None, "no examples")
         if examples[0].label is None:
@@ -182,7 +220,7 @@ class SwagFamily(TaskFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Accuracy of one chosen ending index (0-3) per line."""
-        gold = [e.label for e in read_swag(data_path)]
+        gold = [e.label for e in read_swag(data_path, **self.table_options())]
         rows, _ = read_predictions(predictions_path, gold, data_path)
         predicted = []
         for number, value in rows:
