@@ -142,3 +142,130 @@ def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(t
     theirs = st.SentenceTransformer(str(model), device="cpu").encode(["fox dog box"])[0]
     np.testing.assert_allclose(vector, theirs, atol=1e-5)
     assert abs(np.linalg.norm(theirs) - 1) < 1e-5  # trained with normalize: its Normalize module is there
+
+
+# ---- cached in-batch negatives (GradCache) and Matryoshka ---------------------------------------------------------
+
+def _encoder_and_batch(tiny_tokenizer, dropout: float, negatives: bool = True, seed: int = 0):
+    """A tiny SentenceEncoder (mean pooling) and a collated batch of 6 triplets of different lengths."""
+    from conftest import tiny_config
+
+    from bertkit.models import BertModel
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import SentenceConfig
+    from bertkit.taskrun import collate
+    from bertkit.tasks.embed import TextPair
+
+    torch.manual_seed(seed)
+    encoder = BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size, hidden_dropout_prob=dropout,
+                                    attention_probs_dropout_prob=dropout))
+    model = SentenceEncoder(encoder, SentenceConfig(modes=("mean",)))
+    words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
+    rng = random.Random(seed)
+    rows = [TextPair(*(" ".join(rng.sample(words, rng.randint(1, 12))) for _ in range(3)), None, i)
+            for i in range(6)]
+    if not negatives:
+        rows = [TextPair(r.anchor, r.positive, None, None, r.line) for r in rows]
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16))
+    batch = collate(family.features(rows, tiny_tokenizer, training=True), tiny_tokenizer.pad_id)
+    return model, batch
+
+
+def _grads(model, loss_fn, batch, seed: int = 5) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    total, _ = loss_fn(model, batch)["mnrl_loss"]
+    total.backward()
+    return float(total.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_token_budget_chunks_cover_every_row_within_the_budget():
+    from bertkit.tasks.embed import token_budget_chunks
+
+    lengths = [5, 12, 3, 12, 7, 1, 9, 20]
+    chunks = token_budget_chunks(lengths, 24)
+    assert sorted(i for c in chunks for i in c) == list(range(len(lengths)))
+    assert chunks == [[7], [1, 3], [6, 4], [0, 2, 5]]  # longest first; 20 alone, 2 x 12, 2 x 9, 3 x 5
+    for c in chunks:
+        assert len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 24
+    assert token_budget_chunks([4] * 6, 8) == [[0, 1], [2, 3], [4, 5]]  # equal lengths: N rows per chunk
+
+
+# float64: the cached gradients are the uncached ones up to rounding (measured max 4e-15). float32: summation order
+# alone moves the token-type embedding's gradient (a sum over all 250 tokens of the batch, max |g| 0.9-2.4) by up
+# to 1.2e-5 (measured over these six cases), every other parameter by less than 1e-5.
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 3e-5)])
+@pytest.mark.parametrize("mini", [1, 2, 4])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_cached_loss_has_the_uncached_gradients(tiny_tokenizer, mini, symmetric, dtype, atol):
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0)
+    model.to(dtype)
+    plain_loss, plain = _grads(model, MultipleNegativesRankingLoss(20.0, symmetric), batch)
+    cached_loss, cached = _grads(model, MultipleNegativesRankingLoss(20.0, symmetric, mini_batch_size=mini), batch)
+    assert cached_loss == pytest.approx(plain_loss, abs=atol)
+    # every parameter but BERT's pooler (a sentence vector does not read it) has a gradient
+    assert cached.keys() == plain.keys() == {n for n, _ in model.named_parameters() if ".pooler." not in n}
+    for name in plain:
+        torch.testing.assert_close(cached[name], plain[name], rtol=0, atol=atol, msg=name)
+    if dtype == torch.float32:  # all but the token-type embedding within 1e-5
+        assert max((cached[n] - plain[n]).abs().max() for n in plain if "token_type" not in n) <= 1e-5
+
+
+def test_cached_loss_replays_the_dropout_masks(tiny_tokenizer):
+    """With dropout, the cached gradients equal those of the same chunks run with grad in one graph (the masks of
+    the replay are the first pass's), and differ from a replay without the saved random state."""
+    from bertkit.tasks.embed import in_batch_loss, token_budget_chunks
+
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.1)
+    model.train()
+    loss_fn = MultipleNegativesRankingLoss(20.0, mini_batch_size=2)
+    cached_loss, cached = _grads(model, loss_fn, batch)
+
+    def chunked_with_grad(model, batch):
+        B, C, T = batch["input_ids"].shape
+        flat = [t.reshape(B * C, T) for t in (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])]
+        lengths = flat[1].sum(-1).tolist()
+        out = [None] * (B * C)
+        for rows in token_budget_chunks(lengths, 2 * max(lengths)):
+            w = lengths[rows[0]]
+            for r, v in zip(rows, model(*(t[rows, :w] for t in flat)).logits):
+                out[r] = v
+        loss = in_batch_loss(torch.stack(out).view(B, C, -1), 20.0, False)
+        return {"mnrl_loss": (loss, B)}
+
+    reference_loss, reference = _grads(model, chunked_with_grad, batch)
+    assert cached_loss == pytest.approx(reference_loss, abs=1e-5)
+    for name in reference:
+        torch.testing.assert_close(cached[name], reference[name], rtol=0, atol=1e-5, msg=name)
+    _, other_seed = _grads(model, chunked_with_grad, batch, seed=6)
+    assert max((other_seed[n] - reference[n]).abs().max() for n in reference) > 1e-3  # the masks matter
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+def test_matryoshka_loss_equals_sentence_transformers(tmp_path, tiny_tokenizer, columns):
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss as STMNRL
+
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0, negatives=columns == 3)
+    model.eval()
+    dims = (32, 16, 8, 4)
+    total, count = MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims)(model, batch)["mnrl_loss"]
+    model.save_pretrained(tmp_path / "m", tiny_tokenizer)
+    reference_model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu").eval()
+    reference = MatryoshkaLoss(reference_model, STMNRL(reference_model, scale=20.0), list(dims))
+    features = [{"input_ids": batch["input_ids"][:, c], "attention_mask": batch["attention_mask"][:, c],
+                 "token_type_ids": batch["token_type_ids"][:, c]} for c in range(columns)]
+    with torch.no_grad():
+        expected = reference(features, None)
+    torch.testing.assert_close((total / count).detach(), expected, rtol=0, atol=1e-6)
+
+
+def test_cached_matryoshka_has_the_uncached_gradients(tiny_tokenizer):
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0)
+    model.double()  # rounding apart (see above), the gradients are equal
+    dims = (32, 8)
+    _, plain = _grads(model, MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims), batch)
+    _, cached = _grads(model, MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims, mini_batch_size=2), batch)
+    for name in plain:
+        torch.testing.assert_close(cached[name], plain[name], rtol=0, atol=1e-12, msg=name)

@@ -24,6 +24,7 @@ sentence-transformers and `bertkit serve` pool it as it was trained.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -128,34 +129,165 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
     return out
 
 
+def token_budget_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices grouped into mini-batches of at most `budget` padded tokens each: the rows taken longest first
+    (each chunk pads only to its own longest row), a chunk closed when (rows + 1) x its width would pass the budget.
+    A row longer than the budget alone is a chunk of its own. Every index appears once."""
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    chunks: list[list[int]] = []
+    for i in order:
+        # longest first: the chunk's width is its first row's length
+        if chunks and (len(chunks[-1]) + 1) * int(lengths[chunks[-1][0]]) <= budget:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
+def _embed_rows(model, ids, mask, types, rows: list[int], width: int):
+    """Sentence vectors (len(rows), D) of the flat texts `rows` of right-padded (N, T) tensors, cut to `width`
+    (the rows' longest, known on the host)."""
+    pick = [t[rows, :width] if t is not None else None for t in (ids, mask, types)]
+    return model(*pick).logits
+
+
+def _widen(x):
+    """float32 for half-precision vectors (the loss is computed in float32), float64 kept."""
+    import torch
+
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def _rng_state(device) -> tuple:
+    import torch
+
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state: tuple, device) -> None:
+    import torch
+
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def cached_embeddings(model, ids, mask, types, chunks: list[list[int]], widths: list[int]):
+    """Sentence vectors (N, D) of the flat right-padded texts (N, T) (`chunks` of rows, each `widths` tokens
+    wide: `token_budget_chunks`), computed without keeping activations (GradCache: Gao et
+    al. 2021): forward, each chunk of rows runs under no_grad; backward, each chunk runs again with grad (its
+    random state restored, so dropout draws the same masks, and autocast as it was) and receives its rows of the
+    vectors' gradient. The parameters' gradients equal those of one forward pass over all N rows with the same
+    dropout masks; activations are held for one chunk at a time."""
+    import torch
+
+    class _Cached(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, anchor):
+            ctx.states, parts = [], []
+            for rows, width in zip(chunks, widths):
+                ctx.states.append(_rng_state(ids.device))
+                parts.append(_widen(_embed_rows(model, ids, mask, types, rows, width)))
+            out = parts[0].new_empty(len(ids), parts[0].shape[-1])
+            for rows, part in zip(chunks, parts):
+                out[rows] = part
+            ctx.autocast = (torch.is_autocast_enabled(ids.device.type),
+                            torch.get_autocast_dtype(ids.device.type))
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            # the random state after the forward pass is kept: the chunks' replays leave it as they found it
+            after = _rng_state(ids.device)
+            sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, with the last chunk's gradients
+            enabled, dtype = ctx.autocast
+            try:
+                for k, (rows, width, state) in enumerate(zip(chunks, widths, ctx.states)):
+                    _set_rng_state(state, ids.device)
+                    context = sync() if sync is not None and k < len(chunks) - 1 else contextlib.nullcontext()
+                    with context, torch.enable_grad(), torch.autocast(ids.device.type, dtype=dtype,
+                                                                      enabled=enabled):
+                        part = _widen(_embed_rows(model, ids, mask, types, rows, width))
+                    torch.autograd.backward(part, grad[rows])
+            finally:
+                _set_rng_state(after, ids.device)
+            return None
+
+    anchor = torch.zeros((), device=ids.device, requires_grad=True)  # an input needing grad: backward runs
+    return _Cached.apply(anchor)
+
+
+def in_batch_loss(emb, scale: float, symmetric: bool):
+    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    B = emb.shape[0]
+    emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
+    anchors = emb[:, 0]  # (B, D)
+    candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
+    scores = scale * anchors @ candidates.T  # (B, B * (C-1))
+    target = torch.arange(B, device=emb.device)
+    loss = F.cross_entropy(scores, target, reduction="sum")
+    if symmetric:
+        backward = scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
+        loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
+    return loss
+
+
 class MultipleNegativesRankingLoss:
     """Trainer task: in-batch negatives (see the module docstring). The batch's input_ids are (B, C, T): C = 2
-    (anchor, positive) or 3 (with a hard negative)."""
+    (anchor, positive) or C > 2 (with hard negatives).
 
-    def __init__(self, scale: float = 20.0, symmetric: bool = False) -> None:
+    matryoshka_dims: train every prefix of the vector too (Kusupati et al. 2022, sentence-transformers'
+    MatryoshkaLoss with weights 1): the loss is the sum over the dims d of the in-batch loss of the first d
+    components (renormalised). mini_batch_size N: GradCache (`cached_embeddings`) with chunks of at most N x W
+    padded tokens, W the batch's widest text: the same loss and gradients, activations held for one chunk."""
+
+    def __init__(self, scale: float = 20.0, symmetric: bool = False, matryoshka_dims: Sequence[int] = (),
+                 mini_batch_size: int | None = None) -> None:
         self.scale, self.symmetric = scale, symmetric
+        self.matryoshka_dims = tuple(sorted(matryoshka_dims, reverse=True))
+        self.mini_batch_size = mini_batch_size
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"mnrl_loss": float(batch["input_ids"].shape[0])}
 
-    def __call__(self, model, batch):
-        import torch
-        import torch.nn.functional as F
+    def embeddings(self, model, batch):
+        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when mini_batch_size is set."""
+        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+        if self.mini_batch_size is None:
+            return _widen(model(ids, mask, types).logits)
+        B, C, T = ids.shape
+        lengths = host_lengths(mask)  # (B * C,) in the flat order below
+        flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
+        chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
+        widths = [lengths[rows[0]] for rows in chunks]  # longest first
+        return cached_embeddings(model, *flat, chunks, widths).view(B, C, -1)
 
+    def __call__(self, model, batch):
         from bertkit.models.layouts import host_count
 
-        emb = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()  # (B, C, D)
+        emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
-        emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
-        anchors = emb[:, 0]  # (B, D)
-        candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
-        scores = self.scale * anchors @ candidates.T  # (B, B * (C-1))
-        target = torch.arange(B, device=emb.device)
-        loss = F.cross_entropy(scores, target, reduction="sum")
-        if self.symmetric:
-            backward = self.scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
-            loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
+        if self.matryoshka_dims:
+            if self.matryoshka_dims[0] > emb.shape[-1]:
+                raise ValueError(f"--matryoshka-dims {self.matryoshka_dims[0]} is more than the model's "
+                                 f"{emb.shape[-1]} dimensions")
+            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric) for d in self.matryoshka_dims)
+        else:
+            loss = in_batch_loss(emb, self.scale, self.symmetric)
         return {"mnrl_loss": (loss, host_count(B, loss.device))}
+
+
+def host_lengths(mask) -> list[int]:
+    """Real tokens per text of an attention mask (..., T), flattened, read from its host copy when the loader left
+    one (nothing is read from the device then)."""
+    from bertkit.models.layouts import host_copy
+
+    host = host_copy(mask)
+    source = host if host is not None else mask
+    return [int(n) for n in source.ne(0).sum(-1).reshape(-1).tolist()]
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -252,8 +384,10 @@ class EmbedFamily(TaskFamily):
                 "normalize": getattr(self.config, "normalize", None)}
 
     def objective(self):
-        return MultipleNegativesRankingLoss(getattr(self.config, "scale", 20.0),
-                                            bool(getattr(self.config, "symmetric", False)))
+        c = self.config
+        return MultipleNegativesRankingLoss(getattr(c, "scale", 20.0), bool(getattr(c, "symmetric", False)),
+                                            c.dims() if hasattr(c, "dims") else (),
+                                            getattr(c, "mini_batch_size", None))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
         from bertkit.tasks.metrics import pearson, spearman
