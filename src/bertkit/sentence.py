@@ -10,7 +10,9 @@ A sentence-transformers directory is a model directory plus a pipeline of module
     2_Dense/config.json          in_features, out_features, bias, activation_function; weights in
                                  2_Dense/model.safetensors (`linear.weight`, `linear.bias`)
     2_Normalize/                 L2 normalisation (no settings)
-    config_sentence_transformers.json   prompts, default_prompt_name, similarity_fn_name
+    config_sentence_transformers.json   prompts, default_prompt_name, similarity_fn_name; bertkit adds
+                                 `matryoshka_dims` (the prefixes an embedding was trained to keep; sentence-
+                                 transformers reads the keys it knows and passes over this one)
 
 `read_sentence_config` reads such a directory into a `SentenceConfig`; `sentence_files` gives the files that
 describe one, written by `bertkit.models.pooling.SentenceEncoder.save_pretrained` beside the weights in the
@@ -70,6 +72,7 @@ class SentenceConfig:
     prompts: dict[str, str] = field(default_factory=dict)  # name -> prefix text (query, document, ...)
     default_prompt_name: str | None = None
     similarity_fn_name: str = "cosine"
+    matryoshka_dims: tuple[int, ...] = ()  # prefixes of the vector trained to stand alone (largest first)
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -77,6 +80,8 @@ class SentenceConfig:
         for mode in self.modes:
             if mode not in POOLING_MODES:
                 raise ValueError(f"unknown pooling mode {mode!r}; choose one of {', '.join(POOLING_MODES)}")
+        if any(not isinstance(d, int) or d < 1 for d in self.matryoshka_dims):
+            raise ValueError(f"matryoshka_dims must be positive integers, got {self.matryoshka_dims!r}")
         if self.max_seq_length is not None and self.max_seq_length < 1:
             raise ValueError(f"max_seq_length must be positive, got {self.max_seq_length}")
 
@@ -184,6 +189,10 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
         values["prompts"] = {str(k): str(v) for k, v in (raw.get("prompts") or {}).items()}
         values["default_prompt_name"] = raw.get("default_prompt_name")
         values["similarity_fn_name"] = raw.get("similarity_fn_name") or "cosine"
+        dims = raw.get("matryoshka_dims") or []
+        if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise ValueError(f"{extra}: matryoshka_dims must be a list of integers, got {dims!r}")
+        values["matryoshka_dims"] = tuple(sorted(dims, reverse=True))
     try:
         return SentenceConfig(**values)
     except ValueError as err:
@@ -216,5 +225,6 @@ def sentence_files(config: SentenceConfig, hidden_size: int) -> dict[str, bytes]
     files["sentence_bert_config.json"] = st
     files["config_sentence_transformers.json"] = {
         "prompts": dict(config.prompts), "default_prompt_name": config.default_prompt_name,
-        "similarity_fn_name": config.similarity_fn_name, "model_type": "SentenceTransformer"}
+        "similarity_fn_name": config.similarity_fn_name, "model_type": "SentenceTransformer",
+        **({"matryoshka_dims": list(config.matryoshka_dims)} if config.matryoshka_dims else {})}
     return {path: (json.dumps(value, indent=2) + "\n").encode("utf-8") for path, value in files.items()}

@@ -50,7 +50,7 @@ def test_read_pairs_sts_file_with_min_score(tmp_path):
     family = family_for("embed")(FinetuneConfig(kind="embed", min_score=4.0))
     rows = family.read(path, training=True)
     assert [(r.anchor, r.positive, r.score, r.line) for r in rows] == [("a b", "a c", 4.5, 2), ("h", "i", 4.0, 4)]
-    assert family.stats == {"train_pairs": 2, "hard_negatives": False}
+    assert family.stats == {"train_pairs": 2, "hard_negatives": 0}
     dev = family_for("embed")(FinetuneConfig(kind="embed"))
     dev.read(path, training=False)
     assert dev.main_metric == "spearman"
@@ -162,10 +162,8 @@ def _encoder_and_batch(tiny_tokenizer, dropout: float, negatives: bool = True, s
     model = SentenceEncoder(encoder, SentenceConfig(modes=("mean",)))
     words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
     rng = random.Random(seed)
-    rows = [TextPair(*(" ".join(rng.sample(words, rng.randint(1, 12))) for _ in range(3)), None, i)
-            for i in range(6)]
-    if not negatives:
-        rows = [TextPair(r.anchor, r.positive, None, None, r.line) for r in rows]
+    texts = [[" ".join(rng.sample(words, rng.randint(1, 12))) for _ in range(3)] for _ in range(6)]
+    rows = [TextPair(a, p, (n,) if negatives else (), None, i) for i, (a, p, n) in enumerate(texts)]
     family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16))
     batch = collate(family.features(rows, tiny_tokenizer, training=True), tiny_tokenizer.pad_id)
     return model, batch

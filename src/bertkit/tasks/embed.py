@@ -1,8 +1,9 @@
 """Embedding models: contrastive fine-tuning on text pairs (or triplets), evaluated by STS Spearman or retrieval.
 
-Training files are CSV/TSV/JSONL tables of an anchor, a positive and optionally a hard negative per row. Columns:
-`anchor`, `positive`, `negative` (or `sentence1`, `sentence2` as STS files name them) unless --text-column,
---pair-column, --negative-column say otherwise. A file with a score column (--label-column, else `score` or
+Training files are CSV/TSV/JSONL tables of an anchor, a positive and optionally hard negatives per row. Columns:
+`anchor`, `positive`, `negative` or `negative_1`, `negative_2`, ... (`bertkit mine`'s output; or `sentence1`,
+`sentence2` as STS files name them) unless --text-column, --pair-column, --negative-column (one or several,
+comma-separated) say otherwise. A file with a score column (--label-column, else `score` or
 `label`) keeps only the rows scoring at least --min-score as positive pairs (STS-B: 4.0 of 5); without
 --min-score every row is a positive pair.
 
@@ -43,11 +44,11 @@ from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 @dataclass(frozen=True)
 class TextPair:
-    """One row: two texts, an optional hard negative, an optional score, and its 1-based line."""
+    """One row: two texts, its hard negatives (none or several), an optional score, and its 1-based line."""
 
     anchor: str
     positive: str
-    negative: str | None
+    negatives: tuple[str, ...]
     score: float | None
     line: int
 
@@ -103,12 +104,18 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
         raise DataError.at(path, None, "no rows")
     a = _pick(path, header, anchor, ("anchor", "sentence1", "query", "text"), "anchor")
     p = _pick(path, header, positive, ("positive", "sentence2", "document", "pair"), "positive")
-    n = _pick(path, header, negative, ("negative",), "negative", optional=True)
+    if negative is not None:  # one or several columns, comma-separated
+        negatives = tuple(_pick(path, header, name.strip(), (), "negative") for name in negative.split(","))
+    elif "negative" in header:
+        negatives = ("negative",)
+    else:  # `bertkit mine`'s and sentence-transformers' n-tuple layout: negative_1, negative_2, ...
+        negatives = tuple(itertools.takewhile(lambda name: name in header,
+                                              (f"negative_{k}" for k in itertools.count(1))))
     s = _pick(path, header, score, ("score", "label"), "score", optional=True)
     out = []
     for line, row in rows:
         texts = []
-        for column in (a, p) + ((n,) if n else ()):
+        for column in (a, p) + negatives:
             value = row.get(column)
             if not isinstance(value, str):
                 raise DataError.at(path, line, f"field {column!r} must be a string, got "
@@ -123,7 +130,7 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
                 value = math.nan
             if not math.isfinite(value):
                 raise DataError.at(path, line, f"score {raw!r} is not a number")
-        out.append(TextPair(texts[0], texts[1], texts[2] if n else None, value, line))
+        out.append(TextPair(texts[0], texts[1], tuple(texts[2:]), value, line))
     if not out:
         raise DataError.at(path, None, "no rows")
     return out
@@ -348,17 +355,18 @@ class EmbedFamily(TaskFamily):
                     raise DataError.at(path, None, f"{len(rows)} row(s) score at least {low}; in-batch negatives "
                                                    f"need at least 2 pairs")
             self.stats["train_pairs"] = len(rows)
-            self.stats["hard_negatives"] = rows[0].negative is not None
+            self.stats["hard_negatives"] = len(rows[0].negatives)
         else:
             self.main_metric = "spearman" if rows[0].score is not None else "ndcg_at_10"
         return rows
 
     def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
         length = self.config.seq_length
+        q, d = (p or "" for p in self.prompts().values())  # sentence-transformers: the prompt, then the text
         if training:
-            columns = [[e.anchor for e in examples], [e.positive for e in examples]]
-            if examples[0].negative is not None:
-                columns.append([e.negative for e in examples])
+            columns = [[q + e.anchor for e in examples], [d + e.positive for e in examples]]
+            for k in range(len(examples[0].negatives)):
+                columns.append([d + e.negatives[k] for e in examples])
             encoded = [tokenizer.encode_batch(texts, max_length=length) for texts in columns]
             return [{"input_ids": [enc[i].input_ids for enc in encoded],
                      "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
@@ -368,9 +376,9 @@ class EmbedFamily(TaskFamily):
                     for enc in tokenizer.encode_batch(texts, max_length=length)]
         corpus = list(dict.fromkeys(e.positive for e in examples))  # distinct documents, first-seen order
         features = [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "query"}
-                    for enc in tokenizer.encode_batch([e.anchor for e in examples], max_length=length)]
+                    for enc in tokenizer.encode_batch([q + e.anchor for e in examples], max_length=length)]
         features += [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "document"}
-                     for enc in tokenizer.encode_batch(corpus, max_length=length)]
+                     for enc in tokenizer.encode_batch([d + t for t in corpus], max_length=length)]
         return features
 
     def model_kwargs(self) -> dict[str, Any]:
@@ -379,9 +387,16 @@ class EmbedFamily(TaskFamily):
         if getattr(self.config, "dropout", None) is not None:
             raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
 
-        pooling = getattr(self.config, "pooling", None)
-        return {"modes": pooling_modes(pooling) if pooling else None,
-                "normalize": getattr(self.config, "normalize", None)}
+        c = self.config
+        pooling = getattr(c, "pooling", None)
+        prompts = {name: text for name, text in self.prompts().items() if text is not None}
+        return {"modes": pooling_modes(pooling) if pooling else None, "normalize": getattr(c, "normalize", None),
+                "matryoshka_dims": (c.dims() or None) if hasattr(c, "dims") else None, "prompts": prompts or None}
+
+    def prompts(self) -> dict[str, str | None]:
+        """{"query": --query-prompt, "document": --document-prompt} (None where not given)."""
+        return {"query": getattr(self.config, "query_prompt", None),
+                "document": getattr(self.config, "document_prompt", None)}
 
     def objective(self):
         c = self.config
