@@ -436,6 +436,24 @@ def cmd_similarity(args: argparse.Namespace) -> None:
         print(f"layer {layer['layer']}: cosine {', '.join(pairs)}{same}")
 
 
+def _features_prompt(args: argparse.Namespace) -> str:
+    """The text put before each line: --query-prompt or --document-prompt, or the directory's prompt named by
+    --prompt-name (sentence-transformers' `encode(prompt_name=...)`)."""
+    from bertkit.sentence import read_sentence_config
+
+    given = [x for x in (args.query_prompt, args.document_prompt, args.prompt_name) if x is not None]
+    if len(given) > 1:
+        raise ValueError("give one of --query-prompt, --document-prompt and --prompt-name")
+    if args.prompt_name is None:
+        return given[0] if given else ""
+    sentence = read_sentence_config(args.model)
+    prompts = sentence.prompts if sentence is not None else {}
+    if args.prompt_name not in prompts:
+        raise ValueError(f"--prompt-name {args.prompt_name!r}: {args.model} has "
+                         f"{', '.join(sorted(prompts)) or 'no prompts'} (config_sentence_transformers.json)")
+    return prompts[args.prompt_name]
+
+
 def cmd_features(args: argparse.Namespace) -> None:
     from bertkit.features import extract_features, write_features
     from bertkit.io import lock_directory
@@ -457,11 +475,17 @@ def cmd_features(args: argparse.Namespace) -> None:
 
         with lock_directory(out.parent, name=f".{out.name}.lock"):
             vectors = encode_sentences(args.model, texts, None if pooling == "directory" else pooling,
-                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length)
-            written = write_embeddings(out, vectors, pooling)
+                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                                       prompt=_features_prompt(args), dimensions=args.dimensions,
+                                       window=args.window, stride=args.stride, per_window=args.per_window)
+            windows = vectors[1:] if args.per_window else None
+            vectors = vectors[0] if args.per_window else vectors
+            written = write_embeddings(out, vectors, pooling, windows)
         print(json.dumps({"lines": len(texts), "embedding_shape": list(vectors.shape), "pooling": pooling,
                           "files": [str(p) for p in written]}))
         return
+    if args.window is not None or args.dimensions is not None or _features_prompt(args):
+        raise ValueError("--window, --dimensions and the prompts are for sentence vectors: add --pooling")
     # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
     tokenizer = load_tokenizer(args.model)
     with lock_directory(out.parent, name=f".{out.name}.lock"):
@@ -1071,6 +1095,18 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=["auto", "none", "cls", "mean", "max", "last", "weighted-mean", "mean-sqrt-len"],
                       help="one vector per line (N, D) pooled so; auto (default): a sentence-transformers "
                            "directory's own pooling (Dense, Normalize), per-token features otherwise; none: per-token")
+    feat.add_argument("--query-prompt", help="sentence vectors: text put before each line (the lines are queries)")
+    feat.add_argument("--document-prompt", help="sentence vectors: text put before each line (documents)")
+    feat.add_argument("--prompt-name", help="sentence vectors: put the directory's prompt of this name (query, "
+                                            "document) before each line")
+    feat.add_argument("--dimensions", type=int, help="sentence vectors: keep the first N components, renormalised "
+                                                     "when the model normalises (Matryoshka models)")
+    feat.add_argument("--window", type=int, help="sentence vectors of long lines: overlapping windows of N tokens "
+                                                 "(special tokens included), pooled into one vector (the windows' "
+                                                 "mean weighted by their tokens)")
+    feat.add_argument("--stride", type=int, help="--window: text tokens between window starts (default: half)")
+    feat.add_argument("--per-window", action="store_true",
+                      help="--window: one vector per window, with its line (text) and character span (chars)")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",

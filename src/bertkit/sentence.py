@@ -21,7 +21,11 @@ legacy spelling every reader understands (sentence-transformers 2.x to 6.x and t
 has no sentence configuration: the caller chooses (sentence-transformers itself guesses mean pooling, without
 normalisation).
 
-Floor: beside checkpoint.py (json only, no torch): the pooling itself is `bertkit.models.pooling`.
+Long inputs (`window_spans`, `combine_windows`): a text longer than the model's length is cut into overlapping
+windows of pieces, each framed by the special tokens and encoded as its own row; its vector is the mean of the
+windows' vectors weighted by their pieces (renormalised when the model normalises), or one vector per window.
+
+Floor: beside checkpoint.py (json and numpy, no torch): the pooling itself is `bertkit.models.pooling`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 MODULES_FILE = "modules.json"
 # sentence-transformers' pooling modes, in the order it concatenates several of them.
@@ -228,3 +234,30 @@ def sentence_files(config: SentenceConfig, hidden_size: int) -> dict[str, bytes]
         "similarity_fn_name": config.similarity_fn_name, "model_type": "SentenceTransformer",
         **({"matryoshka_dims": list(config.matryoshka_dims)} if config.matryoshka_dims else {})}
     return {path: (json.dumps(value, indent=2) + "\n").encode("utf-8") for path, value in files.items()}
+
+
+def window_spans(n: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """[start, end) piece ranges covering a text of `n` pieces with windows of at most `size` pieces whose starts
+    are `stride` apart; the last window ends at n (it starts where the one before it plus stride, so the windows
+    overlap by size - stride, and the last may be shorter). A text of at most `size` pieces is one window (0, n);
+    an empty text one empty window."""
+    if size < 1 or not 1 <= stride <= size:
+        raise ValueError(f"window {size} and stride {stride}: need 1 <= stride <= window")
+    spans = [(0, min(n, size))]
+    while spans[-1][1] < n:
+        start = spans[-1][0] + stride
+        spans.append((start, min(n, start + size)))
+    return spans
+
+
+def combine_windows(vectors: np.ndarray, weights, normalize: bool) -> np.ndarray:
+    """One vector (D,) float32 from the windows' vectors (W, D): their mean weighted by `weights` (W,) (the
+    windows' pieces), L2-normalised when `normalize`. One window gives its vector unchanged."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if len(vectors) == 1:
+        return vectors[0]
+    w = np.asarray(weights, dtype=np.float64)
+    x = (vectors.astype(np.float64) * w[:, None]).sum(0) / max(float(w.sum()), 1e-12)
+    if normalize:
+        x = x / max(float(np.linalg.norm(x)), 1e-12)
+    return x.astype(np.float32)
