@@ -226,7 +226,7 @@ def truncate_dimensions(vectors: np.ndarray, dimensions: int | None, normalize: 
 def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling: str | None = None,
                      normalize: bool | None = None, batch_size: int = 32, max_seq_length: int | None = None,
                      device: str = "cpu", prompt: str = "", dimensions: int | None = None, window: int | None = None,
-                     stride: int | None = None, per_window: bool = False):
+                     stride: int | None = None, per_window: bool = False, dtype: torch.dtype = torch.float32):
     """One vector per text, (N, D) float32, as sentence-transformers' `encode` gives it for the directory: its own
     pooling, Dense layers and normalisation (`bertkit.models.pooling.SentenceEncoder`), or `pooling` ("cls",
     "mean", "max", "last", "weighted-mean", "mean-sqrt-len") and `normalize` instead. Texts are cut to
@@ -236,7 +236,8 @@ def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling
     when the model normalises (`truncate_dimensions`). window, stride: long texts as overlapping windows of
     `window` tokens (`windowed_encodings`, stride default half the window's text), all encoded in the same
     batches; a text's vector is the windows' mean weighted by their pieces (`bertkit.sentence.combine_windows`),
-    or, with per_window, the result is (vectors (W, D), owner (W,) text index, chars (W, 2) character spans)."""
+    or, with per_window, the result is (vectors (W, D), owner (W,) text index, chars (W, 2) character spans).
+    dtype: the model's weights (bf16 / fp16 on a GPU); the vectors come back as float32."""
     from bertkit.models.pooling import SentenceEncoder
     from bertkit.sentence import combine_windows, pooling_modes
     from bertkit.tokenizers import load_tokenizer
@@ -244,7 +245,7 @@ def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model = SentenceEncoder.from_pretrained(model_dir, modes=pooling_modes(pooling) if pooling else None,
-                                            normalize=normalize).to(device).eval()
+                                            normalize=normalize).to(device=device, dtype=dtype).eval()
     tokenizer = load_tokenizer(model_dir)
     limit = getattr(model.config, "max_length", 512)
     if window is None:

@@ -17,6 +17,7 @@ tasks are the same family with fixed labels and GLUE's metrics (`bertkit.tasks.g
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import warnings
@@ -175,6 +176,30 @@ def _guess_format(path: str | os.PathLike[str]) -> str:
     if suffix not in formats:
         raise ValueError(f"cannot tell the format of {os.fspath(path)!r} from its suffix; pass format=")
     return formats[suffix]
+
+
+def records(path: str | os.PathLike) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """(column names, rows as {name: value}) of a CSV/TSV (header row; TSV unquoted, as GLUE) or JSONL file; the
+    column names of a JSONL file are its first record's keys. DataError for a row of the wrong width."""
+    fmt = _guess_format(path)
+    if fmt == "jsonl":
+        rows = _jsonl_rows(path)
+        first = next(rows, None)
+        if first is None:
+            return [], iter(())
+        return list(first[1]), itertools.chain([first], rows)
+    rows = delimited_rows(path, *((",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)))
+    first = next(rows, None)
+    if first is None:
+        return [], iter(())
+    header = [h.strip() for h in first[1]]
+
+    def as_dicts() -> Iterator[tuple[int, dict]]:
+        for line, fields in rows:
+            if len(fields) != len(header):
+                raise DataError.at(path, line, f"expected {len(header)} fields, found {len(fields)}")
+            yield line, dict(zip(header, fields))
+    return header, as_dicts()
 
 
 def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str | None = None,

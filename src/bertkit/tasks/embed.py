@@ -28,17 +28,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, register
-from bertkit.tasks.classify import _guess_format, _jsonl_rows, delimited_rows
+from bertkit.tasks.classify import records
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
@@ -51,32 +50,6 @@ class TextPair:
     negatives: tuple[str, ...]
     score: float | None
     line: int
-
-
-def records(path: str | os.PathLike) -> tuple[list[str], Iterator[tuple[int, dict]]]:
-    """(column names, rows as {name: value}) of a CSV/TSV (header row; TSV unquoted, as GLUE) or JSONL file; the
-    column names of a JSONL file are its first record's keys. DataError for a row of the wrong width."""
-    import csv
-
-    fmt = _guess_format(path)
-    if fmt == "jsonl":
-        rows = _jsonl_rows(path)
-        first = next(rows, None)
-        if first is None:
-            return [], iter(())
-        return list(first[1]), itertools.chain([first], rows)
-    rows = delimited_rows(path, *((",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)))
-    first = next(rows, None)
-    if first is None:
-        return [], iter(())
-    header = [h.strip() for h in first[1]]
-
-    def as_dicts() -> Iterator[tuple[int, dict]]:
-        for line, fields in rows:
-            if len(fields) != len(header):
-                raise DataError.at(path, line, f"expected {len(header)} fields, found {len(fields)}")
-            yield line, dict(zip(header, fields))
-    return header, as_dicts()
 
 
 def _pick(path, header: list[str], given: str | None, defaults: tuple[str, ...], what: str,
