@@ -11,9 +11,9 @@ import torch
 
 from bertkit import BertConfig, BertModel, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.features import encode_sentences, truncate_dimensions, windowed_encodings
+from bertkit.features import encode_sentences, truncate_dimensions
 from bertkit.models.pooling import SentenceEncoder
-from bertkit.sentence import SentenceConfig, combine_windows, read_sentence_config, window_spans
+from bertkit.sentence import SentenceConfig, combine_windows, read_sentence_config, window_spans, windowed_encodings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

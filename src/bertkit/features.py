@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,59 +155,6 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
     return [path, lengths_path, tokens_path]
 
 
-@dataclass(frozen=True)
-class Windows:
-    """Every text's windows as rows to encode: `encoded[k]` belongs to text `owner[k]`, covers characters
-    `chars[k]` = (start, end) of that text (its prompt left out) and holds `pieces[k]` of its pieces."""
-
-    encoded: list
-    owner: list[int]
-    chars: list[tuple[int, int]]
-    pieces: list[int]
-
-
-def windowed_encodings(tokenizer, texts: Sequence[str], window: int, stride: int, prompt: str = "") -> Windows:
-    """Each text (after `prompt`) as overlapping windows of at most `window` tokens, special tokens included, whose
-    starts are `stride` pieces apart (`bertkit.sentence.window_spans`). A text that fits in one window is encoded
-    exactly as `tokenizer.encode(prompt + text)`; a longer one repeats the prompt's pieces at the head of every
-    window."""
-    from bertkit.sentence import window_spans
-
-    specials = tokenizer.num_special_tokens()
-    head = tokenizer.encode_raw([prompt])[0].ids if prompt else []
-    room = window - specials - len(head)
-    if room < 1:
-        raise ValueError(f"--window {window} leaves no room for text: the special tokens and the prompt take "
-                         f"{specials + len(head)}")
-    if not 1 <= stride <= room:
-        raise ValueError(f"--stride {stride} must be between 1 and the window's text pieces ({room})")
-    raw = tokenizer.encode_raw(list(texts))
-    whole = tokenizer.encode_batch([prompt + t for t in texts], max_length=None)
-    out = Windows([], [], [], [])
-    for i, (text, pieces, enc) in enumerate(zip(texts, raw, whole)):
-        if len(enc) <= window:  # one window: today's encoding, unchanged
-            out.encoded.append(enc), out.owner.append(i), out.chars.append((0, len(text)))
-            out.pieces.append(len(pieces.ids))
-            continue
-        for start, end in window_spans(len(pieces.ids), room, stride):
-            ids, types = tokenizer.build_inputs(head + list(pieces.ids[start:end]))
-            out.encoded.append(_Row(ids, types)), out.owner.append(i)
-            out.chars.append((pieces.offsets[start][0], pieces.offsets[end - 1][1]))
-            out.pieces.append(end - start)
-    return out
-
-
-@dataclass
-class _Row:
-    """A window's tokens, as much of an `Encoding` as `length_sorted_batches` reads."""
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
 def truncate_dimensions(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
     """The first `dimensions` components of (N, D) vectors, each made a unit vector again when `normalize`
     (Matryoshka models: a prefix the model was trained to keep); unchanged for None."""
@@ -239,7 +185,7 @@ def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling
     or, with per_window, the result is (vectors (W, D), owner (W,) text index, chars (W, 2) character spans).
     dtype: the model's weights (bf16 / fp16 on a GPU); the vectors come back as float32."""
     from bertkit.models.pooling import SentenceEncoder
-    from bertkit.sentence import combine_windows, pooling_modes
+    from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
     from bertkit.tokenizers import load_tokenizer
 
     if batch_size < 1:
