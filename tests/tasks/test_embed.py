@@ -267,3 +267,41 @@ def test_cached_matryoshka_has_the_uncached_gradients(tiny_tokenizer):
     _, cached = _grads(model, MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims, mini_batch_size=2), batch)
     for name in plain:
         torch.testing.assert_close(cached[name], plain[name], rtol=0, atol=1e-12, msg=name)
+
+
+def test_finetune_embed_cached_matryoshka_prompts_and_mined_negatives(tmp_path, tiny_tokenizer, one_thread):
+    """One short run with every new option: the loss is finite and logged, the directory records the prompts and
+    the dims, and sentence-transformers encodes with its prompts as bertkit does."""
+    from conftest import tiny_config
+
+    from bertkit.features import encode_sentences
+    from bertkit.finetune import finetune
+    from bertkit.models import BertModel
+    from bertkit.sentence import read_sentence_config
+
+    torch.manual_seed(0)
+    BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)).save_pretrained(tmp_path / "base", tiny_tokenizer)
+    rng = random.Random(0)
+    words = "fox dog box jugs step miles journey shells sea shore numbers words pieces".split()
+    rows = [[" ".join(rng.sample(words, 3)) for _ in range(4)] for _ in range(24)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(dict(zip(
+        ("anchor", "positive", "negative_1", "negative_2"), r))) + "\n" for r in rows))
+    _pairs_file(tmp_path / "dev.tsv", rng, 8)
+    config = FinetuneConfig(kind="embed", epochs=1, batch_size=8, learning_rate=1e-3, max_seq_length=16,
+                            log_every=1, progress=False, device="cpu", normalize=True, mini_batch_size=3,
+                            matryoshka_dims="32,16,8", query_prompt="query: ", document_prompt="passage: ")
+    finetune("embed", tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "dev.tsv", tmp_path / "run", config)
+    losses = [json.loads(line)["mnrl_loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if "mnrl_loss" in line]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    model = tmp_path / "run" / "model"
+    sentence = read_sentence_config(model)
+    assert sentence.matryoshka_dims == (32, 16, 8)
+    assert sentence.prompts == {"query": "query: ", "document": "passage: "}
+    st = pytest.importorskip("sentence_transformers")
+    theirs = st.SentenceTransformer(str(model), device="cpu")
+    assert theirs.prompts == {"query": "query: ", "document": "passage: "}
+    texts = ["fox dog box", "sea shore"]
+    for name in ("query", "document"):
+        np.testing.assert_allclose(encode_sentences(model, texts, prompt=sentence.prompts[name]),
+                                   theirs.encode(texts, prompt_name=name), atol=1e-6)
