@@ -59,7 +59,7 @@ class MineConfig:
                                      "+ 10 x num_negatives with a margin or max score)")
     margin: float | None = _f(None, "drop candidates scoring above the positive's cosine minus this")
     relative_margin: float | None = _f(None, "drop candidates scoring above the positive's cosine minus "
-                                             "|that cosine| x this (0.05: 5%% below)")
+                                             "|that cosine| x this (e.g. 0.05)")
     max_score: float | None = _f(None, "drop candidates whose cosine to the query is above this")
     sampling: str = _f("top", "top (the window's best) or random (drawn from the window)")
     seed: int = _f(0, "--sampling random: the seed of the draws")
