@@ -725,7 +725,8 @@ def add_mine_parser(verbs) -> None:
                                         "written as anchor, positive, negative_1 ... negative_k in the format of "
                                         "--out's suffix (.tsv, .csv, .jsonl) for `finetune embed` and `finetune "
                                         "rerank`.")
-    mine.add_argument("--model", required=True, help="embedding model directory (its pooling and prompts)")
+    mine.add_argument("--model", required=True, help="embedding model directory (its pooling and prompts), or the "
+                                                     "URL of a running `bertkit serve` (http://host:port)")
     mine.add_argument("--pairs", required=True, help="(query, positive) pairs: any table `finetune embed` reads")
     mine.add_argument("--corpus", help="corpus: a .txt file (one text a line) or a table (default: the positives)")
     mine.add_argument("--out", required=True, help="the table to write: .tsv, .csv or .jsonl")

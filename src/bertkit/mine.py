@@ -224,13 +224,42 @@ def _device_and_dtype(config: MineConfig) -> tuple[str, torch.dtype]:
     return device, {"fp16": torch.float16, "bf16": torch.bfloat16}[config.precision]
 
 
+def encode_remote(url: str, texts: Sequence[str], input_type: str | None, batch_size: int) -> np.ndarray:
+    """(N, D) float32 vectors of `texts` from a running `bertkit serve` (or any OpenAI-style /v1/embeddings) at
+    `url`, `batch_size` texts a request, base64-encoded; `input_type` asks the server for its prompt."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    out = []
+    for start in range(0, len(texts), batch_size):
+        body = {"input": list(texts[start:start + batch_size]), "encoding_format": "base64"}
+        if input_type is not None:
+            body["input_type"] = input_type
+        request = urllib.request.Request(url.rstrip("/") + "/v1/embeddings", data=json.dumps(body).encode("utf-8"),
+                                         headers={"Content-Type": "application/json", **(
+                                             {"Authorization": f"Bearer {os.environ['BERTKIT_API_KEY']}"}
+                                             if os.environ.get("BERTKIT_API_KEY") else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                data = json.loads(response.read())["data"]
+        except urllib.error.HTTPError as err:
+            raise ValueError(f"{url}/v1/embeddings answered {err.code}: {err.read()[:300]!r}") from None
+        except urllib.error.URLError as err:
+            raise ValueError(f"{url}: no server answers ({err.reason})") from None
+        out.extend(np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data)
+    return np.stack(out).astype(np.float32)
+
+
 def mine_hard_negatives(model_dir: str | os.PathLike, pairs_path: str | os.PathLike, out: str | os.PathLike,
                         corpus_path: str | os.PathLike | None = None, config: MineConfig = MineConfig(),
                         anchor_column: str | None = None, positive_column: str | None = None,
                         corpus_column: str | None = None) -> dict[str, Any]:
     """Mine `config.num_negatives` negatives for every pair of `pairs_path` (any table `finetune embed` reads)
     from `corpus_path` (a .txt file or a table; None: the pairs' positives) with the embedding model in
-    `model_dir`, and write them to `out` (see the module docstring). Returns counts for the report."""
+    `model_dir` (or served at that http(s) URL by `bertkit serve`: its own prompts through `input_type` unless
+    the config gives prompts), and write them to `out` (see the module docstring). Returns counts for the
+    report."""
     pairs = read_pairs(pairs_path, anchor_column, positive_column)
     corpus = list(dict.fromkeys((read_corpus(corpus_path, corpus_column) if corpus_path else [])
                                 + [p.positive for p in pairs]))
@@ -241,19 +270,25 @@ def mine_hard_negatives(model_dir: str | os.PathLike, pairs_path: str | os.PathL
     for p in pairs:
         if where[p.positive] not in positives[qwhere[p.anchor]]:
             positives[qwhere[p.anchor]].append(where[p.positive])
-    sentence = read_sentence_config(model_dir)
+    remote = str(model_dir).startswith(("http://", "https://"))
+    sentence = None if remote else read_sentence_config(model_dir)
     prompts = sentence.prompts if sentence is not None else {}
     qp = config.query_prompt if config.query_prompt is not None else prompts.get("query", "")
     dp = config.document_prompt if config.document_prompt is not None else prompts.get("document", "")
     device, dtype = _device_and_dtype(config)
 
-    def encode(texts: list[str], prompt: str) -> torch.Tensor:
-        vectors = encode_sentences(model_dir, texts, batch_size=config.batch_size, prompt=prompt,
-                                   max_seq_length=config.max_seq_length, device=device, dtype=dtype)
+    def encode(texts: list[str], prompt: str, kind: str, given: str | None) -> torch.Tensor:
+        if remote:  # the server puts its prompt first unless one is given here
+            vectors = encode_remote(str(model_dir), [(given or "") + t for t in texts],
+                                    None if given is not None else kind, config.batch_size)
+        else:
+            vectors = encode_sentences(model_dir, texts, batch_size=config.batch_size, prompt=prompt,
+                                       max_seq_length=config.max_seq_length, device=device, dtype=dtype)
         x = torch.from_numpy(vectors).to(device)
         return torch.nn.functional.normalize(x, dim=-1).to(dtype)  # cosine
 
-    q, c = encode(queries, qp), encode(corpus, dp)
+    q = encode(queries, qp, "query", config.query_prompt)
+    c = encode(corpus, dp, "document", config.document_prompt)
     most = max(len(p) for p in positives)
     k = min(config.window_end + most, len(corpus))
     scores, indices = top_k_blockwise(q, c, k, config.block)
