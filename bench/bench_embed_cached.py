@@ -165,6 +165,9 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
+    import torch
+
+    torch.set_num_threads(args.threads)  # what the workers run with, as machine() reports it
     out: dict = {"batch": args.batch, "mini_batch": args.mini, "steps": args.steps, "rounds": args.rounds,
                  "threads": args.threads, "device": args.device, "load_before": os.getloadavg(),
                  "machine": machine(),
