@@ -160,6 +160,8 @@ def test_mine_cli_and_finetune_embed_reads_the_negatives(encoder_dir, tmp_path, 
     assert len(rows) == 10 and all(len(r.negatives) == 2 for r in rows)
     one = read_pairs(out, negative="negative_2")
     assert [r.negatives for r in one] == [(r.negatives[1],) for r in rows]
+    both = read_pairs(out, negative="negative_2,negative_1")
+    assert [r.negatives for r in both] == [r.negatives[::-1] for r in rows]
     assert main(["mine", "--model", str(encoder_dir / "model"), "--pairs", str(encoder_dir / "pairs.csv"),
                  "--out", str(tmp_path / "x.tsv"), "--range-min", "5", "--range-max", "6"]) != 0
     assert "leaves fewer than num_negatives" in capsys.readouterr().err
