@@ -116,6 +116,9 @@ class FinetuneConfig:
                                            "the batch's longest text), the same gradients")
     matryoshka_dims: str | None = _f(None, "embed: train these prefixes of the vector too, comma-separated "
                                            "(Matryoshka: 384,256,128,64); saved in the model directory")
+    window: int | None = _f(None, "embed: dev texts longer than this many tokens are pooled from overlapping "
+                                  "windows (as `features --window`); training texts are cut at max_seq_length")
+    stride: int | None = _f(None, "embed: --window's text tokens between window starts (default: half)")
     query_prompt: str | None = _f(None, "embed: text put before every query (anchor), saved as the directory's "
                                         "`query` prompt")
     document_prompt: str | None = _f(None, "embed: text put before every document (positive, negative), saved as "
@@ -190,6 +193,12 @@ class FinetuneConfig:
             raise ValueError(f"mini_batch_size must be an integer of at least 1, got {self.mini_batch_size!r}")
         if self.matryoshka_dims is not None:
             self.dims()  # raises naming the option
+        if self.stride is not None and self.window is None:
+            raise ValueError("stride goes with window (--window N --stride S)")
+        for name in ("window", "stride"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if self.pooling is not None:
             from bertkit.sentence import pooling_modes
 

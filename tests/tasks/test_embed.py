@@ -305,3 +305,38 @@ def test_finetune_embed_cached_matryoshka_prompts_and_mined_negatives(tmp_path, 
     for name in ("query", "document"):
         np.testing.assert_allclose(encode_sentences(model, texts, prompt=sentence.prompts[name]),
                                    theirs.encode(texts, prompt_name=name), atol=1e-6)
+
+
+def test_dev_retrieval_with_windows_equals_features_window(tmp_path, tiny_tokenizer, one_thread):
+    """--window on the dev set: each long document is pooled from its windows exactly as `features --window`
+    pools it, and the retrieval metrics are those of those vectors; a short text keeps its one row."""
+    from conftest import tiny_config
+
+    from bertkit.features import encode_sentences
+    from bertkit.models import BertModel
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import SentenceConfig
+    from bertkit.taskrun import forward_all
+
+    torch.manual_seed(0)
+    model = SentenceEncoder(BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)),
+                            SentenceConfig(("mean",), normalize=True)).eval()
+    model.save_pretrained(tmp_path / "m", tiny_tokenizer)
+    words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
+    rng = random.Random(1)
+    docs = [" ".join(rng.choices(words, k=rng.choice([5, 40]))) for _ in range(6)]
+    path = tmp_path / "dev.jsonl"
+    path.write_text("".join(json.dumps({"anchor": " ".join(rng.sample(words, 3)), "positive": d}) + "\n"
+                            for d in docs))
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16, window=16, stride=6,
+                                                query_prompt="q: "))
+    examples = family.read(path, training=False)
+    features = family.features(examples, tiny_tokenizer, training=False)
+    assert len(features) > 12 and {f["role"] for f in features} == {"query", "document"}
+    metrics, top = family.evaluate(examples, features, forward_all(model, features, tiny_tokenizer.pad_id, 4))
+    queries = encode_sentences(tmp_path / "m", [e.anchor for e in examples], prompt="q: ", window=16, stride=6)
+    corpus = encode_sentences(tmp_path / "m", docs, window=16, stride=6)
+    expected, expected_top = retrieval_metrics(queries, corpus, [{i} for i in range(len(docs))])
+    assert top.tolist() == expected_top.tolist()
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, abs=1e-12)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.sentence import combine_windows, windowed_encodings
 from bertkit.tasks.base import TaskFamily, register
 from bertkit.tasks.classify import records
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
@@ -344,15 +345,35 @@ class EmbedFamily(TaskFamily):
             return [{"input_ids": [enc[i].input_ids for enc in encoded],
                      "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
         if examples[0].score is not None:  # STS: both sentences of every pair, in turn
-            texts = [t for e in examples for t in (e.anchor, e.positive)]
-            return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "sts"}
-                    for enc in tokenizer.encode_batch(texts, max_length=length)]
+            return self._eval_rows(tokenizer, [t for e in examples for t in (e.anchor, e.positive)], "", "sts")
         corpus = list(dict.fromkeys(e.positive for e in examples))  # distinct documents, first-seen order
-        features = [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "query"}
-                    for enc in tokenizer.encode_batch([q + e.anchor for e in examples], max_length=length)]
-        features += [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "document"}
-                     for enc in tokenizer.encode_batch([d + t for t in corpus], max_length=length)]
-        return features
+        return (self._eval_rows(tokenizer, [e.anchor for e in examples], q, "query")
+                + self._eval_rows(tokenizer, corpus, d, "document"))
+
+    def _eval_rows(self, tokenizer, texts: list[str], prompt: str, role: str) -> list[dict[str, Any]]:
+        """The dev features of `texts` (with `prompt` first): one per text cut at the sequence length, or with
+        --window one per window, each naming its text (`owner`) and its pieces (`bertkit.sentence`'s windows)."""
+        window = getattr(self.config, "window", None)
+        if not window:
+            return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": role}
+                    for enc in tokenizer.encode_batch([prompt + t for t in texts], max_length=self.config.seq_length)]
+        room = window - tokenizer.num_special_tokens()
+        rows = windowed_encodings(tokenizer, texts, window, self.config.stride or max(room // 2, 1), prompt)
+        return [{"input_ids": list(r.input_ids), "token_type_ids": list(r.token_type_ids), "role": role,
+                 "owner": owner, "pieces": pieces} for r, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces)]
+
+    @staticmethod
+    def _text_vectors(features, logits) -> np.ndarray:
+        """One vector per dev text: the rows themselves, or each text's windows pooled (`combine_windows`; the
+        cosine that follows makes normalising them moot)."""
+        vectors = np.stack(logits)
+        if not features or "owner" not in features[0]:
+            return vectors
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, f in enumerate(features):
+            groups.setdefault((f["role"], f["owner"]), []).append(i)
+        return np.stack([combine_windows(vectors[rows], [features[i]["pieces"] for i in rows], False)
+                         for rows in groups.values()])
 
     def model_kwargs(self) -> dict[str, Any]:
         from bertkit.sentence import pooling_modes
@@ -380,7 +401,7 @@ class EmbedFamily(TaskFamily):
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
         from bertkit.tasks.metrics import pearson, spearman
 
-        vectors = np.stack(logits)
+        vectors = self._text_vectors(features, logits)
         if features and features[0].get("role") == "sts":
             cos = cosine_rows(vectors[0::2], vectors[1::2])
             gold = [e.score for e in examples]
