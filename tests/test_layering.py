@@ -1,7 +1,8 @@
 """The import floors of DESIGN.md, checked on the source with `ast` (nothing of bertkit is imported here).
 
 Floors, bottom up: config, io, errors -> tokenizers/, checkpoint -> models/, data/ -> trainer, objectives,
-tasks/ -> taskrun, features, card -> pretrain, finetune, distill, inference, serve/, export -> pipeline, plots -> cli.
+tasks/ -> taskrun, features, card -> pretrain, finetune, distill, inference, mine, serve/, export -> pipeline, plots
+-> cli.
 An import only points down or sideways (same floor). Module-level imports are what runs when a module is
 imported; function-level ones run later, but they still say which module leans on which, so both rules (floors
 and cycles) count imports at every level. (`bertkit.models`' facade names its submodules' classes and imports them
@@ -26,7 +27,7 @@ FLOORS: dict[str, int] = {
     "models": 2, "data": 2, "": 2,
     "trainer": 3, "objectives": 3, "tasks": 3,
     "taskrun": 4, "features": 4, "card": 4,
-    "pretrain": 5, "finetune": 5, "distill": 5, "inference": 5, "serve": 5, "export": 5,
+    "pretrain": 5, "finetune": 5, "distill": 5, "inference": 5, "serve": 5, "export": 5, "mine": 5,
     "pipeline": 6, "plots": 6, "report": 6, "analyze": 6,
     "cli": 7,
 }

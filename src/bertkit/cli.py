@@ -458,6 +458,24 @@ def add_words_option(parser) -> None:
                              "(bertkit's own ELMo directories' default)")
 
 
+def _features_prompt(args: argparse.Namespace) -> str:
+    """The text put before each line: --query-prompt or --document-prompt, or the directory's prompt named by
+    --prompt-name (sentence-transformers' `encode(prompt_name=...)`)."""
+    from bertkit.sentence import read_sentence_config
+
+    given = [x for x in (args.query_prompt, args.document_prompt, args.prompt_name) if x is not None]
+    if len(given) > 1:
+        raise ValueError("give one of --query-prompt, --document-prompt and --prompt-name")
+    if args.prompt_name is None:
+        return given[0] if given else ""
+    sentence = read_sentence_config(args.model)
+    prompts = sentence.prompts if sentence is not None else {}
+    if args.prompt_name not in prompts:
+        raise ValueError(f"--prompt-name {args.prompt_name!r}: {args.model} has "
+                         f"{', '.join(sorted(prompts)) or 'no prompts'} (config_sentence_transformers.json)")
+    return prompts[args.prompt_name]
+
+
 def cmd_features(args: argparse.Namespace) -> None:
     from bertkit.data.readers import column_texts, is_table_input
     from bertkit.features import extract_features, write_features
@@ -483,11 +501,17 @@ def cmd_features(args: argparse.Namespace) -> None:
 
         with lock_directory(out.parent, name=f".{out.name}.lock"):
             vectors = encode_sentences(args.model, texts, None if pooling == "directory" else pooling,
-                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length)
-            written = write_embeddings(out, vectors, pooling)
+                                       batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                                       prompt=_features_prompt(args), dimensions=args.dimensions,
+                                       window=args.window, stride=args.stride, per_window=args.per_window)
+            windows = vectors[1:] if args.per_window else None
+            vectors = vectors[0] if args.per_window else vectors
+            written = write_embeddings(out, vectors, pooling, windows)
         print(json.dumps({"lines": len(texts), "embedding_shape": list(vectors.shape), "pooling": pooling,
                           "files": [str(p) for p in written]}))
         return
+    if args.window is not None or args.dimensions is not None or _features_prompt(args):
+        raise ValueError("--window, --dimensions and the prompts are for sentence vectors: add --pooling")
     # One writer per output (a .npy output is three files): a second `features --out SAME` fails at once.
     tokenizer = load_tokenizer(args.model)
     with lock_directory(out.parent, name=f".{out.name}.lock"):
@@ -729,6 +753,41 @@ def _add_distill_options(parser: argparse.ArgumentParser) -> None:
 
     _add_config_options(parser.add_argument_group("distillation settings (DistillConfig)"), config_fields(),
                         metavars={"student_layers_from_teacher": "LIST"})
+
+
+def cmd_mine(args: argparse.Namespace) -> None:
+    from bertkit.io import lock_directory
+    from bertkit.mine import MineConfig, config_fields, mine_hard_negatives
+
+    config = MineConfig(**_given(args, config_fields()))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with lock_directory(out.parent, name=f".{out.name}.lock"):
+        report = mine_hard_negatives(args.model, args.pairs, out, args.corpus, config, args.anchor_column,
+                                     args.positive_column, args.corpus_column)
+    print(json.dumps(report))
+
+
+def add_mine_parser(verbs) -> None:
+    from bertkit.mine import config_fields
+
+    mine = verbs.add_parser("mine", help="hard negatives for (query, positive) pairs from a corpus",
+                            description="For each (query, positive) pair, the corpus texts the embedding model ranks "
+                                        "closest to the query, outside a rank window and a margin below the "
+                                        "positive's score (sentence-transformers' mine_hard_negatives rules), "
+                                        "written as anchor, positive, negative_1 ... negative_k in the format of "
+                                        "--out's suffix (.tsv, .csv, .jsonl) for `finetune embed` and `finetune "
+                                        "rerank`.")
+    mine.add_argument("--model", required=True, help="embedding model directory (its pooling and prompts), or the "
+                                                     "URL of a running `bertkit serve` (http://host:port)")
+    mine.add_argument("--pairs", required=True, help="(query, positive) pairs: any table `finetune embed` reads")
+    mine.add_argument("--corpus", help="corpus: a .txt file (one text a line) or a table (default: the positives)")
+    mine.add_argument("--out", required=True, help="the table to write: .tsv, .csv or .jsonl")
+    mine.add_argument("--anchor-column", help="the pairs' query column (default anchor, sentence1, query, text)")
+    mine.add_argument("--positive-column", help="the pairs' positive column (default positive, sentence2, document)")
+    mine.add_argument("--corpus-column", help="a corpus table's column (default text, document, positive, ...)")
+    _add_config_options(mine.add_argument_group("mining (MineConfig)"), config_fields())
+    mine.set_defaults(func=cmd_mine)
 
 
 def add_distill_parser(verbs) -> None:
@@ -1152,6 +1211,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ELMo: read the lines as one stream, --batch-size lines at a time in file order, each "
                            "LSTM state carried from a batch's row to the next batch's same row (bilm-tf's and "
                            "AllenNLP's way); default: every batch from zeros")
+    feat.add_argument("--query-prompt", help="sentence vectors: text put before each line (the lines are queries)")
+    feat.add_argument("--document-prompt", help="sentence vectors: text put before each line (documents)")
+    feat.add_argument("--prompt-name", help="sentence vectors: put the directory's prompt of this name (query, "
+                                            "document) before each line")
+    feat.add_argument("--dimensions", type=int, help="sentence vectors: keep the first N components, renormalised "
+                                                     "when the model normalises (Matryoshka models)")
+    feat.add_argument("--window", type=int, help="sentence vectors of long lines: overlapping windows of N tokens "
+                                                 "(special tokens included), pooled into one vector (the windows' "
+                                                 "mean weighted by their tokens)")
+    feat.add_argument("--stride", type=int, help="--window: text tokens between window starts (default: half)")
+    feat.add_argument("--per-window", action="store_true",
+                      help="--window: one vector per window, with its line (text) and character span (chars)")
     feat.set_defaults(func=cmd_features)
 
     sim = verbs.add_parser("similarity", help="one word's contextual vectors in several texts, compared layer by layer",
@@ -1166,6 +1237,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_words_option(sim)
     sim.set_defaults(func=cmd_similarity)
     add_distill_parser(verbs)
+    add_mine_parser(verbs)
     add_serve_parsers(verbs)
     return parser
 

@@ -171,45 +171,91 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
     return [path, lengths_path, tokens_path]
 
 
+def truncate_dimensions(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """The first `dimensions` components of (N, D) vectors, each made a unit vector again when `normalize`
+    (Matryoshka models: a prefix the model was trained to keep); unchanged for None."""
+    if dimensions is None:
+        return vectors
+    if not 1 <= dimensions <= vectors.shape[-1]:
+        raise ValueError(f"--dimensions {dimensions} must be between 1 and the model's {vectors.shape[-1]}")
+    cut = vectors[..., :dimensions]
+    if normalize:
+        cut = cut / np.maximum(np.linalg.norm(cut, axis=-1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(cut, dtype=np.float32)
+
+
 @torch.no_grad()
 def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling: str | None = None,
                      normalize: bool | None = None, batch_size: int = 32, max_seq_length: int | None = None,
-                     device: str = "cpu") -> np.ndarray:
+                     device: str = "cpu", prompt: str = "", dimensions: int | None = None, window: int | None = None,
+                     stride: int | None = None, per_window: bool = False, dtype: torch.dtype = torch.float32):
     """One vector per text, (N, D) float32, as sentence-transformers' `encode` gives it for the directory: its own
     pooling, Dense layers and normalisation (`bertkit.models.pooling.SentenceEncoder`), or `pooling` ("cls",
     "mean", "max", "last", "weighted-mean", "mean-sqrt-len") and `normalize` instead. Texts are cut to
-    max_seq_length (default: the directory's sentence-transformers length, else its positions)."""
+    max_seq_length (default: the directory's sentence-transformers length, else its positions).
+
+    prompt: put before every text (sentence-transformers' prompts). dimensions: keep the first ones, renormalised
+    when the model normalises (`truncate_dimensions`). window, stride: long texts as overlapping windows of
+    `window` tokens (`windowed_encodings`, stride default half the window's text), all encoded in the same
+    batches; a text's vector is the windows' mean weighted by their pieces (`bertkit.sentence.combine_windows`),
+    or, with per_window, the result is (vectors (W, D), owner (W,) text index, chars (W, 2) character spans).
+    dtype: the model's weights (bf16 / fp16 on a GPU); the vectors come back as float32."""
     from bertkit.models.pooling import SentenceEncoder
-    from bertkit.sentence import pooling_modes
+    from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
     from bertkit.tokenizers import load_tokenizer
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model = SentenceEncoder.from_pretrained(model_dir, modes=pooling_modes(pooling) if pooling else None,
-                                            normalize=normalize).to(device).eval()
+                                            normalize=normalize).to(device=device, dtype=dtype).eval()
     tokenizer = load_tokenizer(model_dir)
     limit = getattr(model.config, "max_length", 512)
-    T = min(max_seq_length or model.sentence.max_seq_length or limit, limit)
-    encoded = tokenizer.encode_batch(list(texts), max_length=T)
+    if window is None:
+        if per_window or stride is not None:
+            raise ValueError("--per-window and --stride go with --window")
+        T = min(max_seq_length or model.sentence.max_seq_length or limit, limit)
+        encoded = tokenizer.encode_batch([prompt + t for t in texts], max_length=T)
+    else:
+        if window > limit:
+            raise ValueError(f"--window {window} is more than the model's {limit} positions")
+        room = window - tokenizer.num_special_tokens()
+        windows = windowed_encodings(tokenizer, texts, window, stride or max(room // 2, 1), prompt)
+        encoded = windows.encoded
     out = np.zeros((len(encoded), model.dimension), dtype=np.float32)
     for chosen, ids, mask, types in length_sorted_batches(encoded, batch_size, tokenizer.pad_id):
         out[chosen] = model.embed(ids.to(device), mask.to(device), types.to(device)).float().cpu().numpy()
-    return out
+    normalized = model.sentence.normalize
+    if window is not None and per_window:
+        return (truncate_dimensions(out, dimensions, normalized), np.asarray(windows.owner, dtype=np.int64),
+                np.asarray(windows.chars, dtype=np.int64).reshape(-1, 2))
+    if window is not None:
+        owner = np.asarray(windows.owner)
+        pieces = np.asarray(windows.pieces)
+        out = np.stack([combine_windows(out[owner == i], pieces[owner == i], normalized)
+                        for i in range(len(texts))]) if len(texts) else out
+    return truncate_dimensions(out, dimensions, normalized)
 
 
-def write_embeddings(path: str | os.PathLike, vectors: np.ndarray, pooling: str = "") -> list[Path]:
+def write_embeddings(path: str | os.PathLike, vectors: np.ndarray, pooling: str = "",
+                     windows: tuple[np.ndarray, np.ndarray] | None = None) -> list[Path]:
     """Write (N, D) sentence vectors: .safetensors (tensor "embeddings", metadata "pooling"), .npz ("embeddings")
-    or .npy (the array); returns the files written."""
+    or .npy (the array); returns the files written. `windows` (per-window vectors): (text index (N,), character
+    spans (N, 2)) written beside them as "text" and "chars" (.safetensors or .npz only)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    extra = {} if windows is None else {"text": np.ascontiguousarray(windows[0], dtype=np.int64),
+                                        "chars": np.ascontiguousarray(windows[1], dtype=np.int64)}
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         from safetensors.numpy import save
 
-        atomic_write(path, save({"embeddings": vectors}, metadata={"pooling": pooling}))
+        atomic_write(path, save({"embeddings": vectors, **extra}, metadata={"pooling": pooling}))
     elif suffix == ".npz":
-        np.savez(path, embeddings=vectors)
+        np.savez(path, embeddings=vectors, **extra)
+    elif extra:
+        raise ValueError(f"{path}: per-window vectors go to a .safetensors or .npz file (with their text and "
+                         f"character spans)")
     elif suffix == ".npy":
         np.save(path, vectors)
     else:

@@ -10,7 +10,9 @@ A sentence-transformers directory is a model directory plus a pipeline of module
     2_Dense/config.json          in_features, out_features, bias, activation_function; weights in
                                  2_Dense/model.safetensors (`linear.weight`, `linear.bias`)
     2_Normalize/                 L2 normalisation (no settings)
-    config_sentence_transformers.json   prompts, default_prompt_name, similarity_fn_name
+    config_sentence_transformers.json   prompts, default_prompt_name, similarity_fn_name; bertkit adds
+                                 `matryoshka_dims` (the prefixes an embedding was trained to keep; sentence-
+                                 transformers reads the keys it knows and passes over this one)
 
 `read_sentence_config` reads such a directory into a `SentenceConfig`; `sentence_files` gives the files that
 describe one, written by `bertkit.models.pooling.SentenceEncoder.save_pretrained` beside the weights in the
@@ -19,7 +21,11 @@ legacy spelling every reader understands (sentence-transformers 2.x to 6.x and t
 has no sentence configuration: the caller chooses (sentence-transformers itself guesses mean pooling, without
 normalisation).
 
-Floor: beside checkpoint.py (json only, no torch): the pooling itself is `bertkit.models.pooling`.
+Long inputs (`window_spans`, `combine_windows`): a text longer than the model's length is cut into overlapping
+windows of pieces, each framed by the special tokens and encoded as its own row; its vector is the mean of the
+windows' vectors weighted by their pieces (renormalised when the model normalises), or one vector per window.
+
+Floor: beside checkpoint.py (json and numpy, no torch): the pooling itself is `bertkit.models.pooling`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 MODULES_FILE = "modules.json"
 # sentence-transformers' pooling modes, in the order it concatenates several of them.
@@ -70,6 +78,7 @@ class SentenceConfig:
     prompts: dict[str, str] = field(default_factory=dict)  # name -> prefix text (query, document, ...)
     default_prompt_name: str | None = None
     similarity_fn_name: str = "cosine"
+    matryoshka_dims: tuple[int, ...] = ()  # prefixes of the vector trained to stand alone (largest first)
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -77,6 +86,8 @@ class SentenceConfig:
         for mode in self.modes:
             if mode not in POOLING_MODES:
                 raise ValueError(f"unknown pooling mode {mode!r}; choose one of {', '.join(POOLING_MODES)}")
+        if any(not isinstance(d, int) or d < 1 for d in self.matryoshka_dims):
+            raise ValueError(f"matryoshka_dims must be positive integers, got {self.matryoshka_dims!r}")
         if self.max_seq_length is not None and self.max_seq_length < 1:
             raise ValueError(f"max_seq_length must be positive, got {self.max_seq_length}")
 
@@ -184,6 +195,10 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
         values["prompts"] = {str(k): str(v) for k, v in (raw.get("prompts") or {}).items()}
         values["default_prompt_name"] = raw.get("default_prompt_name")
         values["similarity_fn_name"] = raw.get("similarity_fn_name") or "cosine"
+        dims = raw.get("matryoshka_dims") or []
+        if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise ValueError(f"{extra}: matryoshka_dims must be a list of integers, got {dims!r}")
+        values["matryoshka_dims"] = tuple(sorted(dims, reverse=True))
     try:
         return SentenceConfig(**values)
     except ValueError as err:
@@ -216,5 +231,84 @@ def sentence_files(config: SentenceConfig, hidden_size: int) -> dict[str, bytes]
     files["sentence_bert_config.json"] = st
     files["config_sentence_transformers.json"] = {
         "prompts": dict(config.prompts), "default_prompt_name": config.default_prompt_name,
-        "similarity_fn_name": config.similarity_fn_name, "model_type": "SentenceTransformer"}
+        "similarity_fn_name": config.similarity_fn_name, "model_type": "SentenceTransformer",
+        **({"matryoshka_dims": list(config.matryoshka_dims)} if config.matryoshka_dims else {})}
     return {path: (json.dumps(value, indent=2) + "\n").encode("utf-8") for path, value in files.items()}
+
+
+def window_spans(n: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """[start, end) piece ranges covering a text of `n` pieces with windows of at most `size` pieces whose starts
+    are `stride` apart; the last window ends at n (it starts where the one before it plus stride, so the windows
+    overlap by size - stride, and the last may be shorter). A text of at most `size` pieces is one window (0, n);
+    an empty text one empty window."""
+    if size < 1 or not 1 <= stride <= size:
+        raise ValueError(f"window {size} and stride {stride}: need 1 <= stride <= window")
+    spans = [(0, min(n, size))]
+    while spans[-1][1] < n:
+        start = spans[-1][0] + stride
+        spans.append((start, min(n, start + size)))
+    return spans
+
+
+def combine_windows(vectors: np.ndarray, weights, normalize: bool) -> np.ndarray:
+    """One vector (D,) float32 from the windows' vectors (W, D): their mean weighted by `weights` (W,) (the
+    windows' pieces), L2-normalised when `normalize`. One window gives its vector unchanged."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if len(vectors) == 1:
+        return vectors[0]
+    w = np.asarray(weights, dtype=np.float64)
+    x = (vectors.astype(np.float64) * w[:, None]).sum(0) / max(float(w.sum()), 1e-12)
+    if normalize:
+        x = x / max(float(np.linalg.norm(x)), 1e-12)
+    return x.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Every text's windows as rows to encode: `encoded[k]` belongs to text `owner[k]`, covers characters
+    `chars[k]` = (start, end) of that text (its prompt left out) and holds `pieces[k]` of its pieces."""
+
+    encoded: list
+    owner: list[int]
+    chars: list[tuple[int, int]]
+    pieces: list[int]
+
+
+def windowed_encodings(tokenizer, texts: Sequence[str], window: int, stride: int, prompt: str = "") -> Windows:
+    """Each text (after `prompt`) as overlapping windows of at most `window` tokens, special tokens included, whose
+    starts are `stride` pieces apart (`bertkit.sentence.window_spans`). A text that fits in one window is encoded
+    exactly as `tokenizer.encode(prompt + text)`; a longer one repeats the prompt's pieces at the head of every
+    window."""
+    specials = tokenizer.num_special_tokens()
+    head = tokenizer.encode_raw([prompt])[0].ids if prompt else []
+    room = window - specials - len(head)
+    if room < 1:
+        raise ValueError(f"--window {window} leaves no room for text: the special tokens and the prompt take "
+                         f"{specials + len(head)}")
+    if not 1 <= stride <= room:
+        raise ValueError(f"--stride {stride} must be between 1 and the window's text pieces ({room})")
+    raw = tokenizer.encode_raw(list(texts))
+    whole = tokenizer.encode_batch([prompt + t for t in texts], max_length=None)
+    out = Windows([], [], [], [])
+    for i, (text, pieces, enc) in enumerate(zip(texts, raw, whole)):
+        if len(enc) <= window:  # one window: today's encoding, unchanged
+            out.encoded.append(enc), out.owner.append(i), out.chars.append((0, len(text)))
+            out.pieces.append(len(pieces.ids))
+            continue
+        for start, end in window_spans(len(pieces.ids), room, stride):
+            ids, types = tokenizer.build_inputs(head + list(pieces.ids[start:end]))
+            out.encoded.append(_Row(ids, types)), out.owner.append(i)
+            out.chars.append((pieces.offsets[start][0], pieces.offsets[end - 1][1]))
+            out.pieces.append(end - start)
+    return out
+
+
+@dataclass
+class _Row:
+    """A window's tokens, as much of an `Encoding` as `length_sorted_batches` reads."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)

@@ -115,13 +115,26 @@ class FinetuneConfig:
                                          "(default), off (run the encoder every step), or a .safetensors file "
                                          "reused by later runs on the same model")
     # embed (bertkit.tasks.embed): contrastive training of an embedding model
-    negative_column: str | None = _f(None, "embed: column (key) of a hard negative (default: negative, if present)")
+    negative_column: str | None = _f(None, "embed: column(s) (keys) of hard negatives, comma-separated (default: "
+                                           "negative, or negative_1, negative_2, ... as `bertkit mine` writes)")
     min_score: float | None = _f(None, "embed: keep only training pairs scoring at least this (STS-B: 4.0)")
     pooling: str | None = _f(None, "embed: pooling (cls, mean, max, last, weighted-mean; default: the directory's "
                                    "sentence-transformers pooling, else mean)")
     normalize: bool | None = _f(None, "embed: L2-normalise the embeddings (default: as the directory says)")
     scale: float = _f(20.0, "embed: in-batch negatives' scale on the cosine (1 / temperature)")
     symmetric: bool = _f(False, "embed: add the positives' side to the in-batch loss (symmetric InfoNCE)")
+    mini_batch_size: int | None = _f(None, "embed: cached in-batch negatives (GradCache): the loss over the whole "
+                                           "batch, activations held for at most N x W padded tokens at a time (W: "
+                                           "the batch's longest text), the same gradients")
+    matryoshka_dims: str | None = _f(None, "embed: train these prefixes of the vector too, comma-separated "
+                                           "(Matryoshka: 384,256,128,64); saved in the model directory")
+    window: int | None = _f(None, "embed: dev texts longer than this many tokens are pooled from overlapping "
+                                  "windows (as `features --window`); training texts are cut at max_seq_length")
+    stride: int | None = _f(None, "embed: --window's text tokens between window starts (default: half)")
+    query_prompt: str | None = _f(None, "embed: text put before every query (anchor), saved as the directory's "
+                                        "`query` prompt")
+    document_prompt: str | None = _f(None, "embed: text put before every document (positive, negative), saved as "
+                                           "the directory's `document` prompt")
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     workers: int | None = _f(None, "processes that collate the training batches beside the training process (0: in "
                                    "it; the batches are the same either way); default 1 on a GPU, 0 on the CPU")
@@ -188,6 +201,18 @@ class FinetuneConfig:
             raise ValueError("--feature-cache keeps a frozen encoder's layers; add --frozen")
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"scale must be a positive number, got {self.scale!r}")
+        if self.mini_batch_size is not None and (isinstance(self.mini_batch_size, bool)
+                                                 or not isinstance(self.mini_batch_size, int)
+                                                 or self.mini_batch_size < 1):
+            raise ValueError(f"mini_batch_size must be an integer of at least 1, got {self.mini_batch_size!r}")
+        if self.matryoshka_dims is not None:
+            self.dims()  # raises naming the option
+        if self.stride is not None and self.window is None:
+            raise ValueError("stride goes with window (--window N --stride S)")
+        for name in ("window", "stride"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if self.pooling is not None:
             from bertkit.sentence import pooling_modes
 
@@ -198,6 +223,19 @@ class FinetuneConfig:
                                          or self.workers < 0):
             raise ValueError(f"workers must be 0 (batches made in the training process) or more, got "
                              f"{self.workers!r}")
+
+    def dims(self) -> tuple[int, ...]:
+        """--matryoshka-dims as integers, largest first (empty when unset); ValueError for anything else."""
+        if self.matryoshka_dims is None:
+            return ()
+        try:
+            dims = [int(part) for part in str(self.matryoshka_dims).split(",")]
+        except ValueError:
+            dims = []
+        if not dims or min(dims) < 1 or len(set(dims)) != len(dims):
+            raise ValueError(f"matryoshka_dims must be distinct positive integers, comma-separated (384,256,128,64), "
+                             f"got {self.matryoshka_dims!r}")
+        return tuple(sorted(dims, reverse=True))
 
     def _check_logistic(self) -> None:
         """--task-model logistic fits a single-label classifier on a frozen encoder; ValueError otherwise (the

@@ -245,3 +245,45 @@ def test_int8_on_cpu_stays_close_to_fp32(dirs):
     assert cos.min() >= 0.99 and not np.array_equal(a, b)
     with pytest.raises(ValueError, match="--quantize int8 is for the torch backend on a CPU"):
         Engine(dirs["embed"], quantize="int8", device="cuda")
+
+
+def test_v1_embeddings_input_type_applies_the_prompt_and_dimensions_renormalise(dirs):
+    from bertkit.features import encode_sentences
+
+    app = create_app(Engine(dirs["embed"]), ServeConfig(max_wait_ms=1))
+    query, document, cut, bad = post_all(app, [
+        ("/v1/embeddings", {"input": TEXTS, "input_type": "query"}),
+        ("/v1/embeddings", {"input": TEXTS, "input_type": "document"}),  # the model has no document prompt
+        ("/v1/embeddings", {"input": TEXTS, "input_type": "query", "dimensions": 8}),
+        ("/v1/embeddings", {"input": TEXTS, "input_type": "passage"})])
+    vectors = lambda r: np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)  # noqa: E731
+    np.testing.assert_allclose(vectors(query), encode_sentences(dirs["embed"], TEXTS, prompt="where does "),
+                               atol=1e-6)
+    np.testing.assert_allclose(vectors(document), encode_sentences(dirs["embed"], TEXTS), atol=1e-6)
+    np.testing.assert_allclose(vectors(cut), encode_sentences(dirs["embed"], TEXTS, prompt="where does ",
+                                                              dimensions=8), atol=1e-6)
+    assert bad.status_code == 422 and "'input_type' must be query or document" in bad.json()["error"]
+
+
+def test_truncate_false_with_windows_equals_features_window(dirs):
+    from bertkit.features import encode_sentences
+
+    long = " ".join(["john lives in paris and anna lives in rome"] * 6)  # ~54 tokens: past the 24
+    texts = [TEXTS[0], long]
+    windowed = create_app(Engine(dirs["embed"]), ServeConfig(max_wait_ms=1, window=16, stride=5))
+    plain = create_app(Engine(dirs["embed"]), ServeConfig(max_wait_ms=1))
+    (w,) = post_all(windowed, [("/v1/embeddings", {"input": texts, "truncate": False})])
+    (cut,) = post_all(windowed, [("/v1/embeddings", {"input": texts})])
+    tei, refused = post_all(plain, [("/v1/embeddings", {"input": texts, "truncate": False}),
+                                    ("/embed", {"inputs": texts, "truncate": False})])
+    (tei_windows,) = post_all(windowed, [("/embed", {"inputs": texts, "truncate": False})])
+    expected = encode_sentences(dirs["embed"], texts, window=16, stride=5)
+    got = np.array([d["embedding"] for d in w.json()["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(np.array(tei_windows.json(), dtype=np.float32), expected, atol=1e-6)
+    # the short text is today's vector; the long one, cut at 24 tokens, is not its windows' vector
+    np.testing.assert_allclose(got[0], encode_sentences(dirs["embed"], texts[:1])[0], atol=1e-6)
+    truncated = np.array([d["embedding"] for d in cut.json()["data"]], dtype=np.float32)
+    np.testing.assert_allclose(truncated, encode_sentences(dirs["embed"], texts), atol=1e-6)
+    assert np.abs(truncated[1] - got[1]).max() > 1e-3
+    assert tei.status_code == 413 and refused.status_code == 413

@@ -50,7 +50,7 @@ def test_read_pairs_sts_file_with_min_score(tmp_path):
     family = family_for("embed")(FinetuneConfig(kind="embed", min_score=4.0))
     rows = family.read(path, training=True)
     assert [(r.anchor, r.positive, r.score, r.line) for r in rows] == [("a b", "a c", 4.5, 2), ("h", "i", 4.0, 4)]
-    assert family.stats == {"train_pairs": 2, "hard_negatives": False}
+    assert family.stats == {"train_pairs": 2, "hard_negatives": 0}
     dev = family_for("embed")(FinetuneConfig(kind="embed"))
     dev.read(path, training=False)
     assert dev.main_metric == "spearman"
@@ -142,3 +142,201 @@ def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(t
     theirs = st.SentenceTransformer(str(model), device="cpu").encode(["fox dog box"])[0]
     np.testing.assert_allclose(vector, theirs, atol=1e-5)
     assert abs(np.linalg.norm(theirs) - 1) < 1e-5  # trained with normalize: its Normalize module is there
+
+
+# ---- cached in-batch negatives (GradCache) and Matryoshka ---------------------------------------------------------
+
+def _encoder_and_batch(tiny_tokenizer, dropout: float, negatives: bool = True, seed: int = 0):
+    """A tiny SentenceEncoder (mean pooling) and a collated batch of 6 triplets of different lengths."""
+    from conftest import tiny_config
+
+    from bertkit.models import BertModel
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import SentenceConfig
+    from bertkit.taskrun import collate
+    from bertkit.tasks.embed import TextPair
+
+    torch.manual_seed(seed)
+    encoder = BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size, hidden_dropout_prob=dropout,
+                                    attention_probs_dropout_prob=dropout))
+    model = SentenceEncoder(encoder, SentenceConfig(modes=("mean",)))
+    words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
+    rng = random.Random(seed)
+    texts = [[" ".join(rng.sample(words, rng.randint(1, 12))) for _ in range(3)] for _ in range(6)]
+    rows = [TextPair(a, p, (n,) if negatives else (), None, i) for i, (a, p, n) in enumerate(texts)]
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16))
+    batch = collate(family.features(rows, tiny_tokenizer, training=True), tiny_tokenizer.pad_id)
+    return model, batch
+
+
+def _grads(model, loss_fn, batch, seed: int = 5) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    total, _ = loss_fn(model, batch)["mnrl_loss"]
+    total.backward()
+    return float(total.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_token_budget_chunks_cover_every_row_within_the_budget():
+    from bertkit.tasks.embed import token_budget_chunks
+
+    lengths = [5, 12, 3, 12, 7, 1, 9, 20]
+    chunks = token_budget_chunks(lengths, 24)
+    assert sorted(i for c in chunks for i in c) == list(range(len(lengths)))
+    assert chunks == [[7], [1, 3], [6, 4], [0, 2, 5]]  # longest first; 20 alone, 2 x 12, 2 x 9, 3 x 5
+    for c in chunks:
+        assert len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 24
+    assert token_budget_chunks([4] * 6, 8) == [[0, 1], [2, 3], [4, 5]]  # equal lengths: N rows per chunk
+
+
+# float64: the cached gradients are the uncached ones up to rounding (measured max 4e-15). float32: summation order
+# alone moves the token-type embedding's gradient (a sum over all 250 tokens of the batch, max |g| 0.9-2.4) by up
+# to 1.2e-5 (measured over these six cases), every other parameter by less than 1e-5.
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 3e-5)])
+@pytest.mark.parametrize("mini", [1, 2, 4])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_cached_loss_has_the_uncached_gradients(tiny_tokenizer, mini, symmetric, dtype, atol):
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0)
+    model.to(dtype)
+    plain_loss, plain = _grads(model, MultipleNegativesRankingLoss(20.0, symmetric), batch)
+    cached_loss, cached = _grads(model, MultipleNegativesRankingLoss(20.0, symmetric, mini_batch_size=mini), batch)
+    assert cached_loss == pytest.approx(plain_loss, abs=atol)
+    # every parameter but BERT's pooler (a sentence vector does not read it) has a gradient
+    assert cached.keys() == plain.keys() == {n for n, _ in model.named_parameters() if ".pooler." not in n}
+    for name in plain:
+        torch.testing.assert_close(cached[name], plain[name], rtol=0, atol=atol, msg=name)
+    if dtype == torch.float32:  # all but the token-type embedding within 1e-5
+        assert max((cached[n] - plain[n]).abs().max() for n in plain if "token_type" not in n) <= 1e-5
+
+
+def test_cached_loss_replays_the_dropout_masks(tiny_tokenizer):
+    """With dropout, the cached gradients equal those of the same chunks run with grad in one graph (the masks of
+    the replay are the first pass's), and differ from a replay without the saved random state."""
+    from bertkit.tasks.embed import in_batch_loss, token_budget_chunks
+
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.1)
+    model.train()
+    loss_fn = MultipleNegativesRankingLoss(20.0, mini_batch_size=2)
+    cached_loss, cached = _grads(model, loss_fn, batch)
+
+    def chunked_with_grad(model, batch):
+        B, C, T = batch["input_ids"].shape
+        flat = [t.reshape(B * C, T) for t in (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])]
+        lengths = flat[1].sum(-1).tolist()
+        out = [None] * (B * C)
+        for rows in token_budget_chunks(lengths, 2 * max(lengths)):
+            w = lengths[rows[0]]
+            for r, v in zip(rows, model(*(t[rows, :w] for t in flat)).logits):
+                out[r] = v
+        loss = in_batch_loss(torch.stack(out).view(B, C, -1), 20.0, False)
+        return {"mnrl_loss": (loss, B)}
+
+    reference_loss, reference = _grads(model, chunked_with_grad, batch)
+    assert cached_loss == pytest.approx(reference_loss, abs=1e-5)
+    for name in reference:
+        torch.testing.assert_close(cached[name], reference[name], rtol=0, atol=1e-5, msg=name)
+    _, other_seed = _grads(model, chunked_with_grad, batch, seed=6)
+    assert max((other_seed[n] - reference[n]).abs().max() for n in reference) > 1e-3  # the masks matter
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+def test_matryoshka_loss_equals_sentence_transformers(tmp_path, tiny_tokenizer, columns):
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss as STMNRL
+
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0, negatives=columns == 3)
+    model.eval()
+    dims = (32, 16, 8, 4)
+    total, count = MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims)(model, batch)["mnrl_loss"]
+    model.save_pretrained(tmp_path / "m", tiny_tokenizer)
+    reference_model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu").eval()
+    reference = MatryoshkaLoss(reference_model, STMNRL(reference_model, scale=20.0), list(dims))
+    features = [{"input_ids": batch["input_ids"][:, c], "attention_mask": batch["attention_mask"][:, c],
+                 "token_type_ids": batch["token_type_ids"][:, c]} for c in range(columns)]
+    with torch.no_grad():
+        expected = reference(features, None)
+    torch.testing.assert_close((total / count).detach(), expected, rtol=0, atol=1e-6)
+
+
+def test_cached_matryoshka_has_the_uncached_gradients(tiny_tokenizer):
+    model, batch = _encoder_and_batch(tiny_tokenizer, dropout=0.0)
+    model.double()  # rounding apart (see above), the gradients are equal
+    dims = (32, 8)
+    _, plain = _grads(model, MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims), batch)
+    _, cached = _grads(model, MultipleNegativesRankingLoss(20.0, matryoshka_dims=dims, mini_batch_size=2), batch)
+    for name in plain:
+        torch.testing.assert_close(cached[name], plain[name], rtol=0, atol=1e-12, msg=name)
+
+
+def test_finetune_embed_cached_matryoshka_prompts_and_mined_negatives(tmp_path, tiny_tokenizer, one_thread):
+    """One short run with every new option: the loss is finite and logged, the directory records the prompts and
+    the dims, and sentence-transformers encodes with its prompts as bertkit does."""
+    from conftest import tiny_config
+
+    from bertkit.features import encode_sentences
+    from bertkit.finetune import finetune
+    from bertkit.models import BertModel
+    from bertkit.sentence import read_sentence_config
+
+    torch.manual_seed(0)
+    BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)).save_pretrained(tmp_path / "base", tiny_tokenizer)
+    rng = random.Random(0)
+    words = "fox dog box jugs step miles journey shells sea shore numbers words pieces".split()
+    rows = [[" ".join(rng.sample(words, 3)) for _ in range(4)] for _ in range(24)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(dict(zip(
+        ("anchor", "positive", "negative_1", "negative_2"), r))) + "\n" for r in rows))
+    _pairs_file(tmp_path / "dev.tsv", rng, 8)
+    config = FinetuneConfig(kind="embed", epochs=1, batch_size=8, learning_rate=1e-3, max_seq_length=16,
+                            log_every=1, progress=False, device="cpu", normalize=True, mini_batch_size=3,
+                            matryoshka_dims="32,16,8", query_prompt="query: ", document_prompt="passage: ")
+    finetune("embed", tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "dev.tsv", tmp_path / "run", config)
+    losses = [json.loads(line)["mnrl_loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if "mnrl_loss" in line]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    model = tmp_path / "run" / "model"
+    sentence = read_sentence_config(model)
+    assert sentence.matryoshka_dims == (32, 16, 8)
+    assert sentence.prompts == {"query": "query: ", "document": "passage: "}
+    st = pytest.importorskip("sentence_transformers")
+    theirs = st.SentenceTransformer(str(model), device="cpu")
+    assert theirs.prompts == {"query": "query: ", "document": "passage: "}
+    texts = ["fox dog box", "sea shore"]
+    for name in ("query", "document"):
+        np.testing.assert_allclose(encode_sentences(model, texts, prompt=sentence.prompts[name]),
+                                   theirs.encode(texts, prompt_name=name), atol=1e-6)
+
+
+def test_dev_retrieval_with_windows_equals_features_window(tmp_path, tiny_tokenizer, one_thread):
+    """--window on the dev set: each long document is pooled from its windows exactly as `features --window`
+    pools it, and the retrieval metrics are those of those vectors; a short text keeps its one row."""
+    from conftest import tiny_config
+
+    from bertkit.features import encode_sentences
+    from bertkit.models import BertModel
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import SentenceConfig
+    from bertkit.taskrun import forward_all
+
+    torch.manual_seed(0)
+    model = SentenceEncoder(BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)),
+                            SentenceConfig(("mean",), normalize=True)).eval()
+    model.save_pretrained(tmp_path / "m", tiny_tokenizer)
+    words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
+    rng = random.Random(1)
+    docs = [" ".join(rng.choices(words, k=rng.choice([5, 40]))) for _ in range(6)]
+    path = tmp_path / "dev.jsonl"
+    path.write_text("".join(json.dumps({"anchor": " ".join(rng.sample(words, 3)), "positive": d}) + "\n"
+                            for d in docs))
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=16, window=16, stride=6,
+                                                query_prompt="q: "))
+    examples = family.read(path, training=False)
+    features = family.features(examples, tiny_tokenizer, training=False)
+    assert len(features) > 12 and {f["role"] for f in features} == {"query", "document"}
+    metrics, top = family.evaluate(examples, features, forward_all(model, features, tiny_tokenizer.pad_id, 4))
+    queries = encode_sentences(tmp_path / "m", [e.anchor for e in examples], prompt="q: ", window=16, stride=6)
+    corpus = encode_sentences(tmp_path / "m", docs, window=16, stride=6)
+    expected, expected_top = retrieval_metrics(queries, corpus, [{i} for i in range(len(docs))])
+    assert top.tolist() == expected_top.tolist()
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, abs=1e-12)

@@ -39,6 +39,20 @@ def test_labels_must_be_relevances(tmp_path):
         family_for("rerank")(FinetuneConfig(kind="rerank")).read(path, training=True)
 
 
+def test_a_mined_table_reads_as_labelled_pairs(tmp_path):
+    path = tmp_path / "mined.jsonl"
+    path.write_text(json.dumps({"anchor": "q1", "positive": "p1", "negative_1": "n1", "negative_2": "n2"}) + "\n"
+                    + json.dumps({"anchor": "q2", "positive": "p2", "negative_1": "n3", "negative_2": "n1"}) + "\n")
+    family = family_for("rerank")(FinetuneConfig(kind="rerank"))
+    examples = family.read(path, training=True)
+    assert [(e.text, e.pair, e.label, e.line) for e in examples] == [
+        ("q1", "p1", 1.0, 1), ("q1", "n1", 0.0, 1), ("q1", "n2", 0.0, 1),
+        ("q2", "p2", 1.0, 2), ("q2", "n3", 0.0, 2), ("q2", "n1", 0.0, 2)]
+    path.write_text(json.dumps({"anchor": "q1", "positive": 3, "negative_1": "n1"}) + "\n")
+    with pytest.raises(DataError, match=r"mined.jsonl:1: fields 'anchor' and 'positive' must be strings"):
+        family.read(path, training=True)
+
+
 def _file(path, rng, queries):
     """Graded relevance a tiny model learns in a few epochs: a document with "fox" is 2, with "dog" 1, else 0."""
     words = "box jugs step miles journey shells sea shore numbers words pieces".split()

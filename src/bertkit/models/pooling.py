@@ -131,12 +131,14 @@ class SentenceEncoder(nn.Module):
                         **overrides) -> "SentenceEncoder":
         """A model directory as an embedding model: its sentence-transformers modules (or `sentence`, or mean
         pooling without normalisation for a plain directory), with `overrides` replacing SentenceConfig fields
-        (pooling modes, normalize). Dense weights come from each Dense folder's model.safetensors."""
+        (pooling modes, normalize, matryoshka_dims; prompts are merged into the directory's). Dense weights come from each Dense folder's model.safetensors."""
         from bertkit.models.modeldir import ModelDir
 
         directory = Path(directory)
         sentence = sentence or read_sentence_config(directory) or SentenceConfig()
         given = {k: v for k, v in overrides.items() if v is not None}
+        if "prompts" in given:  # prompts named are added to (or replace) the directory's own
+            given["prompts"] = {**sentence.prompts, **given["prompts"]}
         if given:
             sentence = dataclasses.replace(sentence, **given)
         encoder = ModelDir.open(directory).load("encoder")  # without BERT's pooler where the weights have none

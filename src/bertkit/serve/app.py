@@ -56,10 +56,13 @@ class ServeConfig:
     max_inputs: int = _f(256, "inputs per request at most; more are answered 413")
     shutdown_timeout: float = _f(30.0, "seconds that a shutdown (SIGTERM) waits for the requests in flight")
     tokenizer_threads: int = _f(2, "threads that tokenise requests (off the event loop, a request's texts at once)")
+    window: int = _f(0, "embeddings: an input longer than the model's length sent with \"truncate\": false is "
+                        "encoded as overlapping windows of this many tokens, pooled into one vector (0: refused, 413)")
+    stride: int = _f(0, "--window: text tokens between window starts (0: half the window)")
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            low = 0 if f.name in ("max_wait_ms", "shutdown_timeout") else 1
+            low = 0 if f.name in ("max_wait_ms", "shutdown_timeout", "window", "stride") else 1
             if getattr(self, f.name) < low:
                 raise ValueError(f"{f.name} must be at least {low}, got {getattr(self, f.name)}")
 
@@ -341,14 +344,23 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
                 raise RequestError(413 if "more than" in answer["error"] and "tokens" in answer["error"]
                                    else status, answer["error"])
 
+    window = None
+    if config.window and engine.kind == "embeddings":
+        room = config.window - engine.tokenizer.num_special_tokens()
+        if room < 1 or config.window > engine.max_length or config.stride > room:
+            raise ValueError(f"--window {config.window} must leave room for text and be at most the model's "
+                             f"{engine.max_length} tokens, and --stride {config.stride} at most its {room} text tokens")
+        window = (config.window, config.stride or max(room // 2, 1))
+
     async def _openai_embeddings(request: Request) -> Response:
         needs("embeddings", "/v1/embeddings")
         data = compat.json_body(await read_body(request, config.max_request_bytes))
-        texts, options = compat.parse_openai_embeddings(data, config.max_inputs, description["dimension"])
-        prepared = await off_loop(engine.prepare_texts, texts)
+        texts, options = compat.parse_openai_embeddings(data, config.max_inputs, description["dimension"],
+                                                        engine.sentence.prompts)
+        prepared = await off_loop(engine.prepare_texts, texts, None, None, options["truncate"], window)
         answers = await run(prepared)
         first_error(answers)
-        counts = [len(p.rows[0]) for p in prepared if isinstance(p, Prepared)]
+        counts = [sum(len(r) for r in p.rows) for p in prepared if isinstance(p, Prepared)]
         body = compat.openai_embeddings_response([a["embedding"] for a in answers], counts,
                                                  options["model"] or engine.model_dir.name, options["encoding_format"],
                                                  options["dimensions"], engine.sentence.normalize)
@@ -358,7 +370,8 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
         needs("embeddings", "/embed")
         data = compat.json_body(await read_body(request, config.max_request_bytes))
         texts, options = compat.parse_embed(data, config.max_inputs, engine.sentence.prompts)
-        prepared = await off_loop(engine.prepare_texts, texts, None, options["normalize"], options["truncate"])
+        prepared = await off_loop(engine.prepare_texts, texts, None, options["normalize"], options["truncate"],
+                                  window)
         answers = await run(prepared)
         first_error(answers)
         return Response(_json_bytes([a["embedding"] for a in answers]), media_type="application/json")

@@ -1,11 +1,13 @@
 """The embedding ecosystem's request and response shapes, so its clients talk to `bertkit serve` unchanged.
 
     POST /v1/embeddings   OpenAI: {"input": text | [text, ...], "model"?, "encoding_format"?: "float" | "base64",
-                          "dimensions"?, "user"?} -> {"object": "list", "data": [{"object": "embedding", "index",
+                          "dimensions"?, "user"?, "input_type"?: "query" | "document", "truncate"?: true} ->
+                          {"object": "list", "data": [{"object": "embedding", "index",
                           "embedding": [floats] | base64 of little-endian float32}], "model", "usage":
                           {"prompt_tokens", "total_tokens"}}; vectors as the model directory pools them
                           (sentence-transformers' `encode`); `dimensions` keeps the first ones (renormalised when
-                          the model normalises)
+                          the model normalises); `input_type` puts the model's prompt of that name first;
+                          `truncate` false with `bertkit serve --window`: a long input as overlapping windows
     POST /embed           text-embeddings-inference: {"inputs": text | [text, ...], "normalize"?: true,
                           "truncate"?: false, "prompt_name"?} -> [[floats], ...]; an input longer than the model's
                           length without truncate: 413
@@ -96,10 +98,22 @@ def positive(data: dict, name: str) -> int | None:
     return value
 
 
-def parse_openai_embeddings(data: dict, max_inputs: int, dimension: int) -> tuple[list[str], dict[str, Any]]:
-    """(texts, {"encoding_format", "dimensions", "model"}) of an OpenAI embeddings request."""
-    _fields(data, {"input", "model", "encoding_format", "dimensions", "user"}, ("input",))
+INPUT_TYPES = ("query", "document")
+
+
+def parse_openai_embeddings(data: dict, max_inputs: int, dimension: int,
+                            prompts: dict[str, str] | None = None) -> tuple[list[str], dict[str, Any]]:
+    """(texts with their prompt, {"encoding_format", "dimensions", "model", "truncate"}) of an OpenAI embeddings
+    request. `input_type` ("query" or "document") puts the model's prompt of that name before every input (none
+    when the model has no such prompt); `truncate` false asks for windows instead of a cut (default true)."""
+    _fields(data, {"input", "model", "encoding_format", "dimensions", "user", "input_type", "truncate"}, ("input",))
     texts = _texts(data["input"], "input", max_inputs)
+    kind = data.get("input_type")
+    if kind is not None:
+        if kind not in INPUT_TYPES:
+            raise RequestError(422, f"'input_type' must be query or document, got {kind!r}")
+        prompt = (prompts or {}).get(kind, "")
+        texts = [prompt + t for t in texts]
     encoding = data.get("encoding_format") or "float"
     if encoding not in ENCODING_FORMATS:
         raise RequestError(422, f"'encoding_format' must be float or base64, got {encoding!r}")
@@ -108,7 +122,8 @@ def parse_openai_embeddings(data: dict, max_inputs: int, dimension: int) -> tupl
         raise RequestError(422, f"'dimensions' {dimensions} is more than the model's {dimension}")
     if data.get("model") is not None and not isinstance(data["model"], str):
         raise RequestError(422, f"'model' must be a string, got {data['model']!r}")
-    return texts, {"encoding_format": encoding, "dimensions": dimensions, "model": data.get("model")}
+    return texts, {"encoding_format": encoding, "dimensions": dimensions, "model": data.get("model"),
+                   "truncate": _flag(data, "truncate", True)}
 
 
 def openai_embeddings_response(vectors: list[np.ndarray], token_counts: list[int], model: str, encoding: str,
@@ -216,7 +231,9 @@ def openapi_paths(kind: str, max_inputs: int, error: dict) -> dict[str, Any]:
             "OpenAI-compatible embeddings, pooled as the model directory says", "input",
             {"input": texts, "model": {"type": "string"},
              "encoding_format": {"type": "string", "enum": list(ENCODING_FORMATS)},
-             "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"}},
+             "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"},
+             "input_type": {"type": "string", "enum": list(INPUT_TYPES)}, "truncate": {"type": "boolean",
+                                                                                    "default": True}},
             "{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, "
             "total_tokens}}", errors)
         paths["/embed"] = _post(

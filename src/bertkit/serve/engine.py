@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bertkit.sentence import pooling_modes
+from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
 from bertkit.tasks.base import SERVED_KINDS, default_kind, json_text
 
 MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
@@ -457,19 +457,23 @@ class Engine:
         return Prepared([Row(enc.input_ids, enc.token_type_ids, positions)], finish)
 
     def _prepare_embeddings(self, text: str, pooling: str | None, normalize: bool | None = None,
-                            encoding=None, truncate: bool = True) -> Prepared:
+                            encoding=None, truncate: bool = True, window: tuple[int, int] | None = None) -> Prepared:
         """The last layer's vectors of the text's tokens (`bertkit.features.extract_features` with layers=[-1]),
         pooled (`sentence_vector`): {"tokens", "embedding"}, or {"tokens", "token_embeddings"} for "none".
         `encoding`: the text already encoded (a batch encoded at once); truncate False: InputError when the text
-        is longer than the model's sequence length."""
+        is longer than the model's sequence length, unless `window` = (tokens, stride) covers it with overlapping
+        windows (`bertkit.sentence.windowed_encodings`), one row each, pooled into one vector
+        (`bertkit.sentence.combine_windows`)."""
         if pooling is not None and pooling not in POOLINGS:
             raise InputError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         enc = encoding if encoding is not None else self.tokenizer.encode(text, max_length=self.max_length)
         truncated = len(enc) == self.max_length and len(self.tokenizer.encode(text)) > self.max_length
+        modes = None if pooling in (None, "none") else pooling_modes(pooling)
+        if truncated and not truncate and window is not None and pooling != "none":
+            return self._prepare_windows(text, modes, normalize, window)
         if truncated and not truncate:
             raise InputError(f"the input has more than {self.max_length} tokens, the model's limit; send a shorter "
                              f"one or set truncate")
-        modes = None if pooling in (None, "none") else pooling_modes(pooling)
 
         def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
             vectors = outputs[0]  # (T, H)
@@ -481,6 +485,19 @@ class Engine:
             return {**answer, "truncated": True} if truncated else answer
 
         return Prepared([Row(enc.input_ids, [0] * len(enc.input_ids))], finish)
+
+    def _prepare_windows(self, text: str, modes, normalize: bool | None, window: tuple[int, int]) -> Prepared:
+        """A long text's windows as rows; its answer the windows' vectors pooled into one."""
+        size, stride = window
+        windows = windowed_encodings(self.tokenizer, [text], size, stride)
+        own = modes is None or tuple(modes) == self.sentence.modes
+        unit = normalize if normalize is not None else (own and self.sentence.normalize)
+
+        def finish(outputs: list[np.ndarray]) -> dict[str, Any]:
+            vectors = np.stack([self.sentence_vector(v, modes, normalize) for v in outputs])
+            return {"embedding": combine_windows(vectors, windows.pieces, unit).tolist(), "windows": len(outputs)}
+
+        return Prepared([Row(list(r.input_ids), [0] * len(r)) for r in windows.encoded], finish)
 
     def sentence_vector(self, vectors: np.ndarray, modes: tuple[str, ...] | None = None,
                         normalize: bool | None = None) -> np.ndarray:
@@ -501,9 +518,9 @@ class Engine:
         return x.astype(np.float32)
 
     def prepare_texts(self, texts: list[Any], pooling: str | None = None, normalize: bool | None = None,
-                      truncate: bool = True) -> list[Prepared | str]:
+                      truncate: bool = True, window: tuple[int, int] | None = None) -> list[Prepared | str]:
         """Embeddings of many texts, tokenised in one batch: a Prepared per text, or an error message in place of
-        a text that cannot be answered (not a string, too long without truncate)."""
+        a text that cannot be answered (not a string, too long without truncate and without `window`)."""
         good = [i for i, t in enumerate(texts) if isinstance(t, str)]
         encoded = dict(zip(good, self.tokenizer.encode_batch([texts[i] for i in good], max_length=self.max_length)))
         out: list[Prepared | str] = []
@@ -512,7 +529,7 @@ class Engine:
                 out.append(f"inputs[{i}] must be a string, got {type(text).__name__}")
                 continue
             try:
-                out.append(self._prepare_embeddings(text, pooling, normalize, encoded[i], truncate))
+                out.append(self._prepare_embeddings(text, pooling, normalize, encoded[i], truncate, window))
             except InputError as err:
                 out.append(f"inputs[{i}]: {err}")
         return out

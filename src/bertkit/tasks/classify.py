@@ -19,6 +19,7 @@ tasks are the same family with fixed labels and GLUE's metrics (`bertkit.tasks.g
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import warnings
 from dataclasses import dataclass
@@ -140,6 +141,22 @@ def header_columns(path, header_line: int, header: list[str], text_column: str, 
 
     return Columns(text=index(text_column), pair=index(pair_column),
                    label=index(label_column, optional=label_optional))
+
+
+def records(path: str | os.PathLike, format: str | None = None,
+            json_records: str | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """(column names, rows as {name: value}) of any table `bertkit.data.readers` reads (format, json_records: its
+    format and JSON records key); the column names of JSON records are the first record's keys. DataError for a
+    TSV/CSV row of the wrong width."""
+    table = Table(path, format, json_records)
+    rows = table.rows()
+    columns = table.columns
+    if columns is not None:
+        return [c.strip() for c in columns], ((line, {k.strip(): v for k, v in row.items()}) for line, row in rows)
+    first = next(rows, None)
+    if first is None:
+        return [], iter(())
+    return list(first[1]), itertools.chain([first], rows)
 
 
 def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str | None = None,

@@ -1,8 +1,9 @@
 """Embedding models: contrastive fine-tuning on text pairs (or triplets), evaluated by STS Spearman or retrieval.
 
-Training files are CSV/TSV/JSONL tables of an anchor, a positive and optionally a hard negative per row. Columns:
-`anchor`, `positive`, `negative` (or `sentence1`, `sentence2` as STS files name them) unless --text-column,
---pair-column, --negative-column say otherwise. A file with a score column (--label-column, else `score` or
+Training files are CSV/TSV/JSONL tables of an anchor, a positive and optionally hard negatives per row. Columns:
+`anchor`, `positive`, `negative` or `negative_1`, `negative_2`, ... (`bertkit mine`'s output; or `sentence1`,
+`sentence2` as STS files name them) unless --text-column, --pair-column, --negative-column (one or several,
+comma-separated) say otherwise. A file with a score column (--label-column, else `score` or
 `label`) keeps only the rows scoring at least --min-score as positive pairs (STS-B: 4.0 of 5); without
 --min-score every row is a positive pair.
 
@@ -24,47 +25,32 @@ sentence-transformers and `bertkit serve` pool it as it was trained.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from bertkit.data.readers import Table
 from bertkit.errors import DataError
+from bertkit.sentence import combine_windows, windowed_encodings
 from bertkit.tasks.base import TaskFamily, register
+from bertkit.tasks.classify import records
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
 @dataclass(frozen=True)
 class TextPair:
-    """One row: two texts, an optional hard negative, an optional score, and its 1-based line."""
+    """One row: two texts, its hard negatives (none or several), an optional score, and its 1-based line."""
 
     anchor: str
     positive: str
-    negative: str | None
+    negatives: tuple[str, ...]
     score: float | None
     line: int
-
-
-def records(path: str | os.PathLike, format: str | None = None,
-            json_records: str | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
-    """(column names, rows as {name: value}) of any table `bertkit.data.readers` reads (format, json_records: its
-    format and JSON records key); the column names of JSON records are the first record's keys. DataError for a
-    TSV/CSV row of the wrong width."""
-    table = Table(path, format, json_records)
-    rows = table.rows()
-    columns = table.columns
-    if columns is not None:
-        return [c.strip() for c in columns], ((line, {k.strip(): v for k, v in row.items()}) for line, row in rows)
-    first = next(rows, None)
-    if first is None:
-        return [], iter(())
-    return list(first[1]), itertools.chain([first], rows)
 
 
 _records = records  # read_pairs' `records` argument (the JSON key) shadows the function's name there
@@ -96,12 +82,18 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
         raise DataError.at(path, None, "no rows")
     a = _pick(path, header, anchor, ("anchor", "sentence1", "query", "text"), "anchor")
     p = _pick(path, header, positive, ("positive", "sentence2", "document", "pair"), "positive")
-    n = _pick(path, header, negative, ("negative",), "negative", optional=True)
+    if negative is not None:  # one or several columns, comma-separated
+        negatives = tuple(_pick(path, header, name.strip(), (), "negative") for name in negative.split(","))
+    elif "negative" in header:
+        negatives = ("negative",)
+    else:  # `bertkit mine`'s and sentence-transformers' n-tuple layout: negative_1, negative_2, ...
+        negatives = tuple(itertools.takewhile(lambda name: name in header,
+                                              (f"negative_{k}" for k in itertools.count(1))))
     s = _pick(path, header, score, ("score", "label"), "score", optional=True)
     out = []
     for line, row in rows:
         texts = []
-        for column in (a, p) + ((n,) if n else ()):
+        for column in (a, p) + negatives:
             value = row.get(column)
             if value is None and column in row:
                 raise DataError.at(path, line, f"the column {column!r} is null")
@@ -118,40 +110,171 @@ def read_pairs(path, anchor: str | None = None, positive: str | None = None, neg
                 value = math.nan
             if not math.isfinite(value):
                 raise DataError.at(path, line, f"score {raw!r} is not a number")
-        out.append(TextPair(texts[0], texts[1], texts[2] if n else None, value, line))
+        out.append(TextPair(texts[0], texts[1], tuple(texts[2:]), value, line))
     if not out:
         raise DataError.at(path, None, "no rows")
     return out
 
 
+def token_budget_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices grouped into mini-batches of at most `budget` padded tokens each: the rows taken longest first
+    (each chunk pads only to its own longest row), a chunk closed when (rows + 1) x its width would pass the budget.
+    A row longer than the budget alone is a chunk of its own. Every index appears once."""
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    chunks: list[list[int]] = []
+    for i in order:
+        # longest first: the chunk's width is its first row's length
+        if chunks and (len(chunks[-1]) + 1) * int(lengths[chunks[-1][0]]) <= budget:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
+def _embed_rows(model, ids, mask, types, rows: list[int], width: int):
+    """Sentence vectors (len(rows), D) of the flat texts `rows` of right-padded (N, T) tensors, cut to `width`
+    (the rows' longest, known on the host)."""
+    pick = [t[rows, :width] if t is not None else None for t in (ids, mask, types)]
+    return model(*pick).logits
+
+
+def _widen(x):
+    """float32 for half-precision vectors (the loss is computed in float32), float64 kept."""
+    import torch
+
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def _rng_state(device) -> tuple:
+    import torch
+
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state: tuple, device) -> None:
+    import torch
+
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def cached_embeddings(model, ids, mask, types, chunks: list[list[int]], widths: list[int]):
+    """Sentence vectors (N, D) of the flat right-padded texts (N, T) (`chunks` of rows, each `widths` tokens
+    wide: `token_budget_chunks`), computed without keeping activations (GradCache: Gao et
+    al. 2021): forward, each chunk of rows runs under no_grad; backward, each chunk runs again with grad (its
+    random state restored, so dropout draws the same masks, and autocast as it was) and receives its rows of the
+    vectors' gradient. The parameters' gradients equal those of one forward pass over all N rows with the same
+    dropout masks; activations are held for one chunk at a time."""
+    import torch
+
+    class _Cached(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, anchor):
+            ctx.states, parts = [], []
+            for rows, width in zip(chunks, widths):
+                ctx.states.append(_rng_state(ids.device))
+                parts.append(_widen(_embed_rows(model, ids, mask, types, rows, width)))
+            out = parts[0].new_empty(len(ids), parts[0].shape[-1])
+            for rows, part in zip(chunks, parts):
+                out[rows] = part
+            ctx.autocast = (torch.is_autocast_enabled(ids.device.type),
+                            torch.get_autocast_dtype(ids.device.type))
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            # the random state after the forward pass is kept: the chunks' replays leave it as they found it
+            after = _rng_state(ids.device)
+            sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, with the last chunk's gradients
+            enabled, dtype = ctx.autocast
+            try:
+                for k, (rows, width, state) in enumerate(zip(chunks, widths, ctx.states)):
+                    _set_rng_state(state, ids.device)
+                    context = sync() if sync is not None and k < len(chunks) - 1 else contextlib.nullcontext()
+                    with context, torch.enable_grad(), torch.autocast(ids.device.type, dtype=dtype,
+                                                                      enabled=enabled):
+                        part = _widen(_embed_rows(model, ids, mask, types, rows, width))
+                    torch.autograd.backward(part, grad[rows])
+            finally:
+                _set_rng_state(after, ids.device)
+            return None
+
+    anchor = torch.zeros((), device=ids.device, requires_grad=True)  # an input needing grad: backward runs
+    return _Cached.apply(anchor)
+
+
+def in_batch_loss(emb, scale: float, symmetric: bool):
+    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    B = emb.shape[0]
+    emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
+    anchors = emb[:, 0]  # (B, D)
+    candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
+    scores = scale * anchors @ candidates.T  # (B, B * (C-1))
+    target = torch.arange(B, device=emb.device)
+    loss = F.cross_entropy(scores, target, reduction="sum")
+    if symmetric:
+        backward = scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
+        loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
+    return loss
+
+
 class MultipleNegativesRankingLoss:
     """Trainer task: in-batch negatives (see the module docstring). The batch's input_ids are (B, C, T): C = 2
-    (anchor, positive) or 3 (with a hard negative)."""
+    (anchor, positive) or C > 2 (with hard negatives).
 
-    def __init__(self, scale: float = 20.0, symmetric: bool = False) -> None:
+    matryoshka_dims: train every prefix of the vector too (Kusupati et al. 2022, sentence-transformers'
+    MatryoshkaLoss with weights 1): the loss is the sum over the dims d of the in-batch loss of the first d
+    components (renormalised). mini_batch_size N: GradCache (`cached_embeddings`) with chunks of at most N x W
+    padded tokens, W the batch's widest text: the same loss and gradients, activations held for one chunk."""
+
+    def __init__(self, scale: float = 20.0, symmetric: bool = False, matryoshka_dims: Sequence[int] = (),
+                 mini_batch_size: int | None = None) -> None:
         self.scale, self.symmetric = scale, symmetric
+        self.matryoshka_dims = tuple(sorted(matryoshka_dims, reverse=True))
+        self.mini_batch_size = mini_batch_size
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"mnrl_loss": float(batch["input_ids"].shape[0])}
 
-    def __call__(self, model, batch):
-        import torch
-        import torch.nn.functional as F
+    def embeddings(self, model, batch):
+        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when mini_batch_size is set."""
+        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+        if self.mini_batch_size is None:
+            return _widen(model(ids, mask, types).logits)
+        B, C, T = ids.shape
+        lengths = host_lengths(mask)  # (B * C,) in the flat order below
+        flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
+        chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
+        widths = [lengths[rows[0]] for rows in chunks]  # longest first
+        return cached_embeddings(model, *flat, chunks, widths).view(B, C, -1)
 
+    def __call__(self, model, batch):
         from bertkit.models.layouts import host_count
 
-        emb = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()  # (B, C, D)
+        emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
-        emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
-        anchors = emb[:, 0]  # (B, D)
-        candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
-        scores = self.scale * anchors @ candidates.T  # (B, B * (C-1))
-        target = torch.arange(B, device=emb.device)
-        loss = F.cross_entropy(scores, target, reduction="sum")
-        if self.symmetric:
-            backward = self.scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
-            loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
+        if self.matryoshka_dims:
+            if self.matryoshka_dims[0] > emb.shape[-1]:
+                raise ValueError(f"--matryoshka-dims {self.matryoshka_dims[0]} is more than the model's "
+                                 f"{emb.shape[-1]} dimensions")
+            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric) for d in self.matryoshka_dims)
+        else:
+            loss = in_batch_loss(emb, self.scale, self.symmetric)
         return {"mnrl_loss": (loss, host_count(B, loss.device))}
+
+
+def host_lengths(mask) -> list[int]:
+    """Real tokens per text of an attention mask (..., T), flattened, read from its host copy when the loader left
+    one (nothing is read from the device then)."""
+    from bertkit.models.layouts import host_copy
+
+    host = host_copy(mask)
+    source = host if host is not None else mask
+    return [int(n) for n in source.ne(0).sum(-1).reshape(-1).tolist()]
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -212,30 +335,51 @@ class EmbedFamily(TaskFamily):
                     raise DataError.at(path, None, f"{len(rows)} row(s) score at least {low}; in-batch negatives "
                                                    f"need at least 2 pairs")
             self.stats["train_pairs"] = len(rows)
-            self.stats["hard_negatives"] = rows[0].negative is not None
+            self.stats["hard_negatives"] = len(rows[0].negatives)
         else:
             self.main_metric = "spearman" if rows[0].score is not None else "ndcg_at_10"
         return rows
 
     def features(self, examples, tokenizer, training: bool) -> list[dict[str, Any]]:
         length = self.config.seq_length
+        q, d = (p or "" for p in self.prompts().values())  # sentence-transformers: the prompt, then the text
         if training:
-            columns = [[e.anchor for e in examples], [e.positive for e in examples]]
-            if examples[0].negative is not None:
-                columns.append([e.negative for e in examples])
+            columns = [[q + e.anchor for e in examples], [d + e.positive for e in examples]]
+            for k in range(len(examples[0].negatives)):
+                columns.append([d + e.negatives[k] for e in examples])
             encoded = [tokenizer.encode_batch(texts, max_length=length) for texts in columns]
             return [{"input_ids": [enc[i].input_ids for enc in encoded],
                      "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
         if examples[0].score is not None:  # STS: both sentences of every pair, in turn
-            texts = [t for e in examples for t in (e.anchor, e.positive)]
-            return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "sts"}
-                    for enc in tokenizer.encode_batch(texts, max_length=length)]
+            return self._eval_rows(tokenizer, [t for e in examples for t in (e.anchor, e.positive)], "", "sts")
         corpus = list(dict.fromkeys(e.positive for e in examples))  # distinct documents, first-seen order
-        features = [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "query"}
-                    for enc in tokenizer.encode_batch([e.anchor for e in examples], max_length=length)]
-        features += [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": "document"}
-                     for enc in tokenizer.encode_batch(corpus, max_length=length)]
-        return features
+        return (self._eval_rows(tokenizer, [e.anchor for e in examples], q, "query")
+                + self._eval_rows(tokenizer, corpus, d, "document"))
+
+    def _eval_rows(self, tokenizer, texts: list[str], prompt: str, role: str) -> list[dict[str, Any]]:
+        """The dev features of `texts` (with `prompt` first): one per text cut at the sequence length, or with
+        --window one per window, each naming its text (`owner`) and its pieces (`bertkit.sentence`'s windows)."""
+        window = getattr(self.config, "window", None)
+        if not window:
+            return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": role}
+                    for enc in tokenizer.encode_batch([prompt + t for t in texts], max_length=self.config.seq_length)]
+        room = window - tokenizer.num_special_tokens()
+        rows = windowed_encodings(tokenizer, texts, window, self.config.stride or max(room // 2, 1), prompt)
+        return [{"input_ids": list(r.input_ids), "token_type_ids": list(r.token_type_ids), "role": role,
+                 "owner": owner, "pieces": pieces} for r, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces)]
+
+    @staticmethod
+    def _text_vectors(features, logits) -> np.ndarray:
+        """One vector per dev text: the rows themselves, or each text's windows pooled (`combine_windows`; the
+        cosine that follows makes normalising them moot)."""
+        vectors = np.stack(logits)
+        if not features or "owner" not in features[0]:
+            return vectors
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, f in enumerate(features):
+            groups.setdefault((f["role"], f["owner"]), []).append(i)
+        return np.stack([combine_windows(vectors[rows], [features[i]["pieces"] for i in rows], False)
+                         for rows in groups.values()])
 
     def model_kwargs(self) -> dict[str, Any]:
         from bertkit.sentence import pooling_modes
@@ -243,18 +387,27 @@ class EmbedFamily(TaskFamily):
         if getattr(self.config, "dropout", None) is not None:
             raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
 
-        pooling = getattr(self.config, "pooling", None)
-        return {"modes": pooling_modes(pooling) if pooling else None,
-                "normalize": getattr(self.config, "normalize", None)}
+        c = self.config
+        pooling = getattr(c, "pooling", None)
+        prompts = {name: text for name, text in self.prompts().items() if text is not None}
+        return {"modes": pooling_modes(pooling) if pooling else None, "normalize": getattr(c, "normalize", None),
+                "matryoshka_dims": (c.dims() or None) if hasattr(c, "dims") else None, "prompts": prompts or None}
+
+    def prompts(self) -> dict[str, str | None]:
+        """{"query": --query-prompt, "document": --document-prompt} (None where not given)."""
+        return {"query": getattr(self.config, "query_prompt", None),
+                "document": getattr(self.config, "document_prompt", None)}
 
     def objective(self):
-        return MultipleNegativesRankingLoss(getattr(self.config, "scale", 20.0),
-                                            bool(getattr(self.config, "symmetric", False)))
+        c = self.config
+        return MultipleNegativesRankingLoss(getattr(c, "scale", 20.0), bool(getattr(c, "symmetric", False)),
+                                            c.dims() if hasattr(c, "dims") else (),
+                                            getattr(c, "mini_batch_size", None))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
         from bertkit.tasks.metrics import pearson, spearman
 
-        vectors = np.stack(logits)
+        vectors = self._text_vectors(features, logits)
         if features and features[0].get("role") == "sts":
             cos = cosine_rows(vectors[0::2], vectors[1::2])
             gold = [e.score for e in examples]

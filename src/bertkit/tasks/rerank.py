@@ -2,7 +2,8 @@
 
 Files are CSV/TSV/JSONL tables with a query, a document and a relevance label per row: binary (0/1) or graded
 (0, 1, 2, 3, ... or any non-negative number). Columns: `query`, `document`, `label` unless --text-column,
---pair-column, --label-column say otherwise.
+--pair-column, --label-column say otherwise. A table of `anchor`, `positive`, `negative_1` ... (`bertkit mine`'s
+output) without a label column gives each anchor its positive (label 1) and its negatives (label 0).
 
 `RerankFamily` (kind "rerank") fine-tunes BertForSequenceClassification with one output, as sentence-transformers'
 CrossEncoder does: `[CLS] query [SEP] document [SEP]` -> one logit, binary cross-entropy against the label scaled
@@ -24,7 +25,7 @@ import numpy as np
 
 from bertkit.errors import DataError
 from bertkit.tasks.base import register
-from bertkit.tasks.classify import ClassificationFamily, Example, read_table
+from bertkit.tasks.classify import ClassificationFamily, Example, read_table, records
 
 
 def mrr_at_k(ranked_gains: Sequence[Sequence[float]], k: int = 10) -> float:
@@ -53,6 +54,21 @@ def ndcg_at_k(ranked_gains: Sequence[Sequence[float]], k: int = 10) -> float:
         ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(gains, reverse=True)[:k]))
         total += dcg / ideal if ideal > 0 else 0.0
     return total / len(ranked_gains)
+
+
+def ntuple_examples(path, format: str | None = None, json_records: str | None = None) -> list[Example]:
+    """A table of anchor, positive, negative_1 ... negative_k (`bertkit mine`'s output, sentence-transformers'
+    n-tuples) as (query, document, label) examples: the positive labelled 1, each negative 0, in row order (format,
+    json_records: as `records`)."""
+    header, rows = records(path, format, json_records)
+    negatives = [name for name in header if name.startswith("negative_")]
+    out = []
+    for line, row in rows:
+        for column, label in [("positive", 1.0)] + [(name, 0.0) for name in negatives]:
+            if not isinstance(row.get("anchor"), str) or not isinstance(row.get(column), str):
+                raise DataError.at(path, line, f"fields 'anchor' and {column!r} must be strings")
+            out.append(Example(row["anchor"], row[column], label, line))
+    return out
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -101,7 +117,12 @@ class RerankFamily(ClassificationFamily):
 
     def _read_labelled(self, path, training: bool) -> list[Example]:
         query, document, label = self.columns
-        examples = read_table(path, query, document, label, regression=True, **self.table_options())
+        options = self.table_options()
+        header, _ = records(path, options["format"], options["records"])
+        if label not in header and {"anchor", "positive", "negative_1"} <= set(header):
+            examples = ntuple_examples(path, options["format"], options["records"])
+        else:
+            examples = read_table(path, query, document, label, regression=True, **options)
         for e in examples:
             if not math.isfinite(e.label) or e.label < 0:
                 raise DataError.at(path, e.line, f"label {e.label!r} must be a non-negative number (relevance)")
