@@ -189,9 +189,9 @@ def test_swag_glue_and_embed_tables_read_as_their_own_files(tmp_path):
     (tmp_path / "pairs.tsv").write_text("q\tpos\thard\nwho\tanna\tcarl\nwhere\tparis\trome\n")
     pq.write_table(pa.table({"q": ["who", "where"], "pos": ["anna", "paris"], "hard": ["carl", "rome"]}),
                    tmp_path / "pairs.parquet")
-    want = [(p.anchor, p.positive, p.negative) for p in read_pairs(tmp_path / "pairs.tsv", "q", "pos", "hard")]
-    assert [(p.anchor, p.positive, p.negative) for p in read_pairs(tmp_path / "pairs.parquet", "q", "pos", "hard")] \
-        == want == [("who", "anna", "carl"), ("where", "paris", "rome")]
+    want = [(p.anchor, p.positive, p.negatives) for p in read_pairs(tmp_path / "pairs.tsv", "q", "pos", "hard")]
+    assert [(p.anchor, p.positive, p.negatives) for p in read_pairs(tmp_path / "pairs.parquet", "q", "pos", "hard")] \
+        == want == [("who", "anna", ("carl",)), ("where", "paris", ("rome",))]
     pq.write_table(pa.table({"q": ["who", "where"], "pos": ["anna", None]}), tmp_path / "null.parquet")
     with pytest.raises(DataError, match=r"null.parquet:row 1: the column 'pos' is null"):
         read_pairs(tmp_path / "null.parquet", "q", "pos")
