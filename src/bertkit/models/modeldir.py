@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.io import read_json_object
+
 TASK_FILE = "finetune.json"  # the fine-tuning record of a fine-tuned model directory
 TASK_MODEL_FILE = "task_model.json"  # a task model on the encoder's layers (bertkit.features)
 
@@ -45,11 +47,7 @@ USES = {"fill-mask": "pretraining", "embeddings": "encoder", "features": "encode
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, None when absent; ValueError naming the file when it is not one."""
-    if not path.is_file():
-        return None
-    from bertkit.checkpoint import read_json_object
-
-    return read_json_object(path)
+    return read_json_object(path) if path.is_file() else None
 
 
 @dataclass(frozen=True)

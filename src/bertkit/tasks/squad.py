@@ -43,7 +43,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, json_text, register, utf8_errors
+from bertkit.io import read_json_object
+from bertkit.tasks.base import TaskFamily, json_text, register
 from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, google_words
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -98,12 +99,8 @@ def read_squad_with_stats(path: str | os.PathLike[str]) -> tuple[list[SquadExamp
         value of the wrong type (a context, question or answer text that is not a string, say; the line is that of
         the question's id, and absent where it cannot be told).
     """
-    with open(path, encoding="utf-8") as f, utf8_errors(path):
-        try:
-            dataset = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError.at(path, e.lineno, f"invalid JSON: {e.msg}") from e
-    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+    dataset = read_json_object(path, "SQuAD file")
+    if not isinstance(dataset.get("data"), list):
         raise DataError.at(path, None, "expected a JSON object with a 'data' list (SQuAD format)")
 
     def need(record, key: str, where: str, kind: type | tuple[type, ...] = object, qid=None):
@@ -740,18 +737,6 @@ def answer_text_for(tokenizer) -> Callable[[SquadWindow, int, int], str] | None:
         return None
     return google_answer_text(tokenizer.id_to_token, getattr(tokenizer, "lowercase", True),
                               getattr(tokenizer, "strip_accents", None))
-
-
-def read_json_object(path) -> dict:
-    """A JSON file holding one object ({question id: value}); DataError naming the file and line otherwise."""
-    try:
-        with open(path, encoding="utf-8") as handle, utf8_errors(path):
-            data = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise DataError.at(path, err.lineno, f"invalid JSON: {err.msg}") from None
-    if not isinstance(data, dict):
-        raise DataError.at(path, None, "expected a JSON object {question id: value}")
-    return data
 
 
 @register("squad")
