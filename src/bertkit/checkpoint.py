@@ -32,6 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
 from bertkit.io import disk_full_as_error, fsync_dir, read_json_object, temporary_name
+from bertkit.tokenizers import TOKENIZER_FILES
 
 def _linear(theirs: str, ours: str) -> dict[str, str]:
     """The weight and bias rows of one Linear or LayerNorm."""
@@ -309,9 +310,6 @@ def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
-# Tokenizer files a re-save keeps when no tokenizer is given (WordPiece, then byte-level BPE).
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "vocab.json", "merges.txt",
-                   "word_chars.json")
 
 
 class CheckpointError(ValueError):
@@ -598,7 +596,7 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None,
                                       extra=model.config_extras())
             if tokenizer is not None:
                 tokenizer.save(staging)
-            elif directory.is_dir():  # keep tokenizer files a previous save put there
+            elif directory.is_dir():  # keep the tokenizer files a previous save (or transformers) put there
                 for name in TOKENIZER_FILES:
                     if (directory / name).is_file():
                         shutil.copy2(directory / name, staging / name)
