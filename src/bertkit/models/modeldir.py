@@ -45,6 +45,14 @@ TASK_ROLES = ("sequence", "token", "choice", "qa", "seq2seq")
 USES = {"fill-mask": "pretraining", "embeddings": "encoder", "features": "encoder"}
 
 
+def architecture_role(name: str) -> str | None:
+    """The role of the head a config.json architecture names, by its suffix in any family's spelling
+    ("RobertaForTokenClassification" -> "token"); None for a bare model ("BertModel"). The one suffix matcher: the
+    task families match their architectures through it (`bertkit.tasks.base.TaskFamily.matches_architecture`)."""
+    name = name.removesuffix("Simple")
+    return next((role for suffix, role in HEAD_SUFFIXES if name.endswith(suffix)), None)
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, None when absent; ValueError naming the file when it is not one."""
     return read_json_object(path) if path.is_file() else None
@@ -105,11 +113,7 @@ class ModelDir:
     @property
     def head_role(self) -> str | None:
         """The role of the head its weights hold, from config.json's architectures (None: a bare encoder)."""
-        for name in self.architectures:
-            for suffix, role in HEAD_SUFFIXES:
-                if name.removesuffix("Simple").endswith(suffix):
-                    return role
-        return None
+        return next((role for role in map(architecture_role, self.architectures) if role is not None), None)
 
     def has_role(self, role: str) -> bool:
         """Whether bertkit has a `role` model for this architecture (a key of its ROLE_CLASSES row)."""

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.models.modeldir import architecture_role
 from bertkit.models.registry import ARCHITECTURES, refused_cells
 
 # kind -> the module whose family registers it: the one line a new task adds here.
@@ -177,8 +178,9 @@ class TaskFamily:
     @classmethod
     def matches_architecture(cls, name: str) -> bool:
         """Whether a config.json architecture is this family's task model in any family's spelling (XLNet's span
-        model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head)."""
-        return name.removesuffix("Simple").endswith(cls.model_class_name[len("Bert"):])
+        model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head): its
+        head's role is the family's `model_role` (`bertkit.models.modeldir.architecture_role`, the one matcher)."""
+        return architecture_role(name) == cls.model_role
 
     # ---- fine-tuning -----------------------------------------------------------------------------------------
     def read(self, path, training: bool) -> list:
