@@ -41,8 +41,27 @@ HEAD_SUFFIXES = (("ForSequenceClassification", "sequence"), ("ForTokenClassifica
                  ("ForMaskedLM", "mlm"), ("ForCausalLM", "causal"), ("ForConditionalGeneration", "seq2seq"))
 # The roles of task models (a sequence, each token, each choice, a span; every task as text to text).
 TASK_ROLES = ("sequence", "token", "choice", "qa", "seq2seq")
-# The uses of a directory without a task head -> the role that serves them ("generate" is `_generate_role`).
-USES = {"fill-mask": "pretraining", "embeddings": "encoder", "features": "encoder"}
+
+
+@dataclass(frozen=True)
+class Use:
+    """A use of a directory without a task head (a task kind's facts are its family's, `bertkit.tasks`)."""
+
+    role: str  # the role that serves it ("generate": the seq2seq or the causal model, whichever the directory holds)
+    served: bool  # offered by `bertkit serve` and `bertkit export` (bertkit.tasks.base.SERVED_KINDS)
+    input_fields: tuple[tuple[str, ...], tuple[str, ...]] = (("text",), ())  # a served input's (required, optional)
+
+
+# The one list of the uses: the served ones are SERVED_USES, and `bertkit features` reads the encoder.
+USES = {"fill-mask": Use("pretraining", True), "embeddings": Use("encoder", True), "generate": Use("generate", True),
+        "features": Use("encoder", False)}
+SERVED_USES = tuple(name for name, use in USES.items() if use.served)
+
+
+def _role(role_or_use: str) -> str:
+    """The role of a use of USES, or `role_or_use` itself when it is a role."""
+    use = USES.get(role_or_use)
+    return use.role if use is not None else role_or_use
 
 
 def architecture_role(name: str) -> str | None:
@@ -170,11 +189,11 @@ class ModelDir:
 
     def model_class(self, role: str, kind: str = "") -> type:
         """The class that loads this directory for `role` (a key of ROLE_CLASSES' rows, "causal", or a use of
-        USES / "generate"). ValueError naming the model type and the role (and the `kind` asked for, when given)
+        USES). ValueError naming the model type and the role (and the `kind` asked for, when given)
         where the architecture has none."""
         from bertkit.models import BertForCausalLM, class_for
 
-        role = USES.get(role, role)
+        role = _role(role)
         if role == "generate":
             role = "seq2seq" if self.text_to_text else "causal"
         if role != "causal":
@@ -196,7 +215,7 @@ class ModelDir:
         from bertkit.checkpoint import WeightsMismatchError
 
         cls = self.model_class(role)
-        if USES.get(role, role) != "encoder":
+        if _role(role) != "encoder":
             return cls.from_pretrained(self.path, **kwargs)
         try:
             return cls.from_pretrained(self.path, **kwargs)

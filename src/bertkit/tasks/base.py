@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.models.modeldir import architecture_role
+from bertkit.models.modeldir import SERVED_USES, architecture_role
 from bertkit.models.registry import ARCHITECTURES, refused_cells
 
 # kind -> the module whose family registers it: the one line a new task adds here.
@@ -138,9 +138,9 @@ def kind_of_architectures(architectures: Sequence[str]) -> str | None:
     return None
 
 
-# What a model directory is served (and exported) as: the kinds whose family predicts, and three uses of a model
-# without a task head (`bertkit.models.modeldir.USES`).
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
+# What a model directory is served (and exported) as: the kinds whose family predicts, and the served uses of a
+# model without a task head (`bertkit.models.modeldir.USES`).
+SERVED_KINDS = ("classify", "ner", "squad", "swag", *SERVED_USES, "rerank")
 
 
 def default_kind(model) -> str:
