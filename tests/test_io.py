@@ -16,6 +16,7 @@ from bertkit.errors import DataError
 from bertkit.io import read_json, read_json_object
 from bertkit.sentence import read_sentence_config
 from bertkit.tasks.squad import read_squad
+from bertkit.tokenizers.bpe import ByteLevelBPETokenizer
 from bertkit.tokenizers.tokenizer_json import read_configs
 from bertkit.tokenizers.wordpiece import WordPieceTokenizer
 
@@ -86,6 +87,7 @@ READERS = {
                          lambda d: read_sentence_config(d / "st"), DataError),
     "tokenizer-config": (lambda d: d / "tokenizer_config.json", read_configs, DataError),
     "wordpiece-config": (lambda d: d / "tokenizer_config.json", WordPieceTokenizer.from_pretrained, DataError),
+    "bpe-config": (lambda d: d / "tokenizer_config.json", ByteLevelBPETokenizer.from_pretrained, DataError),
 }
 
 
