@@ -18,8 +18,10 @@ from bertkit.checkpoint import (CheckpointError, HeadMismatchError, ShapeMismatc
 from bertkit.inference import model_info
 from bertkit.models import (BertForMaskedLM, BertForQuestionAnswering, BertForReplacedTokenDetection,
                             BertForSequenceClassification, BertForTokenClassification)
+from bertkit.tokenizers import TOKENIZER_FILES, TOKENIZER_KINDS, WordPieceTokenizer, load_tokenizer
+from bertkit.tokenizers.load import CLASSES
 
-from conftest import tiny_config
+from conftest import TINY_TEXT, tiny_config
 
 TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64)
@@ -182,6 +184,32 @@ def test_save_is_atomic_and_keeps_tokenizer(tmp_path, tiny_tokenizer):
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging leftovers
+
+
+def _tokenizer_of_kind(kind: str, tmp_path):
+    """A tiny tokenizer of each kind of `bertkit.tokenizers.load.CLASSES`, trained here."""
+    if kind == "json":  # any tokenizer.json, read as the file says
+        WordPieceTokenizer.train(TINY_TEXT, vocab_size=150, min_frequency=1, show_progress=False).save(tmp_path / "j")
+        return load_tokenizer(tmp_path / "j", kind="json")
+    options = {"unigram": {"extra_ids": 4}}.get(kind, {"min_frequency": 1})
+    return CLASSES[kind].train(TINY_TEXT, vocab_size={"bpe": 300}.get(kind, 150), show_progress=False,
+                               **options)
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_a_resave_without_the_tokenizer_keeps_every_tokenizer_file(kind, tmp_path):
+    tokenizer = _tokenizer_of_kind(kind, tmp_path)
+    model = BertForMaskedLM(tiny_config(vocab_size=tokenizer.vocab_size))
+    model.save_pretrained(tmp_path / "m", tokenizer=tokenizer)
+    saved = {p.name for p in (tmp_path / "m").iterdir()} - {"config.json", "model.safetensors"}
+    assert saved and saved <= set(TOKENIZER_FILES)  # the list names every file this kind's save writes
+    # transformers writes special_tokens_map.json beside the others; a re-save keeps it too
+    (tmp_path / "m" / "special_tokens_map.json").write_text('{"unk_token": "[UNK]"}\n', encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir() if p.name in TOKENIZER_FILES}
+    model.save_pretrained(tmp_path / "m")
+    after = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir() if p.name in TOKENIZER_FILES}
+    assert after == before and "special_tokens_map.json" in after
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted({*before, "config.json", "model.safetensors"})
 
 
 def test_saved_model_directory_follows_the_umask(tmp_path):

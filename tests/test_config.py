@@ -51,5 +51,7 @@ def test_unknown_and_unsupported_keys(tmp_path):
     with pytest.raises(ValueError, match="relative_key"):
         BertConfig.from_json_file(path)
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="not a valid JSON"):
+    with pytest.raises(ValueError, match=rf"^{path}: not valid JSON at line 1, column 2 "):
         BertConfig.from_json_file(path)
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'nope.json'}: no such config file$"):
+        BertConfig.from_json_file(tmp_path / "nope.json")

@@ -17,7 +17,6 @@ so every verb that takes an ELMo directory takes it as it is distributed.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -32,7 +31,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
-from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
+from bertkit.io import disk_full_as_error, fsync_dir, read_json_object, temporary_name
+from bertkit.tokenizers import TOKENIZER_FILES
 
 def _linear(theirs: str, ours: str) -> dict[str, str]:
     """The weight and bias rows of one Linear or LayerNorm."""
@@ -310,9 +310,6 @@ def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
-# Tokenizer files a re-save keeps when no tokenizer is given (WordPiece, then byte-level BPE).
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "tokenizer.json", "vocab.json", "merges.txt",
-                   "word_chars.json")
 
 
 class CheckpointError(ValueError):
@@ -599,7 +596,7 @@ def save_model(model, directory: str | os.PathLike, tokenizer=None,
                                       extra=model.config_extras())
             if tokenizer is not None:
                 tokenizer.save(staging)
-            elif directory.is_dir():  # keep tokenizer files a previous save put there
+            elif directory.is_dir():  # keep the tokenizer files a previous save (or transformers) put there
                 for name in TOKENIZER_FILES:
                     if (directory / name).is_file():
                         shutil.copy2(directory / name, staging / name)
@@ -647,18 +644,7 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / CONFIG_NAME
     if not path.is_file() and is_bilm_directory(directory):
         return bilm_config(directory)  # a released ELMo: its options.json read as an ElmoConfig
-    return read_json_object(path)
-
-
-def read_json_object(path: Path) -> dict:
-    """A JSON object file's contents; CheckpointError naming the file when it is not valid JSON or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
+    return read_json_object(path, "config file", CheckpointError)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -823,7 +809,7 @@ def bilm_config(directory: str | os.PathLike) -> dict[str, Any]:
     from bertkit.tokenizers.word import BILM_OPTIONS, BILM_VOCAB, read_bilm_vocab
 
     path = Path(directory) / BILM_OPTIONS
-    options = read_json_object(path)
+    options = read_json_object(path, "bilm-tf options file", CheckpointError)
     activation = _options_field(options, "char_cnn.activation", path, str)
     if activation != "relu":
         raise CheckpointError(f"{path}: char_cnn.activation {activation!r} is not supported (bertkit's ELMo "

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from bertkit.io import read_json_object
+
 # Activations the feed-forward block and the MLM head understand, by their transformers names.
 IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
 
@@ -266,16 +268,7 @@ class ConfigFile:
     @classmethod
     def from_json_file(cls, path: str | os.PathLike):
         """Read a config.json (ValueError naming the file when it is not a JSON object)."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such config file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: not a valid JSON config ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config must be a JSON object")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json_object(path, "config file"), source=str(path))
 
 
 # name -> (layers L, hidden H); heads A = H/64 and intermediate 4H follow the BERT papers.

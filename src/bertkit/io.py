@@ -12,6 +12,8 @@ path, the clean-up of what a killed writer left behind, and a JSON Lines reader 
   back. Call it while holding the directory's lock.
 - `read_json_lines`: one JSON value per line; a last line cut short (a full disk, a kill mid-write) is reported
   apart rather than raised, so that a metrics file can always be read and resumed.
+- `read_json_object` / `read_json`: the one reader of a JSON file (config.json, tokenizer files, SQuAD files,
+  sentence-transformers modules); every way it can be wrong is one line naming the file.
 """
 
 from __future__ import annotations
@@ -409,3 +411,40 @@ def read_json_lines(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], Tor
             what = err.msg if isinstance(err, json.JSONDecodeError) else "invalid UTF-8"
             raise DataError.at(path, i + 1, f"not valid JSON ({what})") from None
     return out, None
+
+
+def read_json_object(path: str | os.PathLike, what: str = "JSON file",
+                     error: type[ValueError] = DataError) -> dict[str, Any]:
+    """The JSON object `path` holds.
+
+    what: what the file is, for the missing-file line ("config file" -> "{path}: no such config file").
+    error: the ValueError subclass raised for a file that is there but wrong (CheckpointError for a model's files).
+    Raises:
+        FileNotFoundError "{path}: no such {what}".
+        error "{path}:{line}: invalid UTF-8 (...)", "{path}: not valid JSON at line L, column C (...)" or
+        "{path}: expected a JSON object, found list": one line each, the file first.
+    """
+    data = read_json(path, what, error)
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", error: type[ValueError] = DataError) -> Any:
+    """The JSON value `path` holds, whatever its type (a sentence-transformers modules.json is a list); the errors
+    of `read_json_object` but the last."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such {what}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:  # the line and the byte within it, as the task readers say it
+        line, start = raw.count(b"\n", 0, err.start) + 1, raw.rfind(b"\n", 0, err.start) + 1
+        raise error(f"{path}:{line}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start - start} of the "
+                    f"line); save the file as UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: not valid JSON at line {err.lineno}, column {err.colno} ({err.msg})") from None

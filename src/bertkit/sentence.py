@@ -38,6 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bertkit.io import read_json, read_json_object
+
 MODULES_FILE = "modules.json"
 # sentence-transformers' pooling modes, in the order it concatenates several of them.
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -109,13 +111,6 @@ def pooling_modes(name: str) -> tuple[str, ...]:
     return tuple(m for m in POOLING_MODES if m in modes)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-
-
 def _module_kind(entry: dict, where: str) -> str:
     """transformer / pooling / dense / normalize from a modules.json type, in any sentence-transformers version's
     spelling ("sentence_transformers.models.Pooling", "...sentence_transformer.modules.pooling.Pooling")."""
@@ -146,7 +141,7 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
     modules_path = directory / MODULES_FILE
     if not modules_path.is_file():
         return None
-    modules = _read_json(modules_path)
+    modules = read_json(modules_path)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ValueError(f"{modules_path}: expected a list of module objects")
     modules = sorted(modules, key=lambda m: m.get("idx", 0))
@@ -156,14 +151,14 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
     values: dict[str, Any] = {}
     st_config = directory / "sentence_bert_config.json"
     if st_config.is_file():
-        raw = _read_json(st_config)
+        raw = read_json_object(st_config)
         if raw.get("max_seq_length") is not None:
             values["max_seq_length"] = int(raw["max_seq_length"])
         values["do_lower_case"] = bool(raw.get("do_lower_case", False))
     tokenizer_config = directory / "tokenizer_config.json"
     if values.get("max_seq_length") is None and tokenizer_config.is_file():
         # sentence-transformers 5+ keeps the length as the tokenizer's model_max_length instead
-        limit = _read_json(tokenizer_config).get("model_max_length")
+        limit = read_json_object(tokenizer_config).get("model_max_length")
         if isinstance(limit, int) and 0 < limit < 1_000_000:
             values["max_seq_length"] = limit
     dense = []
@@ -172,12 +167,12 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
         if kind == "pooling":
             if "modes" in values:
                 raise ValueError(f"{modules_path}: more than one Pooling module")
-            raw = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+            raw = read_json_object(folder / "config.json") if (folder / "config.json").is_file() else {}
             values["modes"], values["include_prompt"] = _pooling_from(raw)
         elif kind == "normalize":
             values["normalize"] = True
         elif kind == "dense":
-            raw = _read_json(folder / "config.json")
+            raw = read_json_object(folder / "config.json")
             name = raw.get("activation_function", "torch.nn.modules.activation.Tanh")
             if name not in ACTIVATIONS:
                 raise ValueError(f"{folder / 'config.json'}: Dense activation {name!r} is not supported; bertkit "
@@ -191,7 +186,7 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
     values["dense"] = tuple(dense)
     extra = directory / "config_sentence_transformers.json"
     if extra.is_file():
-        raw = _read_json(extra)
+        raw = read_json_object(extra)
         values["prompts"] = {str(k): str(v) for k, v in (raw.get("prompts") or {}).items()}
         values["default_prompt_name"] = raw.get("default_prompt_name")
         values["similarity_fn_name"] = raw.get("similarity_fn_name") or "cosine"

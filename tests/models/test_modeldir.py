@@ -15,7 +15,9 @@ from bertkit.models import (BertForCausalLM, BertForMaskedLM, BertForMultipleCho
                             ElmoModel, ModelDir, ModernBertForMaskedLM, ModernBertForSequenceClassification,
                             ModernBertForTokenClassification, ModernBertModel, T5EncoderModel,
                             T5ForConditionalGeneration, XLNetForQuestionAnswering, XLNetLMHeadModel, XLNetModel)
-from bertkit.tasks.base import default_kind
+from bertkit.models.modeldir import SERVED_USES, USES
+from bertkit.tasks import KINDS, family_for
+from bertkit.tasks.base import SERVED_KINDS, default_kind
 from bertkit.tokenizers import UnigramTokenizer, WordPieceTokenizer, WordTokenizer
 
 TEXTS = [f"the cat {w} on the mat number {i}" for i, w in enumerate(["sat", "ran", "slept", "ate"] * 10)]
@@ -58,6 +60,19 @@ def test_a_causal_directory_generates(tmp_path, wordpiece):
     model_dir = ModelDir.open(save(BertForCausalLM(bert_config(wordpiece, causal=True)), tmp_path / "gpt", wordpiece))
     assert model_dir.causal and model_dir.generates and model_dir.model_class("generate") is BertForCausalLM
     assert default_kind(model_dir) == "generate" and type(model_dir.load("generate")) is BertForCausalLM
+
+
+def test_every_use_loads_its_role_and_the_served_uses_are_served(tmp_path, wordpiece):
+    bert = ModelDir.open(save(BertForMaskedLM(bert_config(wordpiece)), tmp_path / "bert", wordpiece))
+    gpt = ModelDir.open(save(BertForCausalLM(bert_config(wordpiece, causal=True)), tmp_path / "gpt", wordpiece))
+    classes = {"pretraining": bert.model_class("pretraining"), "encoder": BertModel, "generate": BertForCausalLM}
+    for name, use in USES.items():
+        assert (gpt if use.role == "generate" else bert).model_class(name) is classes[use.role], name
+        assert use.input_fields == (("text",), ())  # one text per served input
+    assert SERVED_USES == ("fill-mask", "embeddings", "generate")  # `bertkit features` reads "features"
+    # what serve and export offer: every kind whose family predicts, and the served uses; nothing twice
+    predicting = {k for k in KINDS if family_for(k).predicts_as is None}
+    assert len(set(SERVED_KINDS)) == len(SERVED_KINDS) and set(SERVED_KINDS) == predicting | set(SERVED_USES)
 
 
 def test_a_modernbert_directory(tmp_path, wordpiece):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from bertkit.models.modeldir import HEAD_SUFFIXES, architecture_role
 from bertkit.tasks import KINDS, TASK_MODULES, TaskFamily, family_for, register
 from bertkit.tasks.base import kind_of_architectures, prediction_kind
 from bertkit.tasks.squad import basic_tokenize, get_final_text, google_answer_text, make_windows, whitespace_words
@@ -27,6 +28,26 @@ def test_every_kind_finds_its_family_in_its_own_file():
     with pytest.raises(ValueError, match="unknown task kind 'pos'; choose one of glue, classify, ner, squad, swag, "
                                          "embed, rerank"):
         family_for("pos")
+
+
+# The kinds whose family matches an architecture, by the architecture's suffix (the rest match none).
+MATCHING_KINDS = {"ForSequenceClassification": {"glue", "classify", "rerank"}, "ForTokenClassification": {"ner"},
+                  "ForQuestionAnswering": {"squad"}, "ForMultipleChoice": {"swag"}}
+
+
+def test_families_and_model_directories_share_one_suffix_matcher():
+    for kind in KINDS:  # the family's model class is a head of the family's role (an embedding model is bare)
+        family = family_for(kind)
+        assert architecture_role(family.model_class_name) == (None if kind == "embed" else family.model_role)
+    for prefix in ("Bert", "Roberta", "Albert", "Electra", "DistilBert", "ModernBert", "XLNet", "T5"):
+        assert architecture_role(f"{prefix}Model") is None
+        assert not any(family_for(k).matches_architecture(f"{prefix}Model") for k in KINDS)
+        for suffix, role in HEAD_SUFFIXES:
+            for name in (prefix + suffix, prefix + suffix + "Simple"):  # XLNet's span model ends in Simple
+                assert architecture_role(name) == role, name
+                assert {k for k in KINDS if family_for(k).matches_architecture(name)} == \
+                    MATCHING_KINDS.get(suffix, set()), name
+    assert kind_of_architectures(["XLNetForQuestionAnsweringSimple"]) == "squad"
 
 
 def test_register_refuses_a_kind_without_its_registry_line():

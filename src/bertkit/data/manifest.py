@@ -41,9 +41,6 @@ MANIFEST = "manifest.json"
 TOKENIZER_SUBDIR = "tokenizer"
 # The four data files of a shard, by suffix; each is listed with its SHA-256 in the manifest.
 SHARD_FILES = ("tokens.bin", "sentences.npy", "documents.npy", "wordstarts.bin")
-# What `tokenizer.save` may write into out_dir/tokenizer, cleared first so one kind never sits beside the other.
-TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json",
-                   "special_tokens_map.json", "word_chars.json")
 # The vocabulary file each tokenizer kind cannot do without.
 TOKENIZER_KIND_FILE = {"wordpiece": "vocab.txt", "bpe": "vocab.json", "unigram": "tokenizer.json",
                        "json": "tokenizer.json", "word": "word_chars.json"}

@@ -33,13 +33,13 @@ import numpy as np
 
 from bertkit.data.corpus import (COLUMNAR_FORMATS, FORMATS, ON_BAD_LINE, CorpusStats, Document, Position,
                                  detect_format, expand_paths, iter_positioned_documents)
-from bertkit.data.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, TOKENIZER_FILES, TOKENIZER_KIND_FILE,
+from bertkit.data.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, TOKENIZER_KIND_FILE,
                                    TOKENIZER_SUBDIR, Manifest, PathLike, Paths, check_shard_files, shard_entry,
                                    shard_index, shard_name)
 from bertkit.data.readers import Table
 from bertkit.errors import DataError
 from bertkit.io import atomic_write, fsync_dir, lock_directory, remove_stale_temporaries
-from bertkit.tokenizers import TOKENIZER_KINDS, load_tokenizer
+from bertkit.tokenizers import TOKENIZER_FILES, TOKENIZER_KINDS, load_tokenizer
 
 log = logging.getLogger(__name__)
 

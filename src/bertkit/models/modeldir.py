@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.io import read_json_object
+
 TASK_FILE = "finetune.json"  # the fine-tuning record of a fine-tuned model directory
 TASK_MODEL_FILE = "task_model.json"  # a task model on the encoder's layers (bertkit.features)
 
@@ -39,17 +41,40 @@ HEAD_SUFFIXES = (("ForSequenceClassification", "sequence"), ("ForTokenClassifica
                  ("ForMaskedLM", "mlm"), ("ForCausalLM", "causal"), ("ForConditionalGeneration", "seq2seq"))
 # The roles of task models (a sequence, each token, each choice, a span; every task as text to text).
 TASK_ROLES = ("sequence", "token", "choice", "qa", "seq2seq")
-# The uses of a directory without a task head -> the role that serves them ("generate" is `_generate_role`).
-USES = {"fill-mask": "pretraining", "embeddings": "encoder", "features": "encoder"}
+
+
+@dataclass(frozen=True)
+class Use:
+    """A use of a directory without a task head (a task kind's facts are its family's, `bertkit.tasks`)."""
+
+    role: str  # the role that serves it ("generate": the seq2seq or the causal model, whichever the directory holds)
+    served: bool  # offered by `bertkit serve` and `bertkit export` (bertkit.tasks.base.SERVED_KINDS)
+    input_fields: tuple[tuple[str, ...], tuple[str, ...]] = (("text",), ())  # a served input's (required, optional)
+
+
+# The one list of the uses: the served ones are SERVED_USES, and `bertkit features` reads the encoder.
+USES = {"fill-mask": Use("pretraining", True), "embeddings": Use("encoder", True), "generate": Use("generate", True),
+        "features": Use("encoder", False)}
+SERVED_USES = tuple(name for name, use in USES.items() if use.served)
+
+
+def _role(role_or_use: str) -> str:
+    """The role of a use of USES, or `role_or_use` itself when it is a role."""
+    use = USES.get(role_or_use)
+    return use.role if use is not None else role_or_use
+
+
+def architecture_role(name: str) -> str | None:
+    """The role of the head a config.json architecture names, by its suffix in any family's spelling
+    ("RobertaForTokenClassification" -> "token"); None for a bare model ("BertModel"). The one suffix matcher: the
+    task families match their architectures through it (`bertkit.tasks.base.TaskFamily.matches_architecture`)."""
+    name = name.removesuffix("Simple")
+    return next((role for suffix, role in HEAD_SUFFIXES if name.endswith(suffix)), None)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, None when absent; ValueError naming the file when it is not one."""
-    if not path.is_file():
-        return None
-    from bertkit.checkpoint import read_json_object
-
-    return read_json_object(path)
+    return read_json_object(path) if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -107,11 +132,7 @@ class ModelDir:
     @property
     def head_role(self) -> str | None:
         """The role of the head its weights hold, from config.json's architectures (None: a bare encoder)."""
-        for name in self.architectures:
-            for suffix, role in HEAD_SUFFIXES:
-                if name.removesuffix("Simple").endswith(suffix):
-                    return role
-        return None
+        return next((role for role in map(architecture_role, self.architectures) if role is not None), None)
 
     def has_role(self, role: str) -> bool:
         """Whether bertkit has a `role` model for this architecture (a key of its ROLE_CLASSES row)."""
@@ -168,11 +189,11 @@ class ModelDir:
 
     def model_class(self, role: str, kind: str = "") -> type:
         """The class that loads this directory for `role` (a key of ROLE_CLASSES' rows, "causal", or a use of
-        USES / "generate"). ValueError naming the model type and the role (and the `kind` asked for, when given)
+        USES). ValueError naming the model type and the role (and the `kind` asked for, when given)
         where the architecture has none."""
         from bertkit.models import BertForCausalLM, class_for
 
-        role = USES.get(role, role)
+        role = _role(role)
         if role == "generate":
             role = "seq2seq" if self.text_to_text else "causal"
         if role != "causal":
@@ -194,7 +215,7 @@ class ModelDir:
         from bertkit.checkpoint import WeightsMismatchError
 
         cls = self.model_class(role)
-        if USES.get(role, role) != "encoder":
+        if _role(role) != "encoder":
             return cls.from_pretrained(self.path, **kwargs)
         try:
             return cls.from_pretrained(self.path, **kwargs)

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bertkit.models.modeldir import USES
 from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
 from bertkit.tasks.base import SERVED_KINDS, default_kind, json_text
 
@@ -50,11 +51,6 @@ MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says ot
 # (`bertkit.sentence.POOLING_NAMES`); the default is the model directory's own (its 1_Pooling, or mean).
 POOLINGS = ("mean", "cls", "max", "last", "weighted-mean", "mean-sqrt-len", "none")
 
-# The uses of a directory without a task head: the fields of an input (required, optional), and a made-up one for
-# the warm-up (fill-mask's is made with the tokenizer's mask token). A task kind's come from its family
-# (`TaskFamily.input_fields`, `sample_input`).
-USE_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "fill-mask": (("text",), ()), "embeddings": (("text",), ()), "generate": (("text",), ())}
 # What one row of a forward pass gives, by the role of the task model (`TaskFamily.model_role`): a vector per
 # sequence, a row per token, or one score per choice (each choice its own row).
 ROW_OUTPUTS = {"sequence": "sequence", "token": "token", "qa": "token", "choice": "choice"}
@@ -321,9 +317,9 @@ class Engine:
         self.top_k = top_k
         self.sentence, self.dense = None, []
         self.predictor = None
-        # A task kind's facts (input fields, truncation, row layout) are its family's; a use's are USE_INPUTS'.
+        # A task kind's facts (input fields, truncation, row layout) are its family's; a use's are its USES row's.
         self.task = family_for(self.kind) if self.kind in KINDS else None
-        self.input_fields = self.task.input_fields if self.task is not None else USE_INPUTS[self.kind]
+        self.input_fields = self.task.input_fields if self.task is not None else USES[self.kind].input_fields
         layout = ROW_OUTPUTS[self.task.model_role] if self.task is not None else self.kind
         if self.task is not None:  # a task head: the task family's predictor, as `bertkit predict` loads it
             from bertkit.finetune import load_predictor
@@ -332,7 +328,7 @@ class Engine:
                                             words=words)
             model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
             self.max_length = self.predictor.config.seq_length
-        else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`, generate)
+        else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`)
             self.tokenizer = directory.tokenizer(words=words)
             model = directory.load(self.kind)
             if self.kind == "fill-mask" and self.tokenizer.mask_id is None:

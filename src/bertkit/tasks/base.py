@@ -47,6 +47,7 @@ import numpy as np
 
 from bertkit.data.readers import MISSING, Table, field
 from bertkit.errors import DataError
+from bertkit.models.modeldir import SERVED_USES, architecture_role
 from bertkit.models.registry import ARCHITECTURES, refused_cells
 
 # kind -> the module whose family registers it: the one line a new task adds here.
@@ -138,9 +139,9 @@ def kind_of_architectures(architectures: Sequence[str]) -> str | None:
     return None
 
 
-# What a model directory is served (and exported) as: the kinds whose family predicts, and three uses of a model
-# without a task head (`bertkit.models.modeldir.USES`).
-SERVED_KINDS = ("classify", "ner", "squad", "swag", "fill-mask", "embeddings", "generate", "rerank")
+# What a model directory is served (and exported) as: the kinds whose family predicts, and the served uses of a
+# model without a task head (`bertkit.models.modeldir.USES`).
+SERVED_KINDS = ("classify", "ner", "squad", "swag", *SERVED_USES, "rerank")
 
 
 def default_kind(model) -> str:
@@ -178,8 +179,9 @@ class TaskFamily:
     @classmethod
     def matches_architecture(cls, name: str) -> bool:
         """Whether a config.json architecture is this family's task model in any family's spelling (XLNet's span
-        model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head)."""
-        return name.removesuffix("Simple").endswith(cls.model_class_name[len("Bert"):])
+        model is transformers' XLNetForQuestionAnsweringSimple: its XLNetForQuestionAnswering is a beam head): its
+        head's role is the family's `model_role` (`bertkit.models.modeldir.architecture_role`, the one matcher)."""
+        return architecture_role(name) == cls.model_role
 
     def table_options(self) -> dict[str, Any]:
         """How the task's files are read (`bertkit.data.readers.Table`): the config's format and JSON records key."""

@@ -46,7 +46,8 @@ import numpy as np
 
 from bertkit.data.readers import MISSING, Table, field, table_format, text_cell
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, json_text, register, utf8_errors
+from bertkit.io import read_json_object
+from bertkit.tasks.base import TaskFamily, json_text, register
 from bertkit.tokenizers.wordpiece import SPECIAL_TOKENS, google_words
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -165,12 +166,8 @@ def read_squad_with_stats(path: str | os.PathLike[str], format: str | None = Non
     fmt = squad_table_format(path, format)
     if fmt is not None:
         return read_squad_table(path, fmt, records)
-    with open(path, encoding="utf-8") as f, utf8_errors(path):
-        try:
-            dataset = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError.at(path, e.lineno, f"invalid JSON: {e.msg}") from e
-    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+    dataset = read_json_object(path, "SQuAD file")
+    if not isinstance(dataset.get("data"), list):
         raise DataError.at(path, None, "expected a JSON object with a 'data' list (SQuAD format)")
 
     def need(record, key: str, where: str, kind: type | tuple[type, ...] = object, qid=None):
@@ -807,18 +804,6 @@ def answer_text_for(tokenizer) -> Callable[[SquadWindow, int, int], str] | None:
         return None
     return google_answer_text(tokenizer.id_to_token, getattr(tokenizer, "lowercase", True),
                               getattr(tokenizer, "strip_accents", None))
-
-
-def read_json_object(path) -> dict:
-    """A JSON file holding one object ({question id: value}); DataError naming the file and line otherwise."""
-    try:
-        with open(path, encoding="utf-8") as handle, utf8_errors(path):
-            data = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise DataError.at(path, err.lineno, f"invalid JSON: {err.msg}") from None
-    if not isinstance(data, dict):
-        raise DataError.at(path, None, "expected a JSON object {question id: value}")
-    return data
 
 
 @register("squad")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, read_json_object
 from bertkit.tokenizers.base import PieceTokenizer, check_vocab, train_engine, word_lists
 
 # RoBERTa's special tokens, in the order that gives fairseq's ids 0-4 (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>).
@@ -120,7 +120,7 @@ class ByteLevelBPETokenizer(PieceTokenizer):
         options = {}
         config = directory / "tokenizer_config.json"
         if config.is_file():
-            data = json.loads(config.read_text(encoding="utf-8"))
+            data = read_json_object(config)
             options = {k: bool(data[k]) for k in ("add_prefix_space", "trim_offsets") if k in data}
         return cls.from_files(directory / "vocab.json", directory / "merges.txt", **options)
 

@@ -26,6 +26,11 @@ from bertkit.tokenizers.word import CHARS_FILE, WordTokenizer, is_bilm_directory
 from bertkit.tokenizers.wordpiece import WordPieceTokenizer
 
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "json", "word")
+# Every file a tokenizer directory may hold, all kinds together (what `save` writes, and the special_tokens_map.json
+# of a directory transformers saved): what a model re-saved without its tokenizer keeps (bertkit.checkpoint) and
+# what `prepare` clears before it writes another kind (bertkit.data.manifest).
+TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json",
+                   "special_tokens_map.json", "word_chars.json")
 CLASSES = {"wordpiece": WordPieceTokenizer, "bpe": ByteLevelBPETokenizer, "unigram": UnigramTokenizer,
            "json": JsonTokenizer, "word": WordTokenizer}
 # tokenizer_config.json classes that settle which kind a directory holding both kinds of files is.

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, read_json, read_json_object
 from bertkit.tokenizers.base import Encoding, Frame, PieceTokenizer, word_lists
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -57,23 +57,13 @@ def _content(value: Any) -> str | None:
     return None
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-
-
 def read_configs(directory: Path) -> dict[str, Any]:
     """tokenizer_config.json with special_tokens_map.json's entries under it (the config wins), or {}."""
     config: dict[str, Any] = {}
     for name in (SPECIAL_MAP_FILE, CONFIG_FILE):
         path = directory / name
         if path.is_file():
-            data = _read_json(path)
-            if not isinstance(data, dict):
-                raise ValueError(f"{path}: expected a JSON object")
-            config.update(data)
+            config.update(read_json_object(path))
     return config
 
 
@@ -337,7 +327,7 @@ def model_type(file: Path) -> str | None:
 
     An older file without the field is recognised by its model's keys.
     """
-    data = _read_json(file)
+    data = read_json(file, "tokenizer file")
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         return None
     model = data["model"]

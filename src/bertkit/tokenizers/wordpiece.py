@@ -54,7 +54,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tqdm import tqdm
 
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, read_json_object
 from bertkit.tokenizers.base import PieceTokenizer, check_vocab, replayable, truncate_longest_first
 
 log = logging.getLogger(__name__)
@@ -306,16 +306,6 @@ def _engine_words(words: list[str]) -> list[str]:
     return [("[UNK]" if not w.isascii() and _SURROGATE.search(w) else w) for w in words]
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
-
-
 def _engine_casing(normalizer: dict) -> tuple[str, bool, bool | None] | None:
     """("transformers", lowercase, strip_accents) from a tokenizer.json normaliser holding BertNormalizers (alone or
     in a Sequence, as bertkit writes it); None for any other normaliser."""
@@ -553,11 +543,11 @@ class WordPieceTokenizer(PieceTokenizer):
         config, engine_file = directory / "tokenizer_config.json", directory / "tokenizer.json"
         settings = None
         if directory.is_dir() and config.is_file():
-            data = _read_json(config)
+            data = read_json_object(config)
             settings = (data.get("bertkit_compat", "transformers"), data.get("do_lower_case", True),
                         data.get("strip_accents"))
         elif directory.is_dir() and engine_file.is_file():
-            settings = _engine_casing(_read_json(engine_file).get("normalizer") or {})
+            settings = _engine_casing(read_json_object(engine_file).get("normalizer") or {})
         if settings is None:
             return cls.from_vocab(vocab_file, lowercase=lowercase, compat=compat or "google",
                                   force_casing=force_casing)
