@@ -184,6 +184,53 @@ class ShardedCorpus:
         bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
         return ids, bits, bounds - lo
 
+    def document_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, sentences) of every document, two (documents,) int64 arrays, from the index files alone (no
+        token is read): what places a document in a stream of documents laid end to end without reading it."""
+        tokens, sentences = [], []
+        for _, bounds, documents, _ in self._maps:
+            first = np.asarray(documents, dtype=np.int64)  # each document's first sentence, and one past the last
+            tokens.append(np.diff(np.asarray(bounds, dtype=np.int64)[first]))
+            sentences.append(np.diff(first))
+        if not tokens:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(tokens), np.concatenate(sentences)
+
+    def token_range(self, i: int, lo: int, hi: int, word_starts: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Tokens lo..hi-1 of document `i` (offsets within it, 0 <= lo <= hi <= its length): (ids int64, word starts
+        bool, or None unless `word_starts`), `flat_document(i)`'s first two fields sliced, reading only those
+        tokens (a stream that uses a piece of a long document pays for the piece)."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        self._ensure_verified(shard)
+        tokens, sentences, documents, packed = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        base, end = int(sentences[int(documents[local])]), int(sentences[int(documents[local + 1])])
+        if not 0 <= lo <= hi <= end - base:
+            raise IndexError(f"tokens {lo}..{hi} out of range for document {i} of {end - base} tokens")
+        lo, hi = base + lo, base + hi
+        ids = np.asarray(tokens[lo:hi], dtype=np.int64)
+        if not word_starts:
+            return ids, None
+        bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
+        return ids, bits
+
+    def sentence_offsets(self, i: int) -> np.ndarray:
+        """Document `i`'s sentence offsets, (sentences + 1,) int64 from 0 to its length (`flat_document(i)[2]`),
+        from the index alone."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        _, sentences, documents, _ = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        bounds = np.asarray(sentences[int(documents[local]):int(documents[local + 1]) + 1], dtype=np.int64)
+        return bounds - bounds[0]
+
     def documents_in_order(self, start: int = 0) -> Iterator[tuple[list[np.ndarray], list[np.ndarray]]]:
         """`document(i)` for i = start, start + 1, ... in storage order (shard by shard, sequential reads)."""
         for shard in range(len(self._shards)):
