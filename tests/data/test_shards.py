@@ -364,3 +364,25 @@ def test_a_split_without_documents_is_named_with_its_directory(tok_dir, corpus, 
         opened.num_documents = 0  # as an eval split held out by an older prepare could be
         with pytest.raises(DataError, match=f"^{tmp_path / 'data'}: the {split} split has no documents "):
             opened.require_documents()
+
+
+def test_reads_by_index_are_slices_of_the_whole_document(tok_dir, corpus, tmp_path):
+    # What the streams read by ranges (document_sizes, sentence_offsets, token_range) is flat_document's, sliced,
+    # in every shard.
+    prepare([corpus], tok_dir, tmp_path / "out", shard_tokens=150, progress=False)
+    data = ShardedCorpus(tmp_path / "out")
+    tokens, sentences = data.document_sizes()
+    assert len(tokens) == len(sentences) == len(data) and tokens.dtype == sentences.dtype == np.int64
+    rng = np.random.default_rng(0)
+    for i in range(len(data)):
+        ids, starts, bounds = data.flat_document(i)
+        assert (tokens[i], sentences[i]) == (len(ids), len(bounds) - 1)
+        assert np.array_equal(data.sentence_offsets(i), bounds)
+        for lo, hi in [(0, len(ids)), *sorted(rng.integers(0, len(ids) + 1, (3, 2)).tolist())]:
+            lo, hi = min(lo, hi), max(lo, hi)
+            got, bits = data.token_range(i, lo, hi)
+            assert np.array_equal(got, ids[lo:hi]) and got.dtype == np.int64
+            assert np.array_equal(bits, starts[lo:hi]) and bits.dtype == bool
+            assert data.token_range(i, lo, hi, word_starts=False)[1] is None
+    with pytest.raises(IndexError, match="out of range"):
+        data.token_range(0, 0, int(tokens[0]) + 1)

@@ -310,6 +310,18 @@ class PretrainingStream:
             return Instance(ids, zeros[:n], ones[:n], no[:n], -1)
         return LazyRows(count, sequence)
 
+    def _check_chunks_make_rows(self) -> None:
+        """ValueError in one line when no chunk can make an instance (an endless search for rows otherwise): no
+        token at all, or (XLNet) not even the chunk_docs longest documents cut into G streams of a segment each."""
+        o = self.options
+        longest = int(np.sort(self._document_lengths())[::-1][:o.chunk_docs].sum())
+        if o.instances == "xlnet" and longest // self.group < o.max_seq_length - 3:
+            raise ValueError(f"chunk_docs {o.chunk_docs}: no chunk of the corpus holds {self.group} rows (micro-batch "
+                             f"x world size) of an XLNet segment of max_seq_length {o.max_seq_length} (at most "
+                             f"{longest} tokens); raise chunk_docs or lower the batch size")
+        if longest == 0:
+            raise ValueError(f"the corpus has no tokens to make {o.instances} instances of")
+
     def _document_lengths(self) -> np.ndarray:
         """(documents,) int64: every document's tokens, read once per stream (from the index where the source
         has one, `ShardedCorpus.document_sizes`)."""
@@ -429,6 +441,7 @@ class PretrainingStream:
         the rows of this rank are touched one by one, so its work per batch does not grow with the world size."""
         pos = dict(self.position)
         G = self.group
+        self._check_chunks_make_rows()
         cache_key, cache = None, []
         while True:
             segments = []  # (chunk instances, offset, count, epoch, index of the first)
