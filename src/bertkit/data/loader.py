@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    CachedDocuments, DocumentSource, Instance, ListDocuments, SpecialIds, nsp_pairs, packed_rows, pair_rows, sentence_pairs, sop_pairs,
+    CachedDocuments, DocumentSource, Instance, ListDocuments, SpecialIds, nsp_pairs, packed_rows, pair_rows,
+    sentence_pairs, sop_pairs,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
@@ -314,7 +315,9 @@ class PretrainingStream:
         """ValueError in one line when no chunk can make an instance (an endless search for rows otherwise): no
         token at all, or (XLNet) not even the chunk_docs longest documents cut into G streams of a segment each."""
         o = self.options
-        longest = int(np.sort(self._document_lengths())[::-1][:o.chunk_docs].sum())
+        lengths = self._document_lengths()
+        k = min(o.chunk_docs, len(lengths))
+        longest = int(np.partition(lengths, len(lengths) - k)[len(lengths) - k:].sum())  # the k longest
         if o.instances == "xlnet" and longest // self.group < o.max_seq_length - 3:
             raise ValueError(f"chunk_docs {o.chunk_docs}: no chunk of the corpus holds {self.group} rows (micro-batch "
                              f"x world size) of an XLNet segment of max_seq_length {o.max_seq_length} (at most "
