@@ -94,9 +94,20 @@ def kill_after_checkpoint(argv: list, run_dir: Path, env: dict, step: int = 6, t
     proc.wait()
 
 
+class _CountedIds(np.ndarray):
+    """A document's ids whose slices count their tokens into `source.tokens_read` (what `token_view` hands out)."""
+
+    def __getitem__(self, key):
+        out = np.asarray(super().__getitem__(key))
+        if isinstance(key, slice):
+            self.source.tokens_read += out.size
+        return out
+
+
 class IndexedDocuments(ListDocuments):
-    """`ListDocuments` with `ShardedCorpus`'s reads by index (`document_sizes`, `token_range`, `sentence_offsets`),
-    counting the tokens `token_range` hands out (`tokens_read`) and the documents read whole (`whole_reads`)."""
+    """`ListDocuments` with `ShardedCorpus`'s reads by index (`document_sizes`, `token_range`, `token_view`,
+    `sentence_offsets`), counting the tokens they hand out (`tokens_read`: `token_range`'s, and the slices taken of
+    `token_view`'s) and the documents read whole (`whole_reads`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +128,11 @@ class IndexedDocuments(ListDocuments):
 
     def sentence_offsets(self, i: int) -> np.ndarray:
         return np.concatenate([[0], np.cumsum([len(s) for s in self._ids[i]])]).astype(np.int64)
+
+    def token_view(self, i: int) -> np.ndarray:
+        view = self._flat(i)[0].view(_CountedIds)
+        view.source = self
+        return view
 
     def token_range(self, i: int, lo: int, hi: int, word_starts: bool = True):
         ids, starts = self._flat(i)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import bisect
 import gc
 import itertools
 import math
@@ -829,54 +830,70 @@ def document_lengths(docs: DocumentSource) -> np.ndarray:
 
 class EndToEnd:
     """Documents `members` laid end to end, read by ranges of that stream: only the documents a range overlaps
-    are read, and of those only the tokens in it (`ShardedCorpus.token_range` where the source has it), so a rank
-    that uses 1/W of a whole-corpus chunk reads 1/W of it. Before, every rank concatenated the whole chunk: its
-    work per batch grew with the world size (the global group spans W times the chunk's tokens).
+    are read, and of those only the tokens in it (slices of `ShardedCorpus.token_view`, or `token_range` with the
+    word starts), so a rank that uses 1/W of a whole-corpus chunk reads 1/W of it. Before, every rank concatenated
+    the whole chunk: its work per batch grew with the world size (the global group spans W times the chunk's
+    tokens).
 
     lengths: (documents,) every document's tokens (`document_lengths`)."""
 
     def __init__(self, docs: DocumentSource, members: Sequence[int], lengths: np.ndarray) -> None:
         self.docs = docs
         self.members = np.asarray(members, dtype=np.int64)
-        self.ends = np.cumsum(lengths[self.members]) if len(self.members) else np.zeros(0, dtype=np.int64)
-        self.total = int(self.ends[-1]) if len(self.ends) else 0
-        self._ranged = hasattr(docs, "token_range")
+        ends = np.cumsum(lengths[self.members]) if len(self.members) else np.zeros(0, dtype=np.int64)
+        self.total = int(ends[-1]) if len(ends) else 0
+        self._ends = ends.tolist()  # bisect on a list: a row's lookup costs less than numpy's call
+        self._indexed = hasattr(docs, "token_view")
+        self._views: list[np.ndarray | None] = [None] * len(self.members)  # ids per document, fetched when first read
         self._whole: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # other sources: documents read whole
 
     def read(self, lo: int, hi: int, word_starts: bool = False):
         """Tokens lo..hi-1 of the stream as int64 (and their word starts as bool, when asked): the documents'
         `flat_document` ids end to end, sliced."""
         ids, starts = [], []
-        k = int(np.searchsorted(self.ends, lo, side="right"))  # the document holding token lo
+        k = bisect.bisect_right(self._ends, lo)  # the document holding token lo
         while lo < hi:
-            first, end = (int(self.ends[k - 1]) if k else 0), int(self.ends[k])
+            first, end = (self._ends[k - 1] if k else 0), self._ends[k]
             a, b = lo - first, min(hi, end) - first
-            piece = self._piece(int(self.members[k]), a, b, word_starts)
-            ids.append(piece[0])
-            starts.append(piece[1])
+            if word_starts:
+                piece = self._piece(int(self.members[k]), a, b)
+                ids.append(piece[0])
+                starts.append(piece[1])
+            else:
+                ids.append(self._ids(k)[a:b])
             lo, k = first + b, k + 1
         if not ids:
             out = np.zeros(0, dtype=np.int64)
             return (out, np.zeros(0, dtype=bool)) if word_starts else out
-        one = ids[0] if len(ids) == 1 else np.concatenate(ids)
+        one = ids[0].astype(np.int64) if len(ids) == 1 else np.concatenate(ids).astype(np.int64, copy=False)
         if not word_starts:
             return one
         return one, starts[0] if len(starts) == 1 else np.concatenate(starts)
 
-    def _piece(self, d: int, a: int, b: int, word_starts: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        if self._ranged:
-            return self.docs.token_range(d, a, b, word_starts)
+    def _ids(self, k: int) -> np.ndarray:
+        """The ids of the chunk's k-th document: a view of the stored tokens where the source has one."""
+        view = self._views[k]
+        if view is None:
+            d = int(self.members[k])
+            view = self._views[k] = self.docs.token_view(d) if self._indexed else self._document(d)[0]
+        return view
+
+    def _piece(self, d: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if hasattr(self.docs, "token_range"):
+            return self.docs.token_range(d, a, b)
+        ids, bits = self._document(d)
+        return ids[a:b], bits[a:b]
+
+    def _document(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """A source without an index: document d read whole (ids int64, word starts), kept for the chunk."""
         whole = self._whole.get(d)
         if whole is None:
             sentences = self.docs.document(d)
             ids = [np.asarray(x, dtype=np.int64) for x in sentences[0]]
             bits = [np.asarray(x, dtype=bool) for x in sentences[1]]
-            whole = (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
-                     np.concatenate(bits) if bits else np.zeros(0, dtype=bool))
-            if len(self._whole) > 8:
-                self._whole.clear()
-            self._whole[d] = whole
-        return whole[0][a:b], whole[1][a:b]
+            whole = self._whole[d] = (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
+                                      np.concatenate(bits) if bits else np.zeros(0, dtype=bool))
+        return whole
 
 
 def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequence["XLNetSegment"]:

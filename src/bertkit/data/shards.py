@@ -218,6 +218,19 @@ class ShardedCorpus:
         bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
         return ids, bits
 
+    def token_view(self, i: int) -> np.ndarray:
+        """Document `i`'s token ids as stored (the manifest's dtype, read-only, no copy): a view of the memory map
+        that a stream slices again and again (a T5 chunk's sequences) for the price of the slices."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        self._ensure_verified(shard)
+        tokens, sentences, documents, _ = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        return tokens[int(sentences[int(documents[local])]):int(sentences[int(documents[local + 1])])]
+
     def sentence_offsets(self, i: int) -> np.ndarray:
         """Document `i`'s sentence offsets, (sentences + 1,) int64 from 0 to its length (`flat_document(i)[2]`),
         from the index alone."""
