@@ -367,8 +367,8 @@ def test_a_split_without_documents_is_named_with_its_directory(tok_dir, corpus, 
 
 
 def test_reads_by_index_are_slices_of_the_whole_document(tok_dir, corpus, tmp_path):
-    # What the streams read by ranges (document_sizes, sentence_offsets, token_range) is flat_document's, sliced,
-    # in every shard.
+    # What the streams read by ranges (document_sizes, sentence_offsets, token_range, token_view) is
+    # flat_document's, sliced, in every shard.
     prepare([corpus], tok_dir, tmp_path / "out", shard_tokens=150, progress=False)
     data = ShardedCorpus(tmp_path / "out")
     tokens, sentences = data.document_sizes()
@@ -378,6 +378,8 @@ def test_reads_by_index_are_slices_of_the_whole_document(tok_dir, corpus, tmp_pa
         ids, starts, bounds = data.flat_document(i)
         assert (tokens[i], sentences[i]) == (len(ids), len(bounds) - 1)
         assert np.array_equal(data.sentence_offsets(i), bounds)
+        view = data.token_view(i)
+        assert np.array_equal(view, ids) and view.dtype == data.dtype and not view.flags.writeable
         for lo, hi in [(0, len(ids)), *sorted(rng.integers(0, len(ids) + 1, (3, 2)).tolist())]:
             lo, hi = min(lo, hi), max(lo, hi)
             got, bits = data.token_range(i, lo, hi)
