@@ -282,8 +282,9 @@ class PretrainingStream:
     def num_chunks(self) -> int:
         return -(-len(self.docs) // self.options.chunk_docs)
 
-    def chunk_instances(self, epoch: int, chunk: int) -> Sequence[Instance]:
-        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring), made when indexed."""
+    def chunk_instances(self, epoch: int, chunk: int, rows: range | None = None) -> Sequence[Instance]:
+        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring), made when indexed.
+        rows: the rows of each group this process takes (XLNet reads their streams in one piece)."""
         o = self.options
         e = self._creation_epoch(epoch)
         members = self._order(epoch)[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
@@ -292,7 +293,7 @@ class PretrainingStream:
         # only its own rows, so it reads only the tokens of those (the documents' lengths place them)
         text = EndToEnd(self.docs, members, self._document_lengths())
         if o.instances == "xlnet":
-            return _xlnet_rows(text, o.max_seq_length, o.reuse_len, self.group)
+            return _xlnet_rows(text, o.max_seq_length, o.reuse_len, self.group, rows)
         if o.instances != "spans":
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
         # Cut into uncorrupted sequences (corruption happens at collation), in a seeded order, each made when asked
@@ -454,7 +455,8 @@ class PretrainingStream:
                 if self.max_epochs is not None and pos["epoch"] >= self.max_epochs:
                     return
                 if (pos["epoch"], pos["chunk"]) != cache_key:
-                    cache_key, cache = (pos["epoch"], pos["chunk"]), self.chunk_instances(pos["epoch"], pos["chunk"])
+                    cache_key = (pos["epoch"], pos["chunk"])
+                    cache = self.chunk_instances(pos["epoch"], pos["chunk"], range(lo, hi))
                 if pos["offset"] < len(cache):
                     take = min(G - n, len(cache) - pos["offset"])
                     segments.append((cache, pos["offset"], take, pos["epoch"], pos["index"]))
@@ -905,9 +907,12 @@ def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequ
     return _xlnet_rows(EndToEnd(docs, range(len(docs)), document_lengths(docs)), seq_len, reuse_len, rows)
 
 
-def _xlnet_rows(text: EndToEnd, seq_len: int, reuse_len: int, rows: int) -> Sequence["XLNetSegment"]:
+def _xlnet_rows(text: EndToEnd, seq_len: int, reuse_len: int, rows: int,
+                mine: range | None = None) -> Sequence["XLNetSegment"]:
     """`xlnet_rows` of documents end to end (`EndToEnd`): a row's stream is read the first time one of its
-    segments is asked for (a rank reads only its own rows' tokens)."""
+    segments is asked for (a rank reads only its own rows' tokens), the streams of the rows `mine` (this
+    process's, adjacent) in one piece: at a large world size a row is a segment or two long, and a read per row
+    cost a rank more per token than a few long rows do."""
     if text.total == 0:
         return []
     width = text.total // rows
@@ -917,7 +922,10 @@ def _xlnet_rows(text: EndToEnd, seq_len: int, reuse_len: int, rows: int) -> Sequ
     def segment(k: int) -> XLNetSegment:
         j, r = divmod(k, rows)
         if r not in streams:
-            streams[r] = text.read(r * width, (r + 1) * width, word_starts=True)
+            block = mine if mine is not None and r in mine else range(r, r + 1)
+            tokens, word_starts = text.read(block.start * width, block.stop * width, word_starts=True)
+            for i, row in enumerate(block):
+                streams[row] = (tokens[i * width:(i + 1) * width], word_starts[i * width:(i + 1) * width])
         tokens, word_starts = streams[r]
         return XLNetSegment(tokens, word_starts, offsets[j], j == 0)
     return LazyRows(len(offsets) * rows, segment)
