@@ -16,8 +16,8 @@ burst of load on a shared machine moves one repeat of each figure rather than de
     seed), the median of the pairs' ratios: 1.0 when a rank's work is proportional to its own batch, 1/8 when
     every rank builds the whole global batch; `world_ratio_wall` the same from wall seconds.
 
-ELECTRA, the causal LM and ModernBERT's MLM read the packed rows (full-sentences; isolated documents for
-ModernBERT's unpadded rows), BERT and RoBERTa's segment pairs the NSP rows, so their figures are those rows'.
+ELECTRA, the causal LM and ModernBERT's MLM read the packed rows (full-sentences; `isolate_documents` keeps
+attention within each document), BERT and RoBERTa's segment pairs the NSP rows, so their figures are those rows'.
 Prints one JSON line per figure, with the machine and the load average beside it.
 
     python bench/bench_stream.py [--data DIR] [--objectives nsp spans ...] [--batch-size 256] [--seq-len 128]

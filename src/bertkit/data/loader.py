@@ -23,8 +23,9 @@ from the last checkpoint exactly.
 
 T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
 laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
-micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows (`max_epochs` stops
-these streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
+micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows, and reads only their
+tokens (`EndToEnd`: the documents' lengths place a row, no chunk is laid out whole) (`max_epochs` stops these
+streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
 `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
 attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
 
