@@ -386,5 +386,7 @@ def test_reads_by_index_are_slices_of_the_whole_document(tok_dir, corpus, tmp_pa
             assert np.array_equal(got, ids[lo:hi]) and got.dtype == np.int64
             assert np.array_equal(bits, starts[lo:hi]) and bits.dtype == bool
             assert data.token_range(i, lo, hi, word_starts=False)[1] is None
+    order = rng.permutation(len(data))
+    assert all(np.array_equal(view, data.flat_document(int(i))[0]) for i, view in zip(order, data.token_views(order)))
     with pytest.raises(IndexError, match="out of range"):
         data.token_range(0, 0, int(tokens[0]) + 1)

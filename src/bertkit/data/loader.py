@@ -846,8 +846,11 @@ class EndToEnd:
         ends = np.cumsum(lengths[self.members]) if len(self.members) else np.zeros(0, dtype=np.int64)
         self.total = int(ends[-1]) if len(ends) else 0
         self._ends = ends.tolist()  # bisect on a list: a row's lookup costs less than numpy's call
+        # ids per document: views of the stored tokens, placed at once where the source can (`token_views`),
+        # else fetched when first read
         self._indexed = hasattr(docs, "token_view")
-        self._views: list[np.ndarray | None] = [None] * len(self.members)  # ids per document, fetched when first read
+        self._views: list[np.ndarray | None] = (docs.token_views(self.members) if hasattr(docs, "token_views")
+                                                else [None] * len(self.members))
         self._whole: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # other sources: documents read whole
 
     def read(self, lo: int, hi: int, word_starts: bool = False):

@@ -96,6 +96,7 @@ class ShardedCorpus:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_maps"] = None  # memory maps are reopened in the receiving process, not copied
+        state["_token_bounds"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -230,6 +231,26 @@ class ShardedCorpus:
         tokens, sentences, documents, _ = self._maps[shard]
         local = i - int(self._doc_offsets[shard])
         return tokens[int(sentences[int(documents[local])]):int(sentences[int(documents[local + 1])])]
+
+    def token_views(self, docs) -> list[np.ndarray]:
+        """`token_view` of each of `docs` (document indices), placed at once from a per-shard table of the documents'
+        token offsets (made at the first call): a whole-corpus chunk's documents for the price of the slices."""
+        docs = np.asarray(docs, dtype=np.int64)
+        if len(docs) and (docs.min() < 0 or docs.max() >= self.num_documents):
+            raise IndexError(f"a document out of range for {self.num_documents} documents")
+        if getattr(self, "_token_bounds", None) is None:  # per shard: each document's first token, and the end
+            self._token_bounds = [np.asarray(sentences, dtype=np.int64)[np.asarray(documents, dtype=np.int64)]
+                                  for _, sentences, documents, _ in self._maps]
+        shards = np.searchsorted(self._doc_offsets, docs, side="right") - 1
+        out: list[np.ndarray] = [None] * len(docs)  # type: ignore[list-item]
+        for shard in np.unique(shards).tolist():
+            self._ensure_verified(shard)
+            at = np.flatnonzero(shards == shard)
+            local = docs[at] - self._doc_offsets[shard]
+            bounds, tokens = self._token_bounds[shard], self._maps[shard][0]
+            for k, lo, hi in zip(at.tolist(), bounds[local].tolist(), bounds[local + 1].tolist()):
+                out[k] = tokens[lo:hi]
+        return out
 
     def sentence_offsets(self, i: int) -> np.ndarray:
         """Document `i`'s sentence offsets, (sentences + 1,) int64 from 0 to its length (`flat_document(i)[2]`),
