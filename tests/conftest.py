@@ -10,10 +10,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from bertkit import BertConfig, WordPieceTokenizer
+from bertkit.data.instances import ListDocuments
 
 # Tiny models run faster on one thread (less synchronisation); parity does not depend on it.
 torch.set_num_threads(1)
@@ -101,3 +103,56 @@ def kill_after_checkpoint(argv: list, run_dir: Path, env: dict, step: int = 6, t
     time.sleep(random.Random().uniform(0.0, 0.05))  # an arbitrary moment after that checkpoint
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+class _CountedIds(np.ndarray):
+    """A document's ids whose slices count their tokens into `source.tokens_read` (what `token_view` hands out)."""
+
+    def __getitem__(self, key):
+        out = np.asarray(super().__getitem__(key))
+        if isinstance(key, slice):
+            self.source.tokens_read += out.size
+        return out
+
+
+class IndexedDocuments(ListDocuments):
+    """`ListDocuments` with `ShardedCorpus`'s reads by index (`document_sizes`, `token_range`, `token_view`,
+    `sentence_offsets`), counting the tokens they hand out (`tokens_read`: `token_range`'s, and the slices taken of
+    `token_view`'s) and the documents read whole (`whole_reads`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.tokens_read = self.whole_reads = 0
+
+    def document(self, i: int):
+        self.whole_reads += 1
+        return super().document(i)
+
+    def _flat(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, starts = self._ids[i], self._starts[i]
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                np.concatenate(starts) if starts else np.zeros(0, bool))
+
+    def document_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        return (np.array([sum(len(s) for s in doc) for doc in self._ids], dtype=np.int64),
+                np.array([len(doc) for doc in self._ids], dtype=np.int64))
+
+    def sentence_offsets(self, i: int) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum([len(s) for s in self._ids[i]])]).astype(np.int64)
+
+    def token_view(self, i: int) -> np.ndarray:
+        view = self._flat(i)[0].view(_CountedIds)
+        view.source = self
+        return view
+
+    def token_range(self, i: int, lo: int, hi: int, word_starts: bool = True):
+        ids, starts = self._flat(i)
+        assert 0 <= lo <= hi <= len(ids)
+        self.tokens_read += hi - lo
+        return ids[lo:hi], (starts[lo:hi] if word_starts else None)
+
+
+@pytest.fixture
+def indexed_documents():
+    """The class `IndexedDocuments` (an indexed, counting copy of a `ListDocuments`' documents)."""
+    return IndexedDocuments

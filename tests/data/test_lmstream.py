@@ -45,3 +45,23 @@ def test_a_resumed_stream_continues_exactly():
     resumed.load_state_dict(whole[9]["_state"])
     for a, b in zip(whole[10:], take(resumed, 15)):
         assert torch.equal(a["input_ids"], b["input_ids"])
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_a_rank_frames_only_its_own_words(indexed_documents, world):
+    # Read by index, a rank frames only the sentences its lanes overlap (first and last documents cut inside):
+    # the same windows as documents read whole, and per epoch each rank reads its quarter of the words at most
+    # plus the two sentences its lanes begin and end in.
+    docs = corpus()
+    source = indexed_documents([d[0] for d in map(docs.document, range(len(docs)))])
+    longest = max(len(s) for d in range(len(docs)) for s in docs.document(d)[0])
+    for rank in range(world):
+        plain = WordWindowStream(docs, 1, 2, 6, 4 // world, seed=5, rank=rank, world_size=world)
+        indexed = WordWindowStream(source, 1, 2, 6, 4 // world, seed=5, rank=rank, world_size=world)
+        source.tokens_read = 0
+        lanes = indexed.lanes(0)
+        assert np.array_equal(lanes, plain.lanes(0)) and source.whole_reads == 0
+        words = int(((lanes != 1) & (lanes != 2)).sum())  # the lanes' tokens, <s> and </s> aside
+        assert words <= source.tokens_read <= words + 2 * longest
+        for a, b in zip(take(plain, 12), take(indexed, 12)):
+            assert torch.equal(a["input_ids"], b["input_ids"])

@@ -33,8 +33,9 @@ def corpus(n_docs: int = 23, seed: int = 0) -> ListDocuments:
 
 
 def stream(kind: str, batch: int, rank: int = 0, world: int = 1, docs=None, **kw) -> PretrainingStream:
-    options = StreamOptions(instances=kind.removesuffix("-isolated"), max_seq_length=24, max_predictions_per_seq=4, chunk_docs=5,
-                            lane_tokens=40, **{**EXTRA.get(kind, {}), **kw.pop("options", {})})
+    options = StreamOptions(instances=kind.removesuffix("-isolated"), **{
+        "max_seq_length": 24, "max_predictions_per_seq": 4, "chunk_docs": 5, "lane_tokens": 40,
+        **EXTRA.get(kind, {}), **kw.pop("options", {})})
     return PretrainingStream(docs or corpus(), options, SPECIAL, VOCAB, batch, seed=11, rank=rank, world_size=world,
                              prefetch=0, **kw)
 
@@ -125,6 +126,50 @@ def test_each_rank_masks_only_its_rows(monkeypatch, kind):
     assert sum(per_rank) == whole
     if kind != "nsp":  # one corruption or permutation per row of the rank's batches
         assert per_rank == [whole // 4] * 4 == [12] * 4
+
+
+@pytest.mark.parametrize("kind", ["spans", "xlnet"])
+def test_a_rank_reads_only_its_own_rows_tokens(indexed_documents, kind):
+    # Whole-corpus chunks read by ranges of the documents laid end to end: the same batches as a source read
+    # document by document, and the ranks' reads add up to world size 1's, each a quarter of it (every row of
+    # a chunk is as long as the others) -- never the whole chunk on every rank, which grew with the world size.
+    docs = corpus(40, seed=3)
+    options = {"chunk_docs": 20}  # XLNet: 8 rows of a segment each at least
+    plain = take(stream(kind, 8, docs=docs, options=options), 10)
+
+    def reads(batch, rank, world):
+        source = indexed_documents([d[0] for d in map(docs.document, range(len(docs)))])
+        batches = take(stream(kind, batch, rank, world, docs=source, options=options), 10)
+        assert source.whole_reads == 0
+        return batches, source.tokens_read
+
+    whole, read = reads(8, 0, 1)
+    for a, b in zip(plain, whole):
+        same_rows(a, [b])
+    ranks = [reads(2, r, 4) for r in range(4)]
+    for j in range(10):
+        same_rows(whole[j], [ranks[r][0][j] for r in range(4)])
+    if kind == "xlnet":  # each row's stream read once per chunk: exactly a quarter each
+        assert [n for _, n in ranks] == [read // 4] * 4
+    else:  # each sequence read once: the ranks' reads are world size 1's, split
+        assert sum(n for _, n in ranks) == read
+        assert max(n for _, n in ranks) <= read // 4 + 2 * 24  # sequences of up to 24 tokens, shuffled
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [2, 8])
+def test_rank_rows_at_world_size_w_are_the_global_batch_rows(kind, world):
+    # The stream's contract, rank by rank: rank r's rows at world size W are rows [r·B, (r+1)·B) of world size 1's
+    # batch of W·B rows, batch after batch, past an epoch boundary (23 documents; 8 ranks of 2 rows; XLNet cuts the
+    # whole corpus into the 16 rows' streams, a chunk of 5 documents being too short for 16 segments).
+    options = {"chunk_docs": 23} if kind == "xlnet" else {}
+    one = take(stream(kind, 2 * world, options=options), 8)
+    for r in range(world):
+        mine = take(stream(kind, 2, r, world, options=options), 8)
+        for j in range(8):
+            for key, value in one[j].items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(value[2 * r:2 * r + 2], mine[j][key]), (r, j, key)
 
 
 def test_every_pretraining_objective_reads_a_stream_tested_here():

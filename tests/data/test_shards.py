@@ -441,3 +441,29 @@ def test_a_null_or_missing_text_column_is_one_line_and_writes_nothing(tmp_path, 
     assert not (tmp_path / "out2").exists()  # a missing column is refused before the output is touched
     manifest = prepare(tmp_path / "c.parquet", tok_dir, tmp_path / "skip", progress=False, on_bad_line="skip")
     assert manifest.split("train")["documents"] == 2
+
+
+def test_reads_by_index_are_slices_of_the_whole_document(tok_dir, corpus, tmp_path):
+    # What the streams read by ranges (document_sizes, sentence_offsets, token_range, token_view) is
+    # flat_document's, sliced, in every shard.
+    prepare([corpus], tok_dir, tmp_path / "out", shard_tokens=150, progress=False)
+    data = ShardedCorpus(tmp_path / "out")
+    tokens, sentences = data.document_sizes()
+    assert len(tokens) == len(sentences) == len(data) and tokens.dtype == sentences.dtype == np.int64
+    rng = np.random.default_rng(0)
+    for i in range(len(data)):
+        ids, starts, bounds = data.flat_document(i)
+        assert (tokens[i], sentences[i]) == (len(ids), len(bounds) - 1)
+        assert np.array_equal(data.sentence_offsets(i), bounds)
+        view = data.token_view(i)
+        assert np.array_equal(view, ids) and view.dtype == data.dtype and not view.flags.writeable
+        for lo, hi in [(0, len(ids)), *sorted(rng.integers(0, len(ids) + 1, (3, 2)).tolist())]:
+            lo, hi = min(lo, hi), max(lo, hi)
+            got, bits = data.token_range(i, lo, hi)
+            assert np.array_equal(got, ids[lo:hi]) and got.dtype == np.int64
+            assert np.array_equal(bits, starts[lo:hi]) and bits.dtype == bool
+            assert data.token_range(i, lo, hi, word_starts=False)[1] is None
+    order = rng.permutation(len(data))
+    assert all(np.array_equal(view, data.flat_document(int(i))[0]) for i, view in zip(order, data.token_views(order)))
+    with pytest.raises(IndexError, match="out of range"):
+        data.token_range(0, 0, int(tokens[0]) + 1)

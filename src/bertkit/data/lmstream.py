@@ -52,39 +52,53 @@ class WordWindowStream:
                 parts.append(np.concatenate([[self.bos_id], np.asarray(sentence, dtype=np.int64), [self.eos_id]]))
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
-    def _document_tokens(self, d: int) -> np.ndarray:
-        """Document d's sentences as `<s> ids </s>` end to end: the concatenation of
-        `[bos, *sentence, eos]` over its sentences, made with one scatter from the document read whole where the
-        source can (`ShardedCorpus.flat_document`; a per-sentence concatenation cost most of a rank's time)."""
-        if not hasattr(self.docs, "flat_document"):
+    def _framed(self, d: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Words lo..hi-1 of document d framed, its sentences as `<s> ids </s>` end to end (the concatenation of
+        `[bos, *sentence, eos]` over its sentences). Where the source has an index (`ShardedCorpus`), only the
+        sentences that overlap [lo, hi) are read, and framed with one scatter: a rank whose lanes begin or end
+        inside a long document pays for its own words of it, not for the whole document."""
+        if not hasattr(self.docs, "sentence_offsets"):
             parts = [np.concatenate([[self.bos_id], np.asarray(sentence, dtype=np.int64), [self.eos_id]])
                      for sentence in self.docs.document(int(d))[0]]
-            return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-        ids, _, bounds = self.docs.flat_document(int(d))
+            framed = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+            return framed[lo:hi]
+        bounds = self.docs.sentence_offsets(int(d))
         k = len(bounds) - 1  # sentences
-        out = np.empty(len(ids) + 2 * k, dtype=np.int64)
-        marks = bounds[:-1] + 2 * np.arange(k)  # where sentence j's <s> lands: j earlier pairs of marks before it
+        starts = bounds[:-1] + 2 * np.arange(k)  # where sentence j's <s> lands: j earlier pairs of marks before it
+        hi = int(bounds[-1]) + 2 * k if hi is None else hi
+        first = int(np.searchsorted(starts + np.diff(bounds) + 2, lo, side="right"))  # the sentence holding word lo
+        last = int(np.searchsorted(starts, hi, side="left"))  # one past the sentence holding word hi - 1
+        if first >= last:
+            return np.zeros(0, dtype=np.int64)
+        ids = self.docs.token_range(int(d), int(bounds[first]), int(bounds[last]), False)[0]
+        sub = bounds[first:last + 1] - bounds[first]
+        n = last - first
+        out = np.empty(len(ids) + 2 * n, dtype=np.int64)
+        marks = sub[:-1] + 2 * np.arange(n)
         out[marks] = self.bos_id
-        out[bounds[1:] + 2 * np.arange(k) + 1] = self.eos_id
-        shift = np.repeat(2 * np.arange(k) + 1, np.diff(bounds))  # a token of sentence j moves 2j + 1 on
+        out[sub[1:] + 2 * np.arange(n) + 1] = self.eos_id
+        shift = np.repeat(2 * np.arange(n) + 1, np.diff(sub))  # a token of sentence j moves 2j + 1 on
         out[np.arange(len(ids)) + shift] = ids
-        return out
+        offset = int(starts[first])  # the framed document's word where this piece starts
+        return out[lo - offset:hi - offset]
 
     def _lengths(self) -> np.ndarray:
-        """(documents,) each document's words with sentence marks; read once per stream."""
+        """(documents,) each document's words with sentence marks; from the index where the source has one
+        (`ShardedCorpus.document_sizes`: no token read), else by reading every document once per stream."""
         if getattr(self, "_doc_lengths", None) is None:
-            if hasattr(self.docs, "flat_document"):  # sentence offsets: tokens, and two marks per sentence
-                bounds = [self.docs.flat_document(d)[2] for d in range(len(self.docs))]
-                lengths = [int(b[-1]) + 2 * (len(b) - 1) for b in bounds]
+            if hasattr(self.docs, "document_sizes"):  # tokens, and two marks per sentence
+                tokens, sentences = self.docs.document_sizes()
+                self._doc_lengths = np.asarray(tokens + 2 * sentences, dtype=np.int64)
             else:
                 lengths = [sum(len(x) + 2 for x in self.docs.document(d)[0]) for d in range(len(self.docs))]
-            self._doc_lengths = np.array(lengths, dtype=np.int64)
+                self._doc_lengths = np.array(lengths, dtype=np.int64)
         return self._doc_lengths
 
     def lanes(self, epoch: int) -> np.ndarray:
         """(B, L) this rank's lanes of the epoch: lanes [r·B, (r+1)·B) of the epoch's stream cut into G lanes of L
         words. Only the documents that overlap them are read and framed (the lengths of the others place them),
-        so a rank's work per epoch is proportional to its own lanes."""
+        and of the first and the last only the words inside, so a rank's work per epoch is proportional to its
+        own lanes."""
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
         order = (np.random.default_rng([self.seed, 7, epoch]).permutation(len(self.docs)) if self.shuffle
@@ -101,9 +115,12 @@ class WordWindowStream:
         lo, hi = self.rank * B * L, (self.rank + 1) * B * L  # this rank's words in the epoch's stream
         first = int(np.searchsorted(ends, lo, side="right"))  # the document holding word lo
         last = int(np.searchsorted(ends, hi, side="left")) + 1  # one past the document holding word hi - 1
-        start = int(ends[first] - lengths[first])
-        tokens = np.concatenate([self._document_tokens(d) for d in order[first:last]])
-        lanes = tokens[lo - start:hi - start].reshape(B, L)
+        pieces = []
+        for i in range(first, last):
+            start = int(ends[i] - lengths[i])
+            pieces.append(self._framed(int(order[i]), max(lo - start, 0), min(hi, int(ends[i])) - start))
+        tokens = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        lanes = tokens.reshape(B, L)
         self._cached = (epoch, lanes)
         return lanes
 

@@ -23,8 +23,9 @@ from the last checkpoint exactly.
 
 T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
 laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
-micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows (`max_epochs` stops
-these streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
+micro-batch j holds instances [j·G, (j+1)·G); a rank corrupts or permutes only its own rows, and reads only their
+tokens (`EndToEnd`: the documents' lengths place a row, no chunk is laid out whole) (`max_epochs` stops these
+streams; lane streams are endless). For spans: a chunk's documents end to end, cut into token sequences of
 `random_spans_helper`'s length (`bertkit.data.spans.split_tokens`), and each sequence corrupted on its own with `masking_rng(seed, e, k)` of its own (epoch, index): a batch holds inputs (B, S) with their
 attention_mask and targets as labels (B, T), padding IGNORE_INDEX.
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+import bisect
 import gc
 import itertools
 import math
@@ -52,7 +54,8 @@ import numpy as np
 import torch
 
 from bertkit.data.instances import (
-    CachedDocuments, DocumentSource, Instance, SpecialIds, nsp_pairs, packed_rows, pair_rows, sentence_pairs, sop_pairs,
+    CachedDocuments, DocumentSource, Instance, ListDocuments, SpecialIds, nsp_pairs, packed_rows, pair_rows,
+    sentence_pairs, sop_pairs,
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
@@ -280,29 +283,24 @@ class PretrainingStream:
     def num_chunks(self) -> int:
         return -(-len(self.docs) // self.options.chunk_docs)
 
-    def chunk_instances(self, epoch: int, chunk: int) -> Sequence[Instance]:
-        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring), made when indexed."""
+    def chunk_instances(self, epoch: int, chunk: int, rows: range | None = None) -> Sequence[Instance]:
+        """Spans and xlnet: the instances of a whole-corpus chunk (see the module docstring), made when indexed.
+        rows: the rows of each group this process takes (XLNet reads their streams in one piece)."""
         o = self.options
         e = self._creation_epoch(epoch)
         members = self._order(epoch)[chunk * o.chunk_docs:(chunk + 1) * o.chunk_docs]
         rng = np.random.default_rng([self.seed, 2, e, chunk])
+        # The chunk's documents end to end, read by ranges (`EndToEnd`): every rank cuts the whole chunk but uses
+        # only its own rows, so it reads only the tokens of those (the documents' lengths place them)
+        text = EndToEnd(self.docs, members, self._document_lengths())
         if o.instances == "xlnet":
-            if not hasattr(self.docs, "flat_document"):
-                return xlnet_rows([self.docs.document(int(d)) for d in members], o.max_seq_length, o.reuse_len,
-                                  self.group)
-            flats = [self.docs.flat_document(int(d)) for d in members]
-            if not any(len(ids) for ids, _, _ in flats):
-                return []
-            return _xlnet_rows(np.concatenate([f[0] for f in flats]), np.concatenate([f[1] for f in flats]),
-                               o.max_seq_length, o.reuse_len, self.group)
+            return _xlnet_rows(text, o.max_seq_length, o.reuse_len, self.group, rows)
         if o.instances != "spans":
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
-        # The chunk's documents end to end, cut into uncorrupted sequences (corruption happens at collation), in
-        # a seeded order. Every rank cuts the whole chunk but uses only its own rows, so the sequences are
-        # made when asked for (`LazyRows`): a rank's work per batch does not grow with the world size.
-        stream = _document_tokens(self.docs, members)
+        # Cut into uncorrupted sequences (corruption happens at collation), in a seeded order, each made when asked
+        # for (`LazyRows`): a rank's work per batch does not grow with the world size.
         length = o.span_lengths[0]
-        count = -(-len(stream) // length)
+        count = -(-text.total // length)
         perm = rng.permutation(count)  # the order of split_tokens(documents, length)
         # The per-sequence fields corruption does not read are views of three shared read-only arrays
         zeros, ones, no = np.zeros(length, dtype=np.int64), np.ones(length, dtype=bool), np.zeros(length, dtype=bool)
@@ -310,10 +308,32 @@ class PretrainingStream:
             shared.flags.writeable = False
 
         def sequence(k: int) -> Instance:
-            ids = stream[int(perm[k]) * length:(int(perm[k]) + 1) * length]
+            p = int(perm[k])
+            ids = text.read(p * length, min((p + 1) * length, text.total))
             n = len(ids)
             return Instance(ids, zeros[:n], ones[:n], no[:n], -1)
         return LazyRows(count, sequence)
+
+    def _check_chunks_make_rows(self) -> None:
+        """ValueError in one line when no chunk can make an instance (an endless search for rows otherwise): no
+        token at all, or (XLNet) not even the chunk_docs longest documents cut into G streams of a segment each."""
+        o = self.options
+        lengths = self._document_lengths()
+        k = min(o.chunk_docs, len(lengths))
+        longest = int(np.partition(lengths, len(lengths) - k)[len(lengths) - k:].sum())  # the k longest
+        if o.instances == "xlnet" and longest // self.group < o.max_seq_length - 3:
+            raise ValueError(f"chunk_docs {o.chunk_docs}: no chunk of the corpus holds {self.group} rows (micro-batch "
+                             f"x world size) of an XLNet segment of max_seq_length {o.max_seq_length} (at most "
+                             f"{longest} tokens); raise chunk_docs or lower the batch size")
+        if longest == 0:
+            raise ValueError(f"the corpus has no tokens to make {o.instances} instances of")
+
+    def _document_lengths(self) -> np.ndarray:
+        """(documents,) int64: every document's tokens, read once per stream (from the index where the source
+        has one, `ShardedCorpus.document_sizes`)."""
+        if getattr(self, "_lengths", None) is None:
+            self._lengths = document_lengths(self.docs)
+        return self._lengths
 
     def mask(self, input_ids: np.ndarray, special_mask: np.ndarray, word_starts: np.ndarray, epoch: int,
              index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -427,6 +447,7 @@ class PretrainingStream:
         the rows of this rank are touched one by one, so its work per batch does not grow with the world size."""
         pos = dict(self.position)
         G = self.group
+        self._check_chunks_make_rows()
         cache_key, cache = None, []
         while True:
             segments = []  # (chunk instances, offset, count, epoch, index of the first)
@@ -435,7 +456,8 @@ class PretrainingStream:
                 if self.max_epochs is not None and pos["epoch"] >= self.max_epochs:
                     return
                 if (pos["epoch"], pos["chunk"]) != cache_key:
-                    cache_key, cache = (pos["epoch"], pos["chunk"]), self.chunk_instances(pos["epoch"], pos["chunk"])
+                    cache_key = (pos["epoch"], pos["chunk"])
+                    cache = self.chunk_instances(pos["epoch"], pos["chunk"], range(lo, hi))
                 if pos["offset"] < len(cache):
                     take = min(G - n, len(cache) - pos["offset"])
                     segments.append((cache, pos["offset"], take, pos["epoch"], pos["index"]))
@@ -801,14 +823,83 @@ class LazyRows(Sequence):
         return self.make(k)
 
 
-def _document_tokens(docs: DocumentSource, members: Sequence[int]) -> np.ndarray:
-    """The documents `members` end to end, as one int64 array (empty sentences and documents add nothing); read
-    whole where the source can (`ShardedCorpus.flat_document`)."""
-    if hasattr(docs, "flat_document"):
-        parts = [docs.flat_document(int(d))[0] for d in members]
-    else:
-        parts = [np.asarray(x, dtype=np.int64) for d in members for x in docs.document(int(d))[0]]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+def document_lengths(docs: DocumentSource) -> np.ndarray:
+    """(documents,) int64: each document's tokens (empty sentences add nothing); from the index alone where the
+    source can (`ShardedCorpus.document_sizes`), else by reading every document once."""
+    if hasattr(docs, "document_sizes"):
+        return np.asarray(docs.document_sizes()[0], dtype=np.int64)
+    return np.array([sum(len(x) for x in docs.document(d)[0]) for d in range(len(docs))], dtype=np.int64)
+
+
+class EndToEnd:
+    """Documents `members` laid end to end, read by ranges of that stream: only the documents a range overlaps
+    are read, and of those only the tokens in it (slices of `ShardedCorpus.token_view`, or `token_range` with the
+    word starts), so a rank that uses 1/W of a whole-corpus chunk reads 1/W of it. Before, every rank concatenated
+    the whole chunk: its work per batch grew with the world size (the global group spans W times the chunk's
+    tokens).
+
+    lengths: (documents,) every document's tokens (`document_lengths`)."""
+
+    def __init__(self, docs: DocumentSource, members: Sequence[int], lengths: np.ndarray) -> None:
+        self.docs = docs
+        self.members = np.asarray(members, dtype=np.int64)
+        ends = np.cumsum(lengths[self.members]) if len(self.members) else np.zeros(0, dtype=np.int64)
+        self.total = int(ends[-1]) if len(ends) else 0
+        self._ends = ends.tolist()  # bisect on a list: a row's lookup costs less than numpy's call
+        # ids per document: views of the stored tokens, placed at once where the source can (`token_views`),
+        # else fetched when first read
+        self._indexed = hasattr(docs, "token_view")
+        self._views: list[np.ndarray | None] = (docs.token_views(self.members) if hasattr(docs, "token_views")
+                                                else [None] * len(self.members))
+        self._whole: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # other sources: documents read whole
+
+    def read(self, lo: int, hi: int, word_starts: bool = False):
+        """Tokens lo..hi-1 of the stream as int64 (and their word starts as bool, when asked): the documents'
+        `flat_document` ids end to end, sliced."""
+        ids, starts = [], []
+        k = bisect.bisect_right(self._ends, lo)  # the document holding token lo
+        while lo < hi:
+            first, end = (self._ends[k - 1] if k else 0), self._ends[k]
+            a, b = lo - first, min(hi, end) - first
+            if word_starts:
+                piece = self._piece(int(self.members[k]), a, b)
+                ids.append(piece[0])
+                starts.append(piece[1])
+            else:
+                ids.append(self._ids(k)[a:b])
+            lo, k = first + b, k + 1
+        if not ids:
+            out = np.zeros(0, dtype=np.int64)
+            return (out, np.zeros(0, dtype=bool)) if word_starts else out
+        one = ids[0].astype(np.int64) if len(ids) == 1 else np.concatenate(ids).astype(np.int64, copy=False)
+        if not word_starts:
+            return one
+        return one, starts[0] if len(starts) == 1 else np.concatenate(starts)
+
+    def _ids(self, k: int) -> np.ndarray:
+        """The ids of the chunk's k-th document: a view of the stored tokens where the source has one."""
+        view = self._views[k]
+        if view is None:
+            d = int(self.members[k])
+            view = self._views[k] = self.docs.token_view(d) if self._indexed else self._document(d)[0]
+        return view
+
+    def _piece(self, d: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if hasattr(self.docs, "token_range"):
+            return self.docs.token_range(d, a, b)
+        ids, bits = self._document(d)
+        return ids[a:b], bits[a:b]
+
+    def _document(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """A source without an index: document d read whole (ids int64, word starts), kept for the chunk."""
+        whole = self._whole.get(d)
+        if whole is None:
+            sentences = self.docs.document(d)
+            ids = [np.asarray(x, dtype=np.int64) for x in sentences[0]]
+            bits = [np.asarray(x, dtype=bool) for x in sentences[1]]
+            whole = self._whole[d] = (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
+                                      np.concatenate(bits) if bits else np.zeros(0, dtype=bool))
+        return whole
 
 
 def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequence["XLNetSegment"]:
@@ -816,24 +907,31 @@ def xlnet_rows(documents: list, seq_len: int, reuse_len: int, rows: int) -> Sequ
     segment after segment (`row_segments`); group j of `rows` segments holds segment j of every stream, so
     consecutive micro-batches continue each other row by row (the memory's premise). Not shuffled; made when
     indexed (`LazyRows`)."""
-    ids = [np.asarray(x, dtype=np.int64) for doc in documents for x in doc[0]]
-    starts = [np.asarray(x, dtype=bool) for doc in documents for x in doc[1]]
-    if not ids:
+    docs = ListDocuments([doc[0] for doc in documents], [doc[1] for doc in documents])
+    return _xlnet_rows(EndToEnd(docs, range(len(docs)), document_lengths(docs)), seq_len, reuse_len, rows)
+
+
+def _xlnet_rows(text: EndToEnd, seq_len: int, reuse_len: int, rows: int,
+                mine: range | None = None) -> Sequence["XLNetSegment"]:
+    """`xlnet_rows` of documents end to end (`EndToEnd`): a row's stream is read the first time one of its
+    segments is asked for (a rank reads only its own rows' tokens), the streams of the rows `mine` (this
+    process's, adjacent) in one piece: at a large world size a row is a segment or two long, and a read per row
+    cost a rank more per token than a few long rows do."""
+    if text.total == 0:
         return []
-    tokens, word_starts = np.concatenate(ids), np.concatenate(starts)
-    return _xlnet_rows(tokens, word_starts, seq_len, reuse_len, rows)
-
-
-def _xlnet_rows(tokens: np.ndarray, word_starts: np.ndarray, seq_len: int, reuse_len: int,
-                rows: int) -> Sequence["XLNetSegment"]:
-    """`xlnet_rows` of the documents' tokens and word starts end to end."""
-    width = len(tokens) // rows
-    offsets = row_segments(tokens[:width], seq_len, reuse_len)
+    width = text.total // rows
+    offsets = row_segments(np.zeros(width, dtype=np.int64), seq_len, reuse_len)
+    streams: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def segment(k: int) -> XLNetSegment:
         j, r = divmod(k, rows)
-        return XLNetSegment(tokens[r * width:(r + 1) * width], word_starts[r * width:(r + 1) * width],
-                            offsets[j], j == 0)
+        if r not in streams:
+            block = mine if mine is not None and r in mine else range(r, r + 1)
+            tokens, word_starts = text.read(block.start * width, block.stop * width, word_starts=True)
+            for i, row in enumerate(block):
+                streams[row] = (tokens[i * width:(i + 1) * width], word_starts[i * width:(i + 1) * width])
+        tokens, word_starts = streams[r]
+        return XLNetSegment(tokens, word_starts, offsets[j], j == 0)
     return LazyRows(len(offsets) * rows, segment)
 
 

@@ -96,6 +96,7 @@ class ShardedCorpus:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_maps"] = None  # memory maps are reopened in the receiving process, not copied
+        state["_token_bounds"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -183,6 +184,86 @@ class ShardedCorpus:
         ids = np.asarray(tokens[lo:hi], dtype=np.int64)
         bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
         return ids, bits, bounds - lo
+
+    def document_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, sentences) of every document, two (documents,) int64 arrays, from the index files alone (no
+        token is read): what places a document in a stream of documents laid end to end without reading it."""
+        tokens, sentences = [], []
+        for _, bounds, documents, _ in self._maps:
+            first = np.asarray(documents, dtype=np.int64)  # each document's first sentence, and one past the last
+            tokens.append(np.diff(np.asarray(bounds, dtype=np.int64)[first]))
+            sentences.append(np.diff(first))
+        if not tokens:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(tokens), np.concatenate(sentences)
+
+    def token_range(self, i: int, lo: int, hi: int, word_starts: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Tokens lo..hi-1 of document `i` (offsets within it, 0 <= lo <= hi <= its length): (ids int64, word starts
+        bool, or None unless `word_starts`), `flat_document(i)`'s first two fields sliced, reading only those
+        tokens (a stream that uses a piece of a long document pays for the piece)."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        self._ensure_verified(shard)
+        tokens, sentences, documents, packed = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        base, end = int(sentences[int(documents[local])]), int(sentences[int(documents[local + 1])])
+        if not 0 <= lo <= hi <= end - base:
+            raise IndexError(f"tokens {lo}..{hi} out of range for document {i} of {end - base} tokens")
+        lo, hi = base + lo, base + hi
+        ids = np.asarray(tokens[lo:hi], dtype=np.int64)
+        if not word_starts:
+            return ids, None
+        bits = np.unpackbits(np.asarray(packed[lo // 8:(hi + 7) // 8]))[lo % 8:lo % 8 + (hi - lo)].astype(bool)
+        return ids, bits
+
+    def token_view(self, i: int) -> np.ndarray:
+        """Document `i`'s token ids as stored (the manifest's dtype, read-only, no copy): a view of the memory map
+        that a stream slices again and again (a T5 chunk's sequences) for the price of the slices."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        self._ensure_verified(shard)
+        tokens, sentences, documents, _ = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        return tokens[int(sentences[int(documents[local])]):int(sentences[int(documents[local + 1])])]
+
+    def token_views(self, docs) -> list[np.ndarray]:
+        """`token_view` of each of `docs` (document indices), placed at once from a per-shard table of the documents'
+        token offsets (made at the first call): a whole-corpus chunk's documents for the price of the slices."""
+        docs = np.asarray(docs, dtype=np.int64)
+        if len(docs) and (docs.min() < 0 or docs.max() >= self.num_documents):
+            raise IndexError(f"a document out of range for {self.num_documents} documents")
+        if getattr(self, "_token_bounds", None) is None:  # per shard: each document's first token, and the end
+            self._token_bounds = [np.asarray(sentences, dtype=np.int64)[np.asarray(documents, dtype=np.int64)]
+                                  for _, sentences, documents, _ in self._maps]
+        shards = np.searchsorted(self._doc_offsets, docs, side="right") - 1
+        out: list[np.ndarray] = [None] * len(docs)  # type: ignore[list-item]
+        for shard in np.unique(shards).tolist():
+            self._ensure_verified(shard)
+            at = np.flatnonzero(shards == shard)
+            local = docs[at] - self._doc_offsets[shard]
+            bounds, tokens = self._token_bounds[shard], self._maps[shard][0]
+            for k, lo, hi in zip(at.tolist(), bounds[local].tolist(), bounds[local + 1].tolist()):
+                out[k] = tokens[lo:hi]
+        return out
+
+    def sentence_offsets(self, i: int) -> np.ndarray:
+        """Document `i`'s sentence offsets, (sentences + 1,) int64 from 0 to its length (`flat_document(i)[2]`),
+        from the index alone."""
+        if i < 0:
+            i += self.num_documents
+        if not 0 <= i < self.num_documents:
+            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
+        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        _, sentences, documents, _ = self._maps[shard]
+        local = i - int(self._doc_offsets[shard])
+        bounds = np.asarray(sentences[int(documents[local]):int(documents[local + 1]) + 1], dtype=np.int64)
+        return bounds - bounds[0]
 
     def documents_in_order(self, start: int = 0) -> Iterator[tuple[list[np.ndarray], list[np.ndarray]]]:
         """`document(i)` for i = start, start + 1, ... in storage order (shard by shard, sequential reads)."""
