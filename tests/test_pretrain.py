@@ -18,6 +18,7 @@ from bertkit import WordPieceTokenizer
 from conftest import kill_after_checkpoint
 from bertkit.data.corpus import iter_lines
 from bertkit.data.prepare import prepare
+from bertkit.models.registry import ARCHITECTURES
 from bertkit.pretrain import PretrainConfig, pretrain, resolve_config
 
 WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
@@ -215,3 +216,32 @@ def test_electra_resumed_from_a_checkpoint_repeats_the_run(data_dir, tmp_path):
     assert sorted(losses(full)) == list(range(1, 7))
     for key in ("loss", "rtd_bce", "replaced_fraction"):
         assert len(losses(full, key)) == 6 and losses(resumed, key) == losses(full, key), key
+
+
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_init_writes_every_architecture_of_the_table(model_type, tiny_vocab_dir, tmp_path):
+    """`bertkit init --model-type X` for every row of the architecture table: the directory reads back as that
+    architecture's pretraining model, with the tokenizer's vocabulary and padding id."""
+    from bertkit.cli import main
+    from bertkit.models import ModelDir, pretraining_class
+    from bertkit.models.registry import architecture
+    from bertkit.tokenizers import WordTokenizer, load_tokenizer
+
+    row = architecture(model_type)
+    tokenizer_dir = tiny_vocab_dir
+    if row.positions == "none":  # ELMo reads words and their characters
+        tokenizer_dir = tmp_path / "words"
+        WordTokenizer.train(["the cat sat on the mat", "a dog ran"], vocab_size=20, show_progress=False).save(
+            tokenizer_dir)
+    preset = "tiny" if "tiny" in row.presets else next(iter(row.presets))
+    assert main(["init", "--model-type", model_type, "--tokenizer", str(tokenizer_dir), "--preset", preset,
+                 "--out", str(tmp_path / "model")]) == 0
+    model_dir = ModelDir.open(tmp_path / "model")
+    tokenizer = load_tokenizer(tokenizer_dir)
+    assert model_dir.config.model_type == row.model_type and model_dir.config.vocab_size == tokenizer.vocab_size
+    for name, value in row.config_fields.items():
+        assert getattr(model_dir.config, name) == value
+    assert model_dir.config.pad_token_id == tokenizer.pad_id
+    assert pretraining_class(model_dir.config).__name__ == row.roles[row.pretraining_role]
+    encoder = model_dir.load("encoder")  # the weights read back whole
+    assert sum(p.numel() for p in encoder.parameters()) > 0

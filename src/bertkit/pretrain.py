@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 
-from bertkit.config import BertConfig, check_finite, config_class_for, field_with_help, presets_for
+from bertkit.config import FAMILIES, BertConfig, check_finite, config_class_for, field_with_help, presets_for
 from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, objective
 from bertkit.objectives import build_pretraining, check_objective, evaluate_pretraining
 from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
@@ -537,8 +537,14 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     torch.manual_seed(seed)
     fields = {"vocab_size": tokenizer.vocab_size, "model_type": row.model_type, **row.config_fields,
               **_special_token_fields(tokenizer, {"model_type": row.model_type})}
+    family = FAMILIES.get(row.model_type) if row.config_class is BertConfig else None
+    fields.update(family.fixed if family is not None else {})  # RoBERTa's offset positions, ALBERT's ...
     fields.update(overrides)
     config = row.config_class.preset(preset, **fields)
+    if getattr(config, "padding_offset_positions", False) and "max_position_embeddings" not in overrides:
+        # RoBERTa's table also holds the pad_token_id + 1 offset rows (514 for 512 positions with <pad> = 1)
+        config = dataclasses.replace(config, max_position_embeddings=config.max_position_embeddings +
+                                     config.pad_token_id + 1)
     model = pretraining_class(config)(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)

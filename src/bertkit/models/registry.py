@@ -99,7 +99,7 @@ def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any)
 ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
     _bert_row("bert", "BERT"),
     _bert_row("roberta", "RoBERTa", tokenizer="bpe"),
-    _bert_row("albert", "ALBERT", tokenizer="unigram"),
+    _bert_row("albert", "ALBERT", tokenizer="unigram", config_fields={"embedding_size": 128}),  # the paper's E
     _bert_row("electra", "ELECTRA"),
     _bert_row("distilbert", "DistilBERT"),
     # A BERT-family config with causal true (is_decoder in config.json): a GPT-style LM that also fine-tunes.
