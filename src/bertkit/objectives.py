@@ -190,8 +190,11 @@ class CausalLMObjective:
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         ids, mask = original_ids(batch), batch["attention_mask"]
         logits = model(ids, mask, batch.get("token_type_ids")).logits[:, :-1]  # (B, T-1, V)
-        keep = next_token_targets(mask)  # a next token of the same document to predict
-        scores, targets = logits[keep].float(), ids[:, 1:][keep]  # (N, V), (N,)
+        # a next token of the same document to predict; its positions from the mask's host copy (no device read)
+        keep = mark_host(next_token_targets(mask), mask, next_token_targets)
+        index = positions(keep)  # (N,)
+        scores = logits.flatten(0, 1).index_select(0, index).float()  # (N, V)
+        targets = ids[:, 1:].reshape(-1).index_select(0, index)  # (N,)
         n = _count(targets.numel(), targets)
         return {"lm_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "lm_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
@@ -222,7 +225,8 @@ class SpanCorruptionObjective:
         # The logits at the real labels only (packed on the fast path); the loss here is a sum, so that the trainer
         # averages over the global batch.
         scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
-        targets = labels[labels != IGNORE_INDEX]  # (N,), scores (N, V)
+        at = positions(mark_host(labels != IGNORE_INDEX, labels, _labelled))  # (N,) from the host copy
+        targets = labels.reshape(-1).index_select(0, at)  # (N,), scores (N, V)
         n = _count(targets.numel(), targets)
         return {"span_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "span_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
@@ -275,8 +279,9 @@ class BiLMObjective:
         out = model(chars, ids, batch["attention_mask"], state)
         if training and self.lstm_state == "carry":
             self.carried = out.state
-            if isinstance(batch.get("_state"), dict):  # checkpointed with the data position
-                batch["_state"]["carried"] = {"h": [h.cpu() for h, _ in out.state], "c": [c.cpu() for _, c in out.state]}
+            if isinstance(batch.get("_state"), dict):  # checkpointed with the data position (copied to the host
+                # by the trainer at a save only: no copy, and so no wait for the device, every step)
+                batch["_state"]["carried"] = {"h": [h for h, _ in out.state], "c": [c for _, c in out.state]}
         return {"forward_loss": (out.forward_loss, out.forward_count),
                 "backward_loss": (out.backward_loss, out.backward_count)}
 

@@ -44,7 +44,8 @@ from bertkit.models.bert import (BertOutput, PreTrainedModel, PreTrainingOutput,
 from bertkit.models.heads import NamedLabels, span_loss
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias, check_ids,
-                                    check_ids_in_vocabulary, checks_values, varlen_flash, varlen_kernel_available)
+                                    check_ids_in_vocabulary, checks_values, host_copy, varlen_flash,
+                                    varlen_kernel_available)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -369,8 +370,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
         B, T = input_ids.shape
         device = input_ids.device
         packed, full = False, attention_mask is None or not attention_mask.numel()
+        host = host_copy(attention_mask)
         if attention_mask is not None and attention_mask.numel() and not exporting():  # traced: a 0/1 padding mask
-            low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
+            # From the batch's host copy where the loop attached one (no device read); else a device sync
+            low, high = (int(v) for v in (attention_mask if host is None else host).aminmax())
             packed, full = high > 1, low >= 1 and high == 1
         # Padding keeps its place, as in transformers; packed rows restart at every document.
         positions = document_positions(attention_mask) if packed else torch.arange(T, device=device)  # (B, T) | (T,)
@@ -382,7 +385,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
                        "local": Padded(window_bias(mask, config.sliding_window, positions, self.dtype, packed))}
             x = self.embeddings(input_ids)  # (B, T, H)
         else:
-            tokens = Unpadded(attention_mask, packed=packed, causal=False)
+            tokens = Unpadded.build(attention_mask, packed, False, host)  # sizes from the host copy
             positions = tokens.gather(positions)  # (N,)
             layouts = {"global": tokens, "local": SlidingWindow(tokens, positions, config.sliding_window)}
             x = self.embeddings(tokens.gather(input_ids))  # (N, H)
