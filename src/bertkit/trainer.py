@@ -685,7 +685,8 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
 
     def save() -> None:
         rng = [rng_state()]
-        data = [on_host(data_state)]  # an objective's state in it (XLNet's memory, ELMo's LSTM state) may be the device's
+        # an objective's state in the data position (XLNet's memory, ELMo's LSTM state) may be the device's
+        data = [on_host(data_state)]
         if dist_info.world_size > 1:
             # Every rank's RNG and data position: a rank's stream makes only its own rows, so its position is its own
             gathered: list[Any] = [None] * dist_info.world_size

@@ -43,9 +43,9 @@ from bertkit.models.bert import (BertOutput, PreTrainedModel, PreTrainingOutput,
                                  token_loss)
 from bertkit.models.heads import NamedLabels, span_loss
 from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models import layouts as layout_rules
 from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias, check_ids,
-                                    check_ids_in_vocabulary, checks_values, host_copy, varlen_flash,
-                                    varlen_kernel_available)
+                                    check_ids_in_vocabulary, host_copy, varlen_flash, varlen_kernel_available)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -579,7 +579,7 @@ def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_ma
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
                          f"{tuple(input_ids.shape)}")
     check_ids_in_vocabulary(input_ids, config.vocab_size)
-    if input_ids.numel() and checks_values(input_ids):  # a device sync on GPU
+    if input_ids.numel() and layout_rules.checks_values(input_ids):  # a device sync on GPU; one switch for every model
         if attention_mask is not None and attention_mask.numel() and int(attention_mask.min()) < 0:
             raise ValueError("attention_mask must hold 1 (real token) and 0 (padding), or for packed rows the "
                              "document number 1, 2, ... of each token; it has negative values")

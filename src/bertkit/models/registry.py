@@ -4,8 +4,8 @@ A row says which config class reads its config.json (and so its size presets, `c
 model class serves each use ("role"), which pretraining objectives it takes, whether it generates, whether it
 exports to ONNX (and why not), whether its tasks run text to text, which task kinds it refuses (and why), and the
 tokenizer its released checkpoints use. Beside it, the objective table (OBJECTIVES): one row per pretraining
-objective, holding its instances, pair task, trainer task, model role, stream, special tokens and the architectures
-that take it (an architecture's `objectives` are read from there). Everything that used to be a table of its own beside the models is
+objective, holding its instances, pair task, trainer task, model role, stream, special tokens and the
+architectures that take it (an architecture's `objectives` are read from there). Everything that used to be a table of its own beside the models is
 derived from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `bertkit.pretrain.OBJECTIVE_MODEL_TYPES` and
 its checks, the refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), and the model fields
 `bertkit pretrain --help` lists.
