@@ -9,6 +9,7 @@ editing a test. `pretrain_args(case, data, run)` is the row's `bertkit pretrain`
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ SIZES = {
     "BertConfig": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
                    "--intermediate-size", "64", "--hidden-dropout-prob", "0", "--attention-probs-dropout-prob", "0"],
     "ModernBertConfig": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
-                         "--intermediate-size", "48", "--local-attention", "8", "--isolate-documents", "true"],
+                         "--intermediate-size", "48", "--local-attention", "8"],
     "T5Config": ["--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
                  "--dropout-rate", "0"],
     "XLNetConfig": ["--d-model", "32", "--n-layer", "2", "--n-head", "4", "--d-inner", "48", "--reuse-len", "8",
@@ -81,7 +82,7 @@ def corpus(path: Path) -> Path:
 def prepared(case: Case, root: Path) -> Path:
     """The shards of a tiny corpus tokenized as the case's architecture needs (made once per tokenizer kind under
     root)."""
-    key = "-".join(case.tokenizer[1:4:2]).replace("--", "")
+    key = "-".join(arg.lstrip("-") for arg in case.tokenizer)
     data = root / f"data-{key}"
     if not data.is_dir():
         text = root / "corpus.txt" if (root / "corpus.txt").is_file() else corpus(root / "corpus.txt")
@@ -104,6 +105,8 @@ def pretrain_args(case: Case, data: Path, run: Path, *extra: str) -> list[str]:
             "--preset", "tiny", *SIZES[config_class], "--max-seq-length", LENGTH.get(config_class, "32"),
             "--max-predictions-per-seq", "5", "--eval-every", "0", "--eval-instances", "0", "--progress", "false",
             "--learning-rate", "2e-3", "--warmup-steps", "0"]
+    if config_class == "ModernBertConfig" and row.instances == "full-sentences":
+        args += ["--isolate-documents", "true"]  # ModernBERT's packed rows keep their documents apart
     fields = dict(arch.config_fields)
     if row.requires is not None:
         fields[row.requires[0]] = row.requires[1]
@@ -112,3 +115,27 @@ def pretrain_args(case: Case, data: Path, run: Path, *extra: str) -> list[str]:
     for name, value in fields.items():
         args += [f"--{name.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
     return [*args, *extra]
+
+
+def run_all(root: Path, processes: int, steps: int = 12) -> None:
+    """Every case's run of `steps` steps (a global batch of 8, a checkpoint every 3 steps) on this process, one
+    after another, into root/<case id>-p<processes>: run under torchrun, every rank runs them all (one process start
+    and one rendezvous per process for the whole table). The shards must be prepared first (`prepared`)."""
+    for case in cases():
+        run = root / f"{case.id}-p{processes}"
+        # One process group after another in the same processes: each under its own keys of torchrun's store
+        # (the prefix the trainer gives a restarted attempt), so no rank reads an address of the group before
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = f"row-{case.id}"
+        assert main(pretrain_args(case, prepared(case, root), run, *run_args(processes, steps))) == 0, case.id
+
+
+def run_args(processes: int, steps: int = 12) -> list[str]:
+    """The step, batch and checkpoint settings every run of a case shares (a global batch of 8 on `processes`)."""
+    return ["--max-steps", str(steps), "--save-every", "3", "--batch-size", str(8 // processes), "--log-every", "1",
+            "--workers", "0"]
+
+
+if __name__ == "__main__":  # python tests/objective_rows.py ROOT PROCESSES (under torchrun for more than one)
+    import sys
+
+    run_all(Path(sys.argv[1]), int(sys.argv[2]))

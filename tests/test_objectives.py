@@ -81,7 +81,10 @@ def test_no_device_reads_between_logs(case, rows_root, tmp_path, monkeypatch):
     def run(steps):
         args = pretrain_args(case, data, tmp_path / f"run{steps}", "--max-steps", str(steps), "--log-every", "1000",
                              "--save-every", "1000", "--batch-size", "4", "--workers", "0")
-        return lambda: main(args)
+        def go():
+            assert main(args) == 0
+
+        return go
 
     short, long = [], []
     assert count_reads(run(2), monkeypatch, short) == count_reads(run(6), monkeypatch, long), (short, long)

@@ -168,26 +168,6 @@ OBJECTIVE_ARGS = {
 }
 
 
-@pytest.mark.slow  # two or four torchrun processes per objective: a minute or two on a busy 2-core machine
-@pytest.mark.parametrize("processes", [2, 4])
-@pytest.mark.parametrize("objective", list(OBJECTIVE_ARGS))
-def test_every_objective_on_gloo_processes_equals_one_process(data_dir, tmp_path, objective, processes):
-    common = [*OBJECTIVE_ARGS[objective], "--max-steps", "4", "--save-every", "100", "--hidden-dropout-prob", "0",
-              "--attention-probs-dropout-prob", "0"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    proc = subprocess.run(_cli(*_pretrain_args(data_dir, one, *common, "--batch-size", "8")), env=_env(),
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", str(8 // processes))]
-    proc = subprocess.run(torchrun, env=_env(), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = losses(one), losses(two)
-    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    for step in a:
-        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])
-
-
 @pytest.mark.slow  # a full run and a killed one per objective, with worker processes
 @pytest.mark.parametrize("objective", list(OBJECTIVE_ARGS))
 def test_every_objective_sigkilled_with_workers_resumes_bit_identically(data_dir, tmp_path, objective):
