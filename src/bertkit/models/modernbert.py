@@ -517,7 +517,7 @@ class ModernBertForMultipleChoice(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask: (B, C, T) for C choices; labels: (B,) the right choice. logits (B, C)."""
         B, C, T = input_ids.shape
-        mask = None if attention_mask is None else attention_mask.reshape(B * C, T)
+        mask = None if attention_mask is None else layout_rules.reshape(attention_mask, B * C, T)  # host copy kept
         out = self.encoder.encode(input_ids.reshape(B * C, T), mask)
         # transformers pools a choice's first *real* token here (its sequence classifier: position 0).
         pooled = pool(self.config, out, mask, first_real=True)  # (B * C, H)
@@ -552,6 +552,13 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         return TaskOutput(span_loss(logits, start_positions, end_positions), logits)
 
 
+def first_real_token(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) mask -> (B, T) bool, True at each row's first real token."""
+    first = torch.zeros_like(attention_mask, dtype=torch.bool)
+    first[torch.arange(first.shape[0], device=first.device), attention_mask.ne(0).int().argmax(-1)] = True
+    return first
+
+
 def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | None,
          first_real: bool = False) -> torch.Tensor:
     """One vector per row (B, H) by `config.classifier_pooling`: "cls" reads position 0 (with `first_real`, each
@@ -560,8 +567,8 @@ def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | 
     if config.classifier_pooling == "cls":
         if not first_real or attention_mask is None:
             return out.first()  # (B, H)
-        first = torch.zeros_like(attention_mask, dtype=torch.bool)
-        first[torch.arange(first.shape[0], device=first.device), attention_mask.ne(0).int().argmax(-1)] = True
+        # each row's first real token; from the mask's host copy where it has one (no device read)
+        first = layout_rules.mark_host(first_real_token(attention_mask), attention_mask, first_real_token)
         return out.select(first)  # (B, H): one selected position per row
     hidden = out.padded()  # (B, T, H), zeros at padding when unpadded
     mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device) if attention_mask is None \

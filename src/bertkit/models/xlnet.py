@@ -55,7 +55,7 @@ from bertkit.config import XLNetConfig
 from bertkit.models.bert import PreTrainedModel, TaskOutput, sequence_loss, token_loss
 from bertkit.models.heads import NamedLabels, last_real_token, span_loss
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import check_ids, check_ids_in_vocabulary, host_copy
+from bertkit.models.layouts import check_ids, check_ids_in_vocabulary, host_copy, reshape
 
 NEG_INF = -1e30  # the score of a hidden key (transformers' value: a row with every key hidden comes out uniform)
 
@@ -537,7 +537,7 @@ class XLNetForMultipleChoice(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels (B,). logits (B, C)."""
         B, C, T = input_ids.shape
-        flat = [None if x is None else x.reshape(B * C, T) for x in (attention_mask, token_type_ids)]
+        flat = [None if x is None else reshape(x, B * C, T) for x in (attention_mask, token_type_ids)]
         hidden = self.encoder(input_ids.reshape(B * C, T), *flat).last_hidden_state
         logits = self.classifier(self.summary(hidden, flat[0])).view(B, C)
         return TaskOutput(sequence_loss(logits, labels), logits)
