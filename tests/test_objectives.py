@@ -11,7 +11,7 @@ from bertkit.models.layouts import attach_host
 from bertkit.objectives import MaskedLMObjective
 from conftest import tiny_config
 from device_reads import count_reads
-from objective_rows import cases, prepared, pretrain_args
+from objective_rows import Case, cases, prepared, pretrain_args
 
 
 def _batch(padded: bool) -> dict:
@@ -67,7 +67,11 @@ def rows_root(tmp_path_factory):
     return tmp_path_factory.mktemp("objective-rows")
 
 
-@pytest.mark.parametrize("case", cases(), ids=lambda case: case.id)
+# MLM distillation reads a masked-LM row's stream (the teacher's tokenizer); its run is `bertkit distill mlm`
+DISTILL = Case("distill-mlm", "roberta", "bert")
+
+
+@pytest.mark.parametrize("case", [*cases(), DISTILL], ids=lambda case: case.id)
 def test_no_device_reads_between_logs(case, rows_root, tmp_path, monkeypatch):
     # The row's own command line on a tiny model, 2 and 6 steps, one log line and one save at the end: every read
     # of a device value (a loss, a count, a mask's positions, a state copied to the host) that happened per step
@@ -81,6 +85,16 @@ def test_no_device_reads_between_logs(case, rows_root, tmp_path, monkeypatch):
     def run(steps):
         args = pretrain_args(case, data, tmp_path / f"run{steps}", "--max-steps", str(steps), "--log-every", "1000",
                              "--save-every", "1000", "--batch-size", "4", "--workers", "0")
+        if case is DISTILL:  # a 2-layer teacher into a 1-layer student of its config, on the same command line
+            teacher = tmp_path / "teacher"
+            if not teacher.is_dir():
+                assert main(["init", "--tokenizer", str(next(rows_root.glob("tok-kind-wordpiece*"))), "--preset",
+                             "tiny", "--out", str(teacher)]) == 0
+            drop = {"--config", "--objective", "--preset", "--hidden-size", "--num-hidden-layers",
+                    "--num-attention-heads", "--intermediate-size"}
+            kept = [a for i, a in enumerate(args[1:], 1) if a not in drop and args[i - 1] not in drop]
+            args = ["distill", "mlm", "--teacher", str(teacher), "--objective", "roberta", "--num-hidden-layers",
+                    "1", *kept]
         def go():
             assert main(args) == 0
 
