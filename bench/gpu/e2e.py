@@ -149,7 +149,8 @@ def pretrain_row(name: str, objective: str, recipe: str, long: bool = False):
         from bench.gpu.speed import measure_peak
 
         s = shape(ctx, long)
-        data = prepared_t5(ctx) if objective == "t5" else prepared(ctx)
+        model_type = recipe.split("-")[0]  # the recipe's architecture: bert, modernbert, t5
+        data = prepared_t5(ctx) if model_type == "t5" else prepared(ctx)  # T5 reads a Unigram vocabulary
         measured.update(bench="e2e_pretrain", model=f"{recipe} ({s['preset']} preset)", objective=objective, batch_size=s["batch"],
                         seq_len=s["seq_len"], steps=s["steps"], dtype="bf16" if ctx.cuda else "fp32")
         run_dir = ctx.out / f"e2e-{name}"
@@ -161,7 +162,6 @@ def pretrain_row(name: str, objective: str, recipe: str, long: bool = False):
               "--device", device, "--precision", "bf16" if ctx.cuda else "fp32", "--progress", "false",
               "--warmup-steps", "1"], 900)
         measured["bertkit_tokens_per_s"] = run_rate(run_dir)
-        model_type = recipe.split("-")[0]  # the recipe's architecture: bert, modernbert, t5
         step_rate, flops_per_token = model_step_rate(ctx, data, objective, s, model_type)
         measured["model_step_tokens_per_s"] = step_rate
         measured["ratio_to_step"] = measured["bertkit_tokens_per_s"] / step_rate

@@ -41,8 +41,8 @@ _f = field_with_help  # a dataclass field with its help text (the CLI options co
 class DataConfig:
     """What the model sees: objective, instance creation, masking and batch size."""
 
-    objective: str = _f("bert", ", ".join(f"{o.name} ({o.label}" + (f"; a {architecture(o.implies).label}" if o.implies
-                                                                     else "") + ")" for o in OBJECTIVES.values()))
+    objective: str = _f("bert", ", ".join(  # one row of the objective table each
+        f"{o.name} ({o.label}{f'; a {architecture(o.implies).label}' if o.implies else ''})" for o in OBJECTIVES.values()))
     max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included (t5: the corrupted input, EOS "
                                   "included)")
     short_seq_prob: float = _f(0.1, "fraction of NSP/SOP instances with a shorter random target length")

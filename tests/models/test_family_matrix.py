@@ -432,7 +432,8 @@ def tripled(data: dict[str, Path], root: Path) -> dict[str, Path]:
             squad = json.loads(text)
             paragraphs = squad["data"][0]["paragraphs"]
             squad["data"][0]["paragraphs"] = [
-                {**p, "qas": [{**q, "id": f"{q['id']}-{copy}"} for q in p["qas"]]} for copy in range(3) for p in paragraphs]
+                {**p, "qas": [{**q, "id": f"{q['id']}-{copy}"} for q in p["qas"]]}
+                for copy in range(3) for p in paragraphs]
             text = json.dumps(squad)
         elif kind == "ner":
             text = "\n\n".join([text.strip()] * 3) + "\n"

@@ -1,17 +1,18 @@
 """The architecture table: one row per architecture bertkit builds, holding every fact the verbs ask about it.
 
 A row says which config class reads its config.json (and so its size presets, `config_class.PRESETS`), which
-model class serves each use ("role"), which pretraining objectives it takes, whether it generates, whether it
-exports to ONNX (and why not), whether its tasks run text to text, which task kinds it refuses (and why), and the
-tokenizer its released checkpoints use. Beside it, the objective table (OBJECTIVES): one row per pretraining
-objective, holding its instances, pair task, trainer task, model role, stream, special tokens and the
-architectures that take it (an architecture's `objectives` are read from there). Everything that used to be a table of its own beside the models is
-derived from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `bertkit.pretrain.OBJECTIVE_MODEL_TYPES` and
-its checks, the refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), and the model fields
-`bertkit pretrain --help` lists.
+model class serves each use ("role"), whether it generates, whether it exports to ONNX (and why not), whether its
+tasks run text to text, which task kinds it refuses (and why), and the tokenizer its released checkpoints use.
+Beside it, the objective table (OBJECTIVES): one row per pretraining objective, holding its instances, pair task,
+trainer task, model role, stream, special tokens and the architectures that take it (an architecture's
+`objectives` are read from there). Everything that used to be a table of its own beside the models is derived
+from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `OBJECTIVE_MODEL_TYPES` and `check_objective`, the
+refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), the model fields `bertkit pretrain
+--help` lists and the architectures `bertkit init --model-type` writes.
 
 Adding an architecture is one model file in bertkit/models/, one mapping table in checkpoint.py's FORMATS, one
-config class in config.py, one row here, and tests (docs/reference/adding-an-architecture.md walks through it).
+config class in config.py, one row here, and tests (docs/reference/adding-an-architecture.md walks through it);
+adding an objective is one row of OBJECTIVES plus its functions (its trainer task, its instances).
 
 The module imports no torch: model classes are named here (attributes of `bertkit.models`) and imported when a
 verb asks for one (`bertkit.models.class_for`), so the task families read the matrix without loading the models.
