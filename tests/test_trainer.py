@@ -428,3 +428,32 @@ def test_task_losses_index_host_known_positions(tmp_path, monkeypatch, head):
         return lambda: train(model, task, batches, config(max_steps=steps, log_every=1000), tmp_path / name)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+def test_the_counting_mode_counts_every_kind_of_device_read():
+    # Each way of reading a device value on the host (or of waiting to learn a size from it) counts once; the same
+    # operations on host tensors (the batch as the loader made it) count nothing.
+    import numpy as np
+
+    from device_reads import DeviceReads
+
+    weight = nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    reads = [lambda x: float(x.detach().sum()), lambda x: x.detach().sum().item(), lambda x: x.tolist(), lambda x: x.detach().numpy(),
+             lambda x: x.detach().cpu(), lambda x: x.detach().to("cpu"), lambda x: x.to(device="cpu"),
+             lambda x: np.asarray(x.detach()), lambda x: torch.equal(x, x), lambda x: torch.allclose(x, x),
+             lambda x: torch.where(x > 0), lambda x: (x > 0).nonzero(), lambda x: x[x > 0],
+             lambda x: bool((x > 0).any())]
+    for read in reads:
+        mode = DeviceReads()
+        with mode:
+            read(weight * 1.0)  # a value computed on the device
+        assert mode.reads == 1, (read, mode.where)
+        host = torch.tensor([0.5, -1.0, 2.0])
+        with DeviceReads() as mode:
+            read(host)
+        assert mode.reads == 0, (read, mode.where)
+    # Moves between device tensors (the optimizer's, `.to(x.device)`) and three-argument where are no reads
+    with DeviceReads() as mode:
+        x = weight * 1.0
+        x.to(x.device), x.to(torch.float64), torch.where(x > 0, x, -x)
+    assert mode.reads == 0, mode.where
