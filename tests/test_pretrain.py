@@ -155,8 +155,8 @@ def test_isolated_documents_train_through_the_cli(data_dir, tmp_path):
     assert transformers.BertForMaskedLM.from_pretrained(str(run / "model")).config.hidden_size == 32
 
 
-# Every objective that trains a BERT-family model from these shards (T5, XLNet, ELMo and ModernBERT have their own
-# recipes: tests/test_sigkill_families.py and their gloo tests), with the options that pick its rows.
+# The BERT-family objectives on these shards with worker processes (every row of the objective table on 1, 2 and 4
+# gloo processes and killed without workers: tests/test_pretrain_every_row.py), with the options that pick its rows.
 OBJECTIVE_ARGS = {
     "albert": ["--objective", "albert"],
     "roberta": ["--objective", "roberta"],
