@@ -19,7 +19,24 @@ sys.path.insert(0, str(ROOT))  # bench.gpu is imported from the repository root
 
 pytest.importorskip("transformers")
 
-CHECK_NAMES = {"unpad_fp32", "unpad_bf16", "unpad_modernbert_bf16", "fused_qkv", "sparse_mlm", "onednn_switch", "fused_adamw",
+
+def table_checks() -> set[str]:
+    """A sync-debug step run per row of the objective table (and per other model file among the architectures
+    that take it) and per fine-tuning family: the GPU suite's rows, read from the tables themselves."""
+    from bertkit.models.registry import ARCHITECTURES, OBJECTIVES
+
+    names = {f"no_sync_finetune_{family}" for family in ARCHITECTURES}
+    for name, row in OBJECTIVES.items():
+        first = ARCHITECTURES[row.architectures[0]].config_class
+        names.add(f"no_sync_{name}")
+        names |= {f"no_sync_{arch}_{name}" for arch in dict.fromkeys(
+            a for a in row.architectures if ARCHITECTURES[a].config_class is not first)
+            if arch == next(a for a in row.architectures
+                            if ARCHITECTURES[a].config_class is ARCHITECTURES[arch].config_class)}
+    return names
+
+
+CHECK_NAMES = table_checks() | {"unpad_fp32", "unpad_bf16", "unpad_modernbert_bf16", "fused_qkv", "sparse_mlm", "onednn_switch", "fused_adamw",
                "bf16_loss_curve", "model_directory", "exact_resume", "family_bert", "family_roberta",
                "family_albert", "family_electra", "family_causal", "family_distilbert", "family_t5", "family_xlnet",
                "family_modernbert", "ddp_step", "no_sync_steps", "no_sync_task_steps"}
@@ -28,7 +45,8 @@ SPEED_ROWS = {"peak", "pretrain_T32_dense", "pretrain_T32_varlen", "pretrain_T64
               "inference_T32_dense", "inference_T32_varlen", "inference_T64_dense", "inference_T64_varlen",
               "modernbert_T32_varlen", "modernbert_T64_varlen", "pretrain_T32_dense_compiled",
               "pretrain_T32_varlen_compiled", "inference_T32_dense_compiled", "inference_T32_varlen_compiled",
-              "e2e_pretrain_bert", "e2e_pretrain_roberta", "e2e_pretrain_modernbert_T1024", "e2e_finetune_sst2"}
+              "e2e_pretrain_bert", "e2e_pretrain_roberta", "e2e_pretrain_modernbert_T1024", "e2e_pretrain_t5",
+              "e2e_finetune_sst2"}
 # Keys every timed bertkit-vs-transformers record carries, on CPU as on a GPU (memory is null off CUDA).
 TIMED_KEYS = {"bench", "model", "seq_len", "batch", "batch_size", "dtype", "compile", "bertkit_tokens_per_s",
               "transformers_tokens_per_s", "ratio", "ratio_best", "bertkit_mfu", "transformers_mfu", "peak_gflops",

@@ -10,6 +10,8 @@ from bertkit.models import IGNORE_INDEX
 from bertkit.models.layouts import attach_host
 from bertkit.objectives import MaskedLMObjective
 from conftest import tiny_config
+from device_reads import count_reads
+from objective_rows import Case, cases, prepared, pretrain_args
 
 
 def _batch(padded: bool) -> dict:
@@ -57,3 +59,46 @@ def test_index_select_equals_boolean_mask_indexing(padded, host_copies):
     assert torch.equal(loss, expected)
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
     assert out["mlm_loss"][1] == (batch["labels"] != IGNORE_INDEX).sum() and out["nsp_loss"][1] == 3
+
+
+# ---- no device read between log steps, for every row of the objective table -----------------------------------
+@pytest.fixture(scope="module")
+def rows_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("objective-rows")
+
+
+# MLM distillation reads a masked-LM row's stream (the teacher's tokenizer); its run is `bertkit distill mlm`
+DISTILL = Case("distill-mlm", "roberta", "bert")
+
+
+@pytest.mark.parametrize("case", [*cases(), DISTILL], ids=lambda case: case.id)
+def test_no_device_reads_between_logs(case, rows_root, tmp_path, monkeypatch):
+    # The row's own command line on a tiny model, 2 and 6 steps, one log line and one save at the end: every read
+    # of a device value (a loss, a count, a mask's positions, a state copied to the host) that happened per step
+    # would make the longer run read more. The batch plays the device's (the model's value checks off).
+    from bertkit.cli import main
+    from bertkit.models import layouts
+
+    monkeypatch.setattr(layouts, "checks_values", lambda x: False)
+    data = prepared(case, rows_root)
+
+    def run(steps):
+        args = pretrain_args(case, data, tmp_path / f"run{steps}", "--max-steps", str(steps), "--log-every", "1000",
+                             "--save-every", "1000", "--batch-size", "4", "--workers", "0")
+        if case is DISTILL:  # a 2-layer teacher into a 1-layer student of its config, on the same command line
+            teacher = tmp_path / "teacher"
+            if not teacher.is_dir():
+                assert main(["init", "--tokenizer", str(next(rows_root.glob("tok-kind-wordpiece*"))), "--preset",
+                             "tiny", "--out", str(teacher)]) == 0
+            drop = {"--config", "--objective", "--preset", "--hidden-size", "--num-hidden-layers",
+                    "--num-attention-heads", "--intermediate-size"}
+            kept = [a for i, a in enumerate(args[1:], 1) if a not in drop and args[i - 1] not in drop]
+            args = ["distill", "mlm", "--teacher", str(teacher), "--objective", "roberta", "--num-hidden-layers",
+                    "1", *kept]
+        def go():
+            assert main(args) == 0
+
+        return go
+
+    short, long = [], []
+    assert count_reads(run(2), monkeypatch, short) == count_reads(run(6), monkeypatch, long), (short, long)

@@ -18,6 +18,7 @@ from bertkit import WordPieceTokenizer
 from conftest import kill_after_checkpoint
 from bertkit.data.corpus import iter_lines
 from bertkit.data.prepare import prepare
+from bertkit.models.registry import ARCHITECTURES
 from bertkit.pretrain import PretrainConfig, pretrain, resolve_config
 
 WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
@@ -154,8 +155,8 @@ def test_isolated_documents_train_through_the_cli(data_dir, tmp_path):
     assert transformers.BertForMaskedLM.from_pretrained(str(run / "model")).config.hidden_size == 32
 
 
-# Every objective that trains a BERT-family model from these shards (T5, XLNet, ELMo and ModernBERT have their own
-# recipes: tests/test_sigkill_families.py and their gloo tests), with the options that pick its rows.
+# The BERT-family objectives on these shards with worker processes (every row of the objective table on 1, 2 and 4
+# gloo processes and killed without workers: tests/test_pretrain_every_row.py), with the options that pick its rows.
 OBJECTIVE_ARGS = {
     "albert": ["--objective", "albert"],
     "roberta": ["--objective", "roberta"],
@@ -165,26 +166,6 @@ OBJECTIVE_ARGS = {
     "electra": ["--objective", "electra", "--model-type", "electra"],
     "causal": ["--objective", "causal", "--causal", "true"],
 }
-
-
-@pytest.mark.slow  # two or four torchrun processes per objective: a minute or two on a busy 2-core machine
-@pytest.mark.parametrize("processes", [2, 4])
-@pytest.mark.parametrize("objective", list(OBJECTIVE_ARGS))
-def test_every_objective_on_gloo_processes_equals_one_process(data_dir, tmp_path, objective, processes):
-    common = [*OBJECTIVE_ARGS[objective], "--max-steps", "4", "--save-every", "100", "--hidden-dropout-prob", "0",
-              "--attention-probs-dropout-prob", "0"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    proc = subprocess.run(_cli(*_pretrain_args(data_dir, one, *common, "--batch-size", "8")), env=_env(),
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                "-m", "bertkit.cli", *_pretrain_args(data_dir, two, *common, "--batch-size", str(8 // processes))]
-    proc = subprocess.run(torchrun, env=_env(), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = losses(one), losses(two)
-    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    for step in a:
-        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])
 
 
 @pytest.mark.slow  # a full run and a killed one per objective, with worker processes
@@ -215,3 +196,32 @@ def test_electra_resumed_from_a_checkpoint_repeats_the_run(data_dir, tmp_path):
     assert sorted(losses(full)) == list(range(1, 7))
     for key in ("loss", "rtd_bce", "replaced_fraction"):
         assert len(losses(full, key)) == 6 and losses(resumed, key) == losses(full, key), key
+
+
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_init_writes_every_architecture_of_the_table(model_type, tiny_vocab_dir, tmp_path):
+    """`bertkit init --model-type X` for every row of the architecture table: the directory reads back as that
+    architecture's pretraining model, with the tokenizer's vocabulary and padding id."""
+    from bertkit.cli import main
+    from bertkit.models import ModelDir, pretraining_class
+    from bertkit.models.registry import architecture
+    from bertkit.tokenizers import WordTokenizer, load_tokenizer
+
+    row = architecture(model_type)
+    tokenizer_dir = tiny_vocab_dir
+    if row.positions == "none":  # ELMo reads words and their characters
+        tokenizer_dir = tmp_path / "words"
+        WordTokenizer.train(["the cat sat on the mat", "a dog ran"], vocab_size=20, show_progress=False).save(
+            tokenizer_dir)
+    preset = "tiny" if "tiny" in row.presets else next(iter(row.presets))
+    assert main(["init", "--model-type", model_type, "--tokenizer", str(tokenizer_dir), "--preset", preset,
+                 "--out", str(tmp_path / "model")]) == 0
+    model_dir = ModelDir.open(tmp_path / "model")
+    tokenizer = load_tokenizer(tokenizer_dir)
+    assert model_dir.config.model_type == row.model_type and model_dir.config.vocab_size == tokenizer.vocab_size
+    for name, value in row.config_fields.items():
+        assert getattr(model_dir.config, name) == value
+    assert model_dir.config.pad_token_id == tokenizer.pad_id
+    assert pretraining_class(model_dir.config).__name__ == row.roles[row.pretraining_role]
+    encoder = model_dir.load("encoder")  # the weights read back whole
+    assert sum(p.numel() for p in encoder.parameters()) > 0

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import types
-import weakref
 
 import pytest
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
 
 from bertkit import trainer
 from bertkit.checkpoint import latest_checkpoint, load_checkpoint
 from bertkit.trainer import TrainConfig, learning_rate, param_groups, train
+from device_reads import count_reads
 
 
 def config(**overrides) -> TrainConfig:
@@ -187,74 +185,6 @@ def test_a_restarted_torchrun_attempt_keeps_its_process_group_keys_apart(monkeyp
 
 
 # ---- no device reads between log steps -------------------------------------------------------------------------
-class DeviceReads(TorchFunctionMode):
-    """Counts host reads (float, int, bool, item, tolist, numpy) of values computed from the model's parameters:
-    on a GPU each is a wait for the device. A tensor is the device's once it comes from an operation on a
-    parameter, a gradient or another such tensor; the batch's own tensors (host arrays) are not."""
-
-    READS = {"__float__", "__int__", "__bool__", "__index__", "item", "tolist", "numpy"}
-    # Operations whose output size depends on the values of a device tensor: on a GPU each waits for the device
-    # to learn it (boolean-mask indexing is a nonzero inside)
-    SIZED_BY_VALUES = {"nonzero", "argwhere", "masked_select", "unique", "nonzero_static"}
-    INDEXING = {"__getitem__", "__setitem__", "index_put", "index_put_", "index"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.device_tensors: dict[int, weakref.ref] = {}  # by id: a tensor's == is elementwise
-        self.reads = 0
-
-    def mark(self, x: torch.Tensor) -> None:
-        if not self.is_device(x):
-            key = id(x)
-            self.device_tensors[key] = weakref.ref(x, lambda _, key=key: self.device_tensors.pop(key, None))
-
-    def is_device(self, x: torch.Tensor) -> bool:
-        ref = self.device_tensors.get(id(x))
-        return isinstance(x, nn.Parameter) or (ref is not None and ref() is x)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-        from_device = any(self.is_device(x) for x in inputs)
-        name = getattr(func, "__name__", "")
-        if from_device and (name in self.READS or name in self.SIZED_BY_VALUES):
-            self.reads += 1
-        elif name in self.INDEXING and len(args) > 1 and any(
-                isinstance(x, torch.Tensor) and x.dtype == torch.bool and self.is_device(x)
-                for x in pytree.tree_leaves(args[1])):
-            self.reads += 1  # x[mask] or x[mask] = y with a device mask (args[1]: the index)
-        out = func(*args, **kwargs)
-        if from_device:
-            for x in pytree.tree_leaves(out):
-                if isinstance(x, torch.Tensor):
-                    self.mark(x)
-        return out
-
-
-def count_reads(run, monkeypatch) -> int:
-    """Host reads of device values while `run()` trains; the batch counts as the device's once the loop has moved
-    it there (on a GPU, a read of it waits too)."""
-    mode = DeviceReads()
-    move = trainer._move
-
-    def moved(batch, device):
-        out = move(batch, device)
-        out = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}  # the device's copy
-        for k, v in batch.items():  # as the loop's move does: a device tensor remembers its host copy
-            if isinstance(v, torch.Tensor):
-                trainer.attach_host(out[k], v)
-        for v in out.values():
-            if isinstance(v, torch.Tensor):
-                mode.mark(v)
-        return out
-
-    with monkeypatch.context() as patch:
-        patch.setattr(trainer, "_move", moved)
-        with mode:
-            run()
-    return mode.reads
-
-
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_the_step_loop_reads_the_device_only_at_log_and_save_steps(tmp_path, monkeypatch, accumulation):
     # max_steps 2 and 8 with one log line and one checkpoint at the end: a loop that read a loss, a count or the
@@ -498,3 +428,32 @@ def test_task_losses_index_host_known_positions(tmp_path, monkeypatch, head):
         return lambda: train(model, task, batches, config(max_steps=steps, log_every=1000), tmp_path / name)
 
     assert count_reads(run(2, "short"), monkeypatch) == count_reads(run(6, "long"), monkeypatch)
+
+
+def test_the_counting_mode_counts_every_kind_of_device_read():
+    # Each way of reading a device value on the host (or of waiting to learn a size from it) counts once; the same
+    # operations on host tensors (the batch as the loader made it) count nothing.
+    import numpy as np
+
+    from device_reads import DeviceReads
+
+    weight = nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    reads = [lambda x: float(x.detach().sum()), lambda x: x.detach().sum().item(), lambda x: x.tolist(), lambda x: x.detach().numpy(),
+             lambda x: x.detach().cpu(), lambda x: x.detach().to("cpu"), lambda x: x.to(device="cpu"),
+             lambda x: np.asarray(x.detach()), lambda x: torch.equal(x, x), lambda x: torch.allclose(x, x),
+             lambda x: torch.where(x > 0), lambda x: (x > 0).nonzero(), lambda x: x[x > 0],
+             lambda x: bool((x > 0).any())]
+    for read in reads:
+        mode = DeviceReads()
+        with mode:
+            read(weight * 1.0)  # a value computed on the device
+        assert mode.reads == 1, (read, mode.where)
+        host = torch.tensor([0.5, -1.0, 2.0])
+        with DeviceReads() as mode:
+            read(host)
+        assert mode.reads == 0, (read, mode.where)
+    # Moves between device tensors (the optimizer's, `.to(x.device)`) and three-argument where are no reads
+    with DeviceReads() as mode:
+        x = weight * 1.0
+        x.to(x.device), x.to(torch.float64), torch.where(x > 0, x, -x)
+    assert mode.reads == 0, mode.where

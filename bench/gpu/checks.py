@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from bench.gpu.context import ROOT, Context, Skip
+from bertkit.models.registry import ARCHITECTURES  # the tables (no torch below them): the rows the suite checks
 
 ATOL = 1e-5
 BF16_ULP = 2.0 ** -8  # bf16 keeps 8 significant bits: one unit in the last place at 1.0
@@ -813,6 +814,172 @@ def check_no_sync_task_steps(ctx: Context, measured: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# Every row of the objective table and every fine-tuning family, under the sync debug mode
+# ------------------------------------------------------------------------------------------------------------------
+# Tiny sizes per model file (config class), as `bertkit pretrain` options
+ROW_SIZES = {
+    "BertConfig": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
+                   "--intermediate-size", "64"],
+    "ModernBertConfig": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
+                         "--intermediate-size", "48", "--local-attention", "8"],
+    "T5Config": ["--d-model", "32", "--d-kv", "8", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4"],
+    "XLNetConfig": ["--d-model", "32", "--n-layer", "2", "--n-head", "4", "--d-inner", "48", "--reuse-len", "8",
+                    "--mem-len", "16"],
+    "ElmoConfig": ["--lstm-dim", "48", "--projection-dim", "16", "--sampled-softmax", "8"],
+}
+
+
+def objective_rows() -> list[tuple[str, str, str]]:
+    """(name, objective, architecture): one per row of the objective table (bertkit.models.registry.OBJECTIVES)
+    and model file among the architectures that take it (the BERT family shares one), so a new row is checked
+    without editing the suite."""
+    from bertkit.models.registry import OBJECTIVES
+
+    rows = []
+    for name, row in OBJECTIVES.items():
+        seen = set()
+        for arch in row.architectures:
+            if ARCHITECTURES[arch].config_class in seen:
+                continue
+            seen.add(ARCHITECTURES[arch].config_class)
+            rows.append((name if arch == row.architectures[0] else f"{arch}_{name}", name, arch))
+    return rows
+
+
+def _tokenizer_args(objective: str, arch: str) -> list[str]:
+    """The tokenizer a row's shards need, from the tables: the architecture's kind (a BPE family reads WordPiece
+    shards as well), T5's sentinels, XLNet's <cls>/<sep>."""
+    from bertkit.models.registry import OBJECTIVES
+
+    kind, needs = ARCHITECTURES[arch].tokenizer, OBJECTIVES[objective].special_tokens
+    if kind == "word":
+        return ["--kind", "word", "--vocab-size", "40"]
+    if kind == "unigram" and "sentinels" in needs:
+        return ["--kind", "unigram", "--vocab-size", "220", "--extra-ids", "100"]
+    if kind == "unigram" and OBJECTIVES[objective].implies == arch:
+        return ["--kind", "unigram", "--xlnet", "--vocab-size", "120"]
+    return ["--kind", "wordpiece", "--vocab-size", "120", "--min-frequency", "1"]
+
+
+def row_data(ctx: Context, objective: str, arch: str) -> Path:
+    """Shards of a small synthetic corpus for the row's tokenizer (made once per tokenizer under ctx.out)."""
+    import random
+
+    from bertkit.cli import main
+
+    args = _tokenizer_args(objective, arch)
+    root = ctx.out / "rows" / "-".join(a.lstrip("-") for a in args)
+    if (root / "data" / "manifest.json").is_file():
+        return root / "data"
+    root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    words = "the a cat dog sat ran on under mat park big small red blue house river city old new".split()
+    text = "\n\n".join("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) + " ."
+                                  for _ in range(rng.randint(2, 5))) for _ in range(60))
+    (root / "corpus.txt").write_text(text + "\n", encoding="utf-8")
+    assert main(["tokenizer", "train", "--files", str(root / "corpus.txt"), *args, "--out", str(root / "tok"),
+                 "--quiet"]) == 0
+    assert main(["prepare", "--corpus", str(root / "corpus.txt"), "--tokenizer", str(root / "tok"), "--out",
+                 str(root / "data"), "--quiet"]) == 0
+    return root / "data"
+
+
+@contextmanager
+def sync_checked_moves(checked: int):
+    """`torch.cuda.set_sync_debug_mode("error")` from the trainer's move of micro-batch 1 to its move of micro-batch
+    `checked` + 1 (then "default": the last step's log line and checkpoint read the device by design): any wait for
+    the device in those steps raises. Yields the number of moves seen."""
+    from bertkit import trainer
+
+    move, seen = trainer._move, [0]
+
+    def moved(batch, device):
+        seen[0] += 1
+        torch.cuda.set_sync_debug_mode("error" if seen[0] <= checked else "default")
+        return move(batch, device)
+
+    trainer._move = moved
+    try:
+        yield seen
+    finally:
+        trainer._move = move
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def check_no_sync_row(objective: str, arch: str):
+    """4 steps of `bertkit pretrain` for one row of the objective table (a tiny model, its own stream, one log
+    line and one checkpoint at the end), the first 3 under the sync debug mode "error": no device read between
+    log steps. CUDA only; on the CPU tests/test_objectives.py counts the same runs' device reads."""
+    def check(ctx: Context, measured: dict) -> None:
+        if not ctx.cuda:
+            raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_objectives.py counts this "
+                       "row's device reads (test_no_device_reads_between_logs)")
+        from bertkit.cli import main
+        from bertkit.models.registry import OBJECTIVES
+
+        row, architecture = OBJECTIVES[objective], ARCHITECTURES[arch]
+        config_class = architecture.config_class.__name__
+        recipe = f"{row.implies}-mini" if row.implies else \
+            ("mini" if architecture.config_class is ARCHITECTURES["bert"].config_class else f"{arch}-mini")
+        fields = dict(architecture.config_fields)
+        if row.requires is not None:
+            fields[row.requires[0]] = row.requires[1]
+        args = ["pretrain", "--data", str(row_data(ctx, objective, arch)), "--config", recipe, "--objective",
+                objective, "--preset", "tiny", *ROW_SIZES[config_class], "--max-seq-length",
+                "9" if config_class == "ElmoConfig" else "32", "--max-predictions-per-seq", "5", "--batch-size",
+                "8", "--max-steps", "4", "--log-every", "1000", "--save-every", "1000", "--eval-instances", "0",
+                "--progress", "false", "--device", "cuda", "--precision", "fp32"]
+        for key, value in fields.items():
+            args += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+        with tempfile.TemporaryDirectory() as tmp, sync_checked_moves(3) as seen:
+            try:
+                code = main([*args, "--out", str(Path(tmp) / "run")])
+            except RuntimeError as err:  # the sync debug mode's error, naming the operation that waited
+                measured["error_line"] = str(err).splitlines()[0][:300]
+                raise
+            assert code == 0, f"bertkit pretrain exited {code}"
+        measured.update(objective=objective, architecture=arch, steps_checked=3, moves=seen[0])
+        summary(measured, f"{objective} on {arch}: 3 steps under sync debug mode 'error', no device wait")
+    return check
+
+
+def check_no_sync_finetune(family: str):
+    """4 steps of `bertkit finetune classify` on a tiny random model of the family (`bertkit init`; ELMo with
+    --frozen, T5 as text to text), the first 3 under the sync debug mode "error". CUDA only; on the CPU
+    tests/models/test_family_matrix.py counts every family x kind's device reads."""
+    def check(ctx: Context, measured: dict) -> None:
+        if not ctx.cuda:
+            raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/models/test_family_matrix.py "
+                       "counts every fine-tuning cell's device reads")
+        import random
+
+        from bertkit.cli import main
+
+        row = ARCHITECTURES[family]
+        objective = row.objectives[0] if row.objectives else "roberta"
+        data = row_data(ctx, objective, family)
+        rng = random.Random(1)
+        words = "the a cat dog sat ran on under mat park big small red blue house river city old new".split()
+        with tempfile.TemporaryDirectory() as tmp, sync_checked_moves(3) as seen:
+            tmp = Path(tmp)
+            rows = ["text,label"] + [f"{' '.join(rng.choice(words) for _ in range(rng.randint(3, 9)))},"
+                                     f"{'pos' if i % 2 else 'neg'}" for i in range(32)]
+            (tmp / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+            preset = "tiny" if "tiny" in row.presets else next(iter(row.presets))
+            assert main(["init", "--model-type", family, "--tokenizer", str(data.parent / "tok"), "--preset",
+                         preset, "--out", str(tmp / "model")]) == 0
+            frozen = ["--frozen"] if "sequence" not in row.roles and not row.text_to_text else []
+            code = main(["finetune", "classify", "--model", str(tmp / "model"), "--train", str(tmp / "train.csv"),
+                         "--dev", str(tmp / "train.csv"), "--out", str(tmp / "run"), "--epochs", "1",
+                         "--batch-size", "8", "--max-seq-length", "32", "--log-every", "1000", "--device", "cuda",
+                         "--quiet", *frozen])
+            assert code == 0, f"bertkit finetune exited {code}"
+        measured.update(family=family, steps_checked=3, moves=seen[0])
+        summary(measured, f"{family} classify: 3 steps under sync debug mode 'error', no device wait")
+    return check
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # The families against transformers
 # ------------------------------------------------------------------------------------------------------------------
 def _transformers():
@@ -1102,6 +1269,9 @@ def check_ddp(ctx: Context, measured: dict) -> None:
     summary(measured, f"{n} processes over {backend} = 1 process, max|diff| {worst:.1e} (tol {tol:g})")
 
 
+# Every architecture of the table fine-tunes (ELMo on frozen features, T5 as text to text)
+FINETUNE_FAMILIES = list(ARCHITECTURES)
+
 CHECKS = [
     ("unpad_fp32", check_unpad_fp32),
     ("unpad_bf16", check_unpad_bf16),
@@ -1115,6 +1285,8 @@ CHECKS = [
     ("exact_resume", check_exact_resume),
     ("no_sync_steps", check_no_sync_steps),
     ("no_sync_task_steps", check_no_sync_task_steps),
+    *[(f"no_sync_{name}", check_no_sync_row(objective, arch)) for name, objective, arch in objective_rows()],
+    *[(f"no_sync_finetune_{family}", check_no_sync_finetune(family)) for family in FINETUNE_FAMILIES],
     *[(f"family_{kind}", check_family(kind)) for kind in ("bert", "roberta", "albert", "electra", "causal")],
     ("family_distilbert", check_distilbert),
     ("family_t5", check_t5),

@@ -5,7 +5,9 @@ text, and against bertkit's own model step timed in the same run.
 Rows (a GPU: BERT-base, batch 256 x 128, bf16; the quick CPU run: the tiny preset, batch 8 x 32, a few steps):
   e2e_pretrain_bert            --config bert-base (MLM + NSP)
   e2e_pretrain_roberta         --objective roberta (packed rows)
-  e2e_pretrain_modernbert      --config modernbert-base at T 1024
+  e2e_pretrain_modernbert      --config modernbert-base at T 1024 (peer: ModernBertForMaskedLM at 30%)
+  e2e_pretrain_t5              --config t5-base (span corruption; peer: T5ForConditionalGeneration on the same
+                               instances), a Unigram vocabulary with sentinels trained on the same text
   e2e_finetune_sst2            `bertkit finetune glue --task sst2` (BERT-base from random initialisation)
 
 Each record: `bertkit_tokens_per_s` (real tokens per second of training, from the run's metrics.jsonl after its
@@ -91,7 +93,7 @@ def model_step_rate(ctx: Context, data: Path, objective: str, s: dict, model_typ
 
     corpus = ShardedCorpus(data, "train")
     tok = corpus.manifest.load_tokenizer()
-    recipe = "modernbert-base" if model_type == "modernbert" else "bert-base"
+    recipe = f"{model_type}-base"
     config = resolve_config(recipe, {"preset": s["preset"], "objective": objective, "batch_size": s["batch"],
                                      "max_seq_length": s["seq_len"]})
     model, task = build_pretraining_model(config, tok.vocab_size, tokenizer=tok)
@@ -125,12 +127,30 @@ def model_step_rate(ctx: Context, data: Path, objective: str, s: dict, model_typ
     return tokens / seconds, flops / max(tokens, 1)
 
 
+def prepared_t5(ctx: Context) -> Path:
+    """The same text prepared for span corruption: a Unigram vocabulary (32,000, 100 sentinels) trained on it."""
+    out = ctx.out / "e2e-data-t5"
+    if (out / "manifest.json").is_file():
+        return out
+    raw = SHARED / "wikitext-2"
+    if not raw.is_dir():
+        raise Skip(f"needs {raw} (set BERTKIT_SHARED_DATA)")
+    corpus = [str(raw / "wiki.valid.raw"), str(raw / "wiki.test.raw")]
+    tok = ctx.out / "e2e-t5-tok"
+    _run([sys.executable, "-m", "bertkit.cli", "tokenizer", "train", "--kind", "unigram", "--vocab-size", "32000",
+          "--extra-ids", "100", "--files", *corpus, "--out", str(tok), "--quiet"], 900)
+    _run([sys.executable, "-m", "bertkit.cli", "prepare", "--corpus", *corpus, "--format", "wikitext",
+          "--tokenizer", str(tok), "--out", str(out), "--quiet"], 600)
+    return out
+
+
 def pretrain_row(name: str, objective: str, recipe: str, long: bool = False):
     def row(ctx: Context, measured: dict) -> None:
         from bench.gpu.speed import measure_peak
 
         s = shape(ctx, long)
-        data = prepared(ctx)
+        model_type = recipe.split("-")[0]  # the recipe's architecture: bert, modernbert, t5
+        data = prepared_t5(ctx) if model_type == "t5" else prepared(ctx)  # T5 reads a Unigram vocabulary
         measured.update(bench="e2e_pretrain", model=f"{recipe} ({s['preset']} preset)", objective=objective, batch_size=s["batch"],
                         seq_len=s["seq_len"], steps=s["steps"], dtype="bf16" if ctx.cuda else "fp32")
         run_dir = ctx.out / f"e2e-{name}"
@@ -142,14 +162,14 @@ def pretrain_row(name: str, objective: str, recipe: str, long: bool = False):
               "--device", device, "--precision", "bf16" if ctx.cuda else "fp32", "--progress", "false",
               "--warmup-steps", "1"], 900)
         measured["bertkit_tokens_per_s"] = run_rate(run_dir)
-        model_type = "modernbert" if recipe.startswith("modernbert") else "bert"
         step_rate, flops_per_token = model_step_rate(ctx, data, objective, s, model_type)
         measured["model_step_tokens_per_s"] = step_rate
         measured["ratio_to_step"] = measured["bertkit_tokens_per_s"] / step_rate
         if ctx.quick:
             measured["peer"] = "not run in the quick CPU run (a Trainer start costs most of its minute)"
         else:
-            peer = json.loads(_run([sys.executable, str(ROOT / "bench" / "gpu" / "peer_trainer.py"), "mlm",
+            task = ["t5"] if model_type == "t5" else ["mlm", "--model", model_type]
+            peer = json.loads(_run([sys.executable, str(ROOT / "bench" / "gpu" / "peer_trainer.py"), *task,
                                     "--data", str(data), "--preset", s["preset"], "--seq-len", str(s["seq_len"]),
                                     "--batch-size", str(s["batch"]), "--steps", str(s["steps"]),
                                     "--warmup", str(s["log_every"]), "--workers", "0" if ctx.quick else "4"],
@@ -218,6 +238,7 @@ def plan(ctx: Context) -> list[tuple[str, object, float]]:
     rows = [("e2e_pretrain_bert", pretrain_row("bert", "bert", "bert-base"), 90),
             ("e2e_pretrain_roberta", pretrain_row("roberta", "roberta", "bert-base"), 60),
             ("e2e_pretrain_modernbert_T1024", pretrain_row("modernbert", "roberta", "modernbert-base", True), 90),
+            ("e2e_pretrain_t5", pretrain_row("t5", "t5", "t5-base"), 90),
             ("e2e_finetune_sst2", finetune_row, 60)]
     if ctx.quick:  # the CPU dry run stays under a minute: one row runs the CLI, model-step and MFU code
         rows = [(name, row if name == "e2e_pretrain_bert" else _skip("quick run: e2e_pretrain_bert runs the same "

@@ -2,14 +2,17 @@
 
 A reference, not part of bertkit: the same text as bertkit's run (the token ids of its prepared shards, or the
 SST-2 file), the recipes' settings: MLM (run_mlm.py): every line tokenised with [CLS] ... [SEP], concatenated and
-cut into blocks of --seq-len (`group_texts`), `DataCollatorForLanguageModeling` at 15%; GLUE (run_glue.py):
-sentences padded to --seq-len (`pad_to_max_length`), `BertForSequenceClassification`. Both: 4 dataloader workers,
-fused AdamW, bf16 on a GPU, a model of the given preset from random initialisation.
+cut into blocks of --seq-len (`group_texts`), `DataCollatorForLanguageModeling` at 15% into `BertForMaskedLM`
+(--model modernbert: at 30% into `ModernBertForMaskedLM`, ModernBERT's rate); GLUE (run_glue.py): sentences padded
+to --seq-len (`pad_to_max_length`), `BertForSequenceClassification`; T5: the span-corruption instances of bertkit's
+stream (made before the clock starts) into `T5ForConditionalGeneration`. All: 4 dataloader workers, fused AdamW,
+bf16 on a GPU, a model of the given preset from random initialisation.
 
 Prints one JSON line: real tokens (MLM) or examples (GLUE) per second over the steps after the first `--warmup`.
 
     python bench/gpu/peer_trainer.py mlm --data DIR --preset base --seq-len 128 --batch-size 256 --steps 30
     python bench/gpu/peer_trainer.py glue --train SST-2/train.tsv --vocab vocab.txt --preset base --steps 30
+    python bench/gpu/peer_trainer.py t5 --data DIR --preset base --seq-len 512 --batch-size 128 --steps 30
 """
 
 from __future__ import annotations
@@ -110,15 +113,81 @@ def mlm(args) -> dict:
         def pad(self, examples, return_tensors="pt", **kwargs):
             return {"input_ids": torch.stack([e["input_ids"] for e in examples])}
 
-    model = BertForMaskedLM(bert_config(args.preset, tok.vocab_size, args.seq_len))
+    if args.model == "modernbert":  # ModernBERT's recipe: its masked LM at 30% masking
+        model, probability = modernbert_masked_lm(args.preset, tok, args.seq_len), 0.3
+    else:
+        model, probability = BertForMaskedLM(bert_config(args.preset, tok.vocab_size, args.seq_len)), 0.15
     timer = Timer(args.warmup)
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(model=model, args=training_args(out, args, args.steps), train_dataset=Blocks(),
-                          data_collator=DataCollatorForLanguageModeling(Vocab(), mlm_probability=0.15),
+                          data_collator=DataCollatorForLanguageModeling(Vocab(), mlm_probability=probability),
                           callbacks=[timer.callback()])
         trainer.train()
     tokens = (args.steps - args.warmup) * args.batch_size * args.seq_len
-    return {"peer": "transformers Trainer (run_mlm.py recipe)", "tokens_per_s": tokens / timer.seconds(args.steps)}
+    return {"peer": f"transformers Trainer (run_mlm.py recipe, {type(model).__name__})",
+            "tokens_per_s": tokens / timer.seconds(args.steps)}
+
+
+def modernbert_masked_lm(preset: str, tok, seq_len: int):
+    """transformers' ModernBertForMaskedLM of bertkit's ModernBERT `preset` sizes, from random initialisation."""
+    from bertkit.config import ModernBertConfig
+    from transformers import ModernBertConfig as HFConfig, ModernBertForMaskedLM
+
+    ours = ModernBertConfig.preset(preset)
+    return ModernBertForMaskedLM(HFConfig(
+        vocab_size=tok.vocab_size, hidden_size=ours.hidden_size, num_hidden_layers=ours.num_hidden_layers,
+        num_attention_heads=ours.num_attention_heads, intermediate_size=ours.intermediate_size,
+        max_position_embeddings=max(seq_len, 512), pad_token_id=tok.pad_id, cls_token_id=tok.cls_id,
+        sep_token_id=tok.sep_id, bos_token_id=tok.cls_id, eos_token_id=tok.sep_id))
+
+
+def t5(args) -> dict:
+    """T5's span corruption: the same instances bertkit's stream makes (corrupted inputs, targets), made before the
+    clock starts, into `T5ForConditionalGeneration` of bertkit's T5 `preset` sizes through the Trainer."""
+    from transformers import T5Config as HFConfig, T5ForConditionalGeneration, Trainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from bertkit.config import T5Config
+    from bertkit.data.instances import SpecialIds
+    from bertkit.data.loader import PretrainingStream
+    from bertkit.data.shards import ShardedCorpus
+    from bertkit.pretrain import resolve_config, stream_options
+
+    corpus = ShardedCorpus(args.data, "train")
+    tok = corpus.manifest.load_tokenizer()
+    data = resolve_config("t5-base", {"preset": args.preset, "max_seq_length": args.seq_len}).data
+    stream = iter(PretrainingStream(corpus, stream_options(data, tok), SpecialIds(cls=None, sep=tok.sep_id,
+                                    pad=tok.pad_id, mask=None), tok.vocab_size, args.batch_size, prefetch=0))
+    rows = []
+    while len(rows) < args.steps * args.batch_size:
+        batch = next(stream)
+        for i in range(batch["input_ids"].shape[0]):
+            rows.append({k: batch[k][i] for k in ("input_ids", "attention_mask", "labels")})
+    widths = {k: max(r[k].numel() for r in rows) for k in rows[0]}  # one width per field (the collator stacks)
+    fills = {"input_ids": tok.pad_id, "attention_mask": 0, "labels": -100}
+    rows = [{k: torch.nn.functional.pad(v, (0, widths[k] - v.numel()), value=fills[k]) for k, v in r.items()}
+            for r in rows]
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            return rows[i]
+
+    ours = T5Config.preset(args.preset)
+    model = T5ForConditionalGeneration(HFConfig(
+        vocab_size=tok.vocab_size, d_model=ours.d_model, d_kv=ours.d_kv, d_ff=ours.d_ff, num_layers=ours.num_layers,
+        num_heads=ours.num_heads, pad_token_id=tok.pad_id, eos_token_id=tok.sep_id,
+        decoder_start_token_id=tok.pad_id))
+    timer = Timer(args.warmup)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(model=model, args=training_args(out, args, args.steps), train_dataset=Rows(),
+                          callbacks=[timer.callback()])
+        trainer.train()
+    real = sum(int(r["attention_mask"].sum()) for r in rows[args.warmup * args.batch_size:])
+    return {"peer": "transformers Trainer (T5ForConditionalGeneration, span corruption)",
+            "tokens_per_s": real / timer.seconds(args.steps)}
 
 
 def glue(args) -> dict:
@@ -155,7 +224,8 @@ def glue(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=["mlm", "glue"])
+    parser.add_argument("task", choices=["mlm", "glue", "t5"])
+    parser.add_argument("--model", default="bert", choices=["bert", "modernbert"], help="mlm: the masked LM")
     parser.add_argument("--data", help="mlm: a bertkit prepared data directory (its train split's text)")
     parser.add_argument("--train", help="glue: the SST-2 train.tsv")
     parser.add_argument("--vocab", help="glue: the WordPiece vocabulary")
@@ -166,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args(argv)
-    print(json.dumps(mlm(args) if args.task == "mlm" else glue(args)), flush=True)
+    print(json.dumps({"mlm": mlm, "glue": glue, "t5": t5}[args.task](args)), flush=True)
 
 
 if __name__ == "__main__":

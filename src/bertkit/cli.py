@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from bertkit.errors import missing_extra
+from bertkit.models.registry import ARCHITECTURES
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -1032,21 +1033,21 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.set_defaults(func=cmd_pipeline)
 
     init = verbs.add_parser("init", help="write a randomly initialised model directory",
-                            description="Write a BertForPreTraining with BERT's initialisation (--model-type "
-                                        "modernbert: a ModernBertForMaskedLM with ModernBERT's) and the given "
-                                        "tokenizer (a from-scratch baseline, a start for pretraining, a student).")
+                            description="Write a model with its architecture's initialisation, as it pretrains "
+                                        "(BERT: a BertForPreTraining; ModernBERT: its masked LM; T5: the "
+                                        "encoder-decoder; ...), and the given tokenizer (a from-scratch baseline, "
+                                        "a start for pretraining, a student).")
     init.add_argument("--tokenizer",
                       help="tokenizer or model directory (any kind: vocab.txt, vocab.json + merges.txt, "
                            "tokenizer.json), or a vocab file")
     init.add_argument("--like", metavar="MODEL_DIR",
                       help="copy this model directory's architecture (config.json) and tokenizer, with fresh "
                            "random weights (--seed); --tokenizer, --preset and --model-type are then not used")
-    init.add_argument("--model-type", choices=["bert", "modernbert", "t5"], default="bert",
-                      help="architecture (default bert; t5: a T5ForConditionalGeneration, T5's initialisation)")
-    config_module = __import__("bertkit.config").config
+    init.add_argument("--model-type", choices=list(ARCHITECTURES), default="bert",
+                      help="architecture, a row of the architecture table (default bert; elmo: a word tokenizer)")
     init.add_argument("--preset", default="mini",
-                      choices=list(dict.fromkeys([*config_module.PRESETS, *config_module.MODERNBERT_PRESETS])),
-                      help="model size (default mini; modernbert and t5: tiny, mini, small, base, large)")
+                      choices=list(dict.fromkeys(p for row in ARCHITECTURES.values() for p in row.presets)),
+                      help="model size (default mini; each architecture's own presets)")
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
     init.add_argument("--out", required=True, help="model directory to write")
     init.set_defaults(func=cmd_init)

@@ -644,15 +644,17 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     from bertkit.data.instances import SpecialIds
     from bertkit.data.loader import PretrainingStream, fixed_batches
     from bertkit.data.shards import ShardedCorpus
-    from bertkit.objectives import OBJECTIVES, MaskedLMObjective, evaluate_pretraining
+    from bertkit.models.registry import OBJECTIVES
+    from bertkit.objectives import MaskedLMObjective, evaluate_pretraining
     from bertkit.pretrain import data_workers, random_token_ids, stream_options
     from bertkit.trainer import seed_everything, setup_distributed, train
 
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
     d = config.data
-    if d.objective not in OBJECTIVES:
-        raise ValueError(f"MLM distillation reads masked-LM batches: use the objective bert, albert, roberta or "
-                         f"roberta-doc for the instances (got {d.objective!r})")
+    if not OBJECTIVES[d.objective].masked_lm:
+        raise ValueError(f"MLM distillation reads masked-LM batches: use one of the objectives "
+                         f"{', '.join(o.name for o in OBJECTIVES.values() if o.masked_lm)} for the instances "
+                         f"(got {d.objective!r})")
     dist_info, device = setup_distributed(config.train.device)
     corpus = ShardedCorpus(data_dir, "train").require_documents()
     tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from bertkit.io import atomic_write
+from bertkit.models.layouts import host_copy
 from bertkit.tokenizers.word import apply_words
 
 COMBINE = ("concat", "sum", "none")
@@ -519,9 +520,11 @@ class FeatureTaskModel(nn.Module):
                 return torch.stack(hidden, dim=2).to(torch.float16).float()
             hidden = encoder_hidden_states(self.encoder, input_ids, attention_mask, token_type_ids, self.tokenizer)
             return torch.stack(hidden, dim=2)
-        lengths = attention_mask.ne(0).sum(-1).tolist()
-        keys = [FeatureCache.key(input_ids[b, :n], None if token_type_ids is None else token_type_ids[b, :n])
-                for b, n in enumerate(lengths)]
+        # Lengths and keys from the batch's host copies where the training loop attached them (no device read)
+        ids, mask, types = (t if host_copy(t) is None else host_copy(t)
+                            for t in (input_ids, attention_mask, token_type_ids))
+        lengths = mask.ne(0).sum(-1).tolist()
+        keys = [FeatureCache.key(ids[b, :n], None if types is None else types[b, :n]) for b, n in enumerate(lengths)]
         missing = [b for b, k in enumerate(keys) if k not in self.cache.rows]
         if missing:
             rows = torch.tensor(missing, device=input_ids.device)
@@ -538,7 +541,8 @@ class FeatureTaskModel(nn.Module):
         out = torch.zeros(B, T, *first.shape[1:], dtype=torch.float32)
         for b, k in enumerate(keys):
             out[b, :lengths[b]] = self.cache.rows[k].float()
-        return out.to(input_ids.device)
+        device = input_ids.device  # to a GPU from pinned memory: a copy that waits for nothing
+        return out.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else out.to(device)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None):
@@ -696,8 +700,10 @@ def _by_length(inputs: Sequence[dict], pad_id: int, batch_size: int):
 
 @torch.no_grad()
 def fill_cache(model: FeatureTaskModel, inputs: Sequence[dict], pad_id: int, batch_size: int) -> None:
-    """Run the frozen encoder once over every input (batched by length) so that training only reads the cache."""
-    for _, batch in _by_length(inputs, pad_id, batch_size):
+    """Run the frozen encoder once over every distinct input (batched by length) so that training only reads the
+    cache."""
+    distinct = list({(tuple(x["input_ids"]), tuple(x.get("token_type_ids") or ())): x for x in inputs}.values())
+    for _, batch in _by_length(distinct, pad_id, batch_size):
         model.all_layers(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
 
 

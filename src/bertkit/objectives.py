@@ -4,7 +4,9 @@ BERT = MLM + NSP, ALBERT = MLM + SOP (the same two-way head on the pooled output
 RoBERTa = MLM only, ELECTRA = generator MLM + 50 x replaced-token detection on every token, a causal LM =
 next-token prediction, and T5 = span corruption (the decoder writes the dropped spans after their sentinels).
 Each returns, per term, (sum over the micro-batch, count), so the trainer can average over the global batch exactly
-(see `bertkit.trainer`). `build_pretraining` pairs each objective with its model.
+(see `bertkit.trainer`). Which task, model, instances and stream an objective has is its row of the objective
+table (`bertkit.models.registry.OBJECTIVES`); each task builds itself from its row and the recipe's settings
+(`for_recipe`), and `build_pretraining` pairs it with its model.
 """
 
 from __future__ import annotations
@@ -18,20 +20,7 @@ import torch.nn.functional as F
 from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
 from bertkit.models.layouts import mark_host, positions
-from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, architecture
-
-# objective name -> (instance kind of bertkit.data.loader, pair task or None)
-OBJECTIVES = {
-    "bert": ("nsp", "nsp"),
-    "albert": ("sop", "sop"),
-    "roberta": ("full-sentences", None),
-    "roberta-doc": ("doc-sentences", None),
-    # RoBERTa's two NSP formats (Liu et al., 2019, table 2), on a BERT model (an NSP head): segment pairs are BERT's
-    # own instances; sentence pairs hold one natural sentence each.
-    "roberta-segment-pair": ("nsp", "nsp"),
-    "roberta-sentence-pair": ("sentence-pair", "nsp"),
-}
-
+from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, OBJECTIVES, Objective, architecture, objective
 
 def _count(n: int, like: torch.Tensor) -> torch.Tensor:
     """A host count as a float32 () tensor beside `like`, written by a fill kernel: `new_tensor(n)` would copy it
@@ -56,6 +45,10 @@ class MaskedLMObjective:
 
     pair_task: str | None = "nsp"
     sparse_prediction: bool = True
+
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "MaskedLMObjective":
+        return cls(pair_task=row.pair_task, sparse_prediction=settings.get("sparse_prediction", True))
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         counts = {"mlm_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
@@ -144,6 +137,10 @@ class ElectraObjective:
 
     rtd_weight: float = 50.0
 
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "ElectraObjective":
+        return cls(rtd_weight=settings.get("rtd_weight", 50.0))
+
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"mlm_loss": float((batch["labels"] != IGNORE_INDEX).sum()),
                 "rtd_loss": float(batch["attention_mask"].ne(0).sum())}
@@ -183,14 +180,21 @@ class CausalLMObjective:
     stream needs no causal variant; use instances without a pair task (FULL-SENTENCES).
     """
 
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "CausalLMObjective":
+        return cls()
+
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"lm_loss": float(next_token_targets(batch["attention_mask"]).sum())}
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         ids, mask = original_ids(batch), batch["attention_mask"]
         logits = model(ids, mask, batch.get("token_type_ids")).logits[:, :-1]  # (B, T-1, V)
-        keep = next_token_targets(mask)  # a next token of the same document to predict
-        scores, targets = logits[keep].float(), ids[:, 1:][keep]  # (N, V), (N,)
+        # a next token of the same document to predict; its positions from the mask's host copy (no device read)
+        keep = mark_host(next_token_targets(mask), mask, next_token_targets)
+        index = positions(keep)  # (N,)
+        scores = logits.flatten(0, 1).index_select(0, index).float()  # (N, V)
+        targets = ids[:, 1:].reshape(-1).index_select(0, index)  # (N,)
         n = _count(targets.numel(), targets)
         return {"lm_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "lm_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
@@ -209,6 +213,10 @@ class SpanCorruptionObjective:
     (each sentinel followed by its span, then EOS) token by token. The batches are the "spans" instances of
     `bertkit.data.loader` (labels (B, T), padding IGNORE_INDEX)."""
 
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "SpanCorruptionObjective":
+        return cls()
+
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"span_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
 
@@ -217,7 +225,8 @@ class SpanCorruptionObjective:
         # The logits at the real labels only (packed on the fast path); the loss here is a sum, so that the trainer
         # averages over the global batch.
         scores = model(batch["input_ids"], batch["attention_mask"], labels=labels, at_labels=True).logits.float()
-        targets = labels[labels != IGNORE_INDEX]  # (N,), scores (N, V)
+        at = positions(mark_host(labels != IGNORE_INDEX, labels, _labelled))  # (N,) from the host copy
+        targets = labels.reshape(-1).index_select(0, at)  # (N,), scores (N, V)
         n = _count(targets.numel(), targets)
         return {"span_loss": (F.cross_entropy(scores, targets, reduction="sum"), n),
                 "span_accuracy": ((scores.argmax(-1) == targets).sum().float(), n)}
@@ -245,6 +254,11 @@ class BiLMObjective:
             raise ValueError(f"lstm_state must be carry or reset, got {self.lstm_state!r}")
         self.carried = None
 
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "BiLMObjective":
+        """settings["char_table"]: (V, W) the word tokenizer's spellings (zeros without a tokenizer)."""
+        return cls(settings["char_table"], settings.get("lstm_state", "carry"))
+
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         real = batch["attention_mask"].ne(0)
         n = float((real[:, 1:] & real[:, :-1]).sum())
@@ -265,8 +279,9 @@ class BiLMObjective:
         out = model(chars, ids, batch["attention_mask"], state)
         if training and self.lstm_state == "carry":
             self.carried = out.state
-            if isinstance(batch.get("_state"), dict):  # checkpointed with the data position
-                batch["_state"]["carried"] = {"h": [h.cpu() for h, _ in out.state], "c": [c.cpu() for _, c in out.state]}
+            if isinstance(batch.get("_state"), dict):  # checkpointed with the data position (copied to the host
+                # by the trainer at a save only: no copy, and so no wait for the device, every step)
+                batch["_state"]["carried"] = {"h": [h for h, _ in out.state], "c": [c for _, c in out.state]}
         return {"forward_loss": (out.forward_loss, out.forward_count),
                 "backward_loss": (out.backward_loss, out.backward_count)}
 
@@ -284,6 +299,10 @@ class PermutationLMObjective:
 
     def __init__(self) -> None:
         self.mems: list[torch.Tensor] | None = None
+
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "PermutationLMObjective":
+        return cls()
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"plm_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
@@ -308,16 +327,6 @@ class PermutationLMObjective:
                 "plm_accuracy": ((scores.argmax(-1) == labels).sum().float(), n)}
 
 
-# Objectives that train another model than BertForPreTraining: name -> (instance kind, pair task), as OBJECTIVES.
-FAMILY_OBJECTIVES = {
-    "xlnet": ("xlnet", None),  # permutation LM segments (bertkit.data.permutation)
-    "electra": ("full-sentences", None),
-    "causal": ("full-sentences", None),
-    "t5": ("spans", None),
-    "elmo": ("words", None),  # word windows (bertkit.data.lmstream), not instances of bertkit.data.loader
-}
-
-
 def check_objective(objective: str, model_type: str | None) -> None:
     """ValueError in one line where the architecture's row (bertkit.models.registry) does not take the objective,
     or the objective trains another architecture only (t5, xlnet, elmo)."""
@@ -330,51 +339,40 @@ def check_objective(objective: str, model_type: str | None) -> None:
                          f"models pretrain with it only: objective {objective!r} with model_type {model_type!r}")
     if objective not in row.objectives:
         why = (f"a sentence-pair head (NSP / SOP), which {row.label} does not have"
-               if objective in OBJECTIVES and OBJECTIVES[objective][1] is not None else "another architecture")
+               if objective in OBJECTIVES and OBJECTIVES[objective].pair_task is not None else "another architecture")
         raise ValueError(f"the {objective} objective trains {why}; a {row.label} model (model_type {row.name}) "
                          f"pretrains with the objectives {', '.join(row.objectives)}")
 
 
-def build_pretraining(name: str, config, *, sparse_prediction: bool = True, rtd_weight: float = 50.0,
-                      generator_fraction: float = 0.25):
-    """(model, objective) that pretrain with objective `name` on an encoder of `config` (a BertConfig).
+def build_pretraining(name: str, config, **settings: Any):
+    """(model, objective) that pretrain with objective `name` (a row of the objective table) on a model of `config`.
 
-    bert / albert / roberta / roberta-doc: BertForPreTraining + MaskedLMObjective (its pair head, NSP or SOP, is
-    the config family's); electra: GeneratorDiscriminator + ElectraObjective (config is the discriminator's, model
-    type electra); causal: BertForCausalLM + CausalLMObjective (config must have causal=True); t5:
-    T5ForConditionalGeneration + SpanCorruptionObjective (config a T5Config).
+    The model is the row's `model` class (ELECTRA's GeneratorDiscriminator, the causal LM), else the class of the
+    architecture's `model_role` (BertForPreTraining, ModernBERT's masked LM, T5's encoder-decoder, XLNet's LM head
+    model, ELMo's biLM); the objective is the row's class built by its `for_recipe` from `settings` (the recipe's
+    data fields: sparse_prediction, rtd_weight, generator_fraction, lstm_state; ELMo's char_table).
     """
-    from bertkit.models import BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration, class_for
+    import bertkit.models as models
 
-    if name not in OBJECTIVES and name not in FAMILY_OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; choose one of {', '.join([*OBJECTIVES, *FAMILY_OBJECTIVES])}")
-    if name == "electra":
-        if config.model_type != "electra":
-            raise ValueError(f"the electra objective saves an ElectraForPreTraining discriminator: set the model's "
-                             f"model_type to electra (got {config.model_type!r})")
-        return GeneratorDiscriminator(config, generator_fraction=generator_fraction), ElectraObjective(rtd_weight)
+    row = objective(name)
+    if row.requires is not None:
+        field_name, value, why = row.requires
+        if getattr(config, field_name, None) != value:
+            raise ValueError(why + ("" if hasattr(config, field_name) else
+                                    f" (model_type {config.model_type!r} has no {field_name} variant)"))
     check_objective(name, config.model_type)  # the architecture's row takes the objective
-    if name == "t5":
-        return T5ForConditionalGeneration(config), SpanCorruptionObjective()
-    if name == "xlnet":
-        from bertkit.models import XLNetLMHeadModel
-
-        return XLNetLMHeadModel(config), PermutationLMObjective()
-    if name == "causal":
-        if not getattr(config, "causal", False):  # only BertConfig has the switch (ModernBERT: an encoder only)
-            raise ValueError("the causal objective needs a causal model: " + (
-                "set the model's causal to true" if hasattr(config, "causal") else
-                f"a BERT-family one with causal true; model_type {config.model_type!r} has no causal variant"))
-        return BertForCausalLM(config), CausalLMObjective()
-    pair_task = OBJECTIVES[name][1]
-    model = class_for(config, "pretraining")(config)  # BertForPreTraining; ModernBERT: its MLM model
-    if pair_task is not None and getattr(model, "nsp", None) is None:
+    task = globals()[row.task_class].for_recipe(row, settings)
+    if row.model is not None:
+        cls = getattr(models, row.model)
+        return cls(config, **{k: settings[k] for k in row.model_settings if k in settings}), task
+    model = models.class_for(config, row.model_role)(config)
+    if row.pair_task is not None and getattr(model, "nsp", None) is None:
         raise ValueError(f"the {name} objective trains a sentence-pair head, which model_type {config.model_type!r} "
                          f"does not have")
-    if pair_task is None and getattr(model, "nsp", None) is not None:
+    if row.masked_lm and row.pair_task is None and getattr(model, "nsp", None) is not None:
         # MLM alone on a model with a pair head (RoBERTa's rows on a BERT config): the head and the pooler get no
         # gradient, which DistributedDataParallel refuses; frozen, they train (not at all) the same on any world size
         model.nsp.requires_grad_(False)
         if model.bert.pooler is not None:
             model.bert.pooler.requires_grad_(False)
-    return model, MaskedLMObjective(pair_task=pair_task, sparse_prediction=sparse_prediction)
+    return model, task

@@ -28,12 +28,9 @@ import numpy as np
 import torch
 import yaml
 
-from bertkit.config import BertConfig, check_finite, config_class_for, field_with_help, presets_for
-from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES
-from bertkit.objectives import (FAMILY_OBJECTIVES, OBJECTIVES, build_pretraining, check_objective,
-                                 evaluate_pretraining)
-
-ALL_OBJECTIVES = {**OBJECTIVES, **FAMILY_OBJECTIVES}  # name -> (instance kind, pair task or None)
+from bertkit.config import FAMILIES, BertConfig, check_finite, config_class_for, field_with_help, presets_for
+from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, objective
+from bertkit.objectives import build_pretraining, check_objective, evaluate_pretraining
 from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
 
 
@@ -44,11 +41,8 @@ _f = field_with_help  # a dataclass field with its help text (the CLI options co
 class DataConfig:
     """What the model sees: objective, instance creation, masking and batch size."""
 
-    objective: str = _f("bert", "bert (MLM+NSP), albert (MLM+SOP), roberta (MLM, FULL-SENTENCES), roberta-doc "
-                                "(MLM, DOC-SENTENCES), roberta-segment-pair / roberta-sentence-pair (MLM+NSP on "
-                                "segment or single-sentence pairs: RoBERTa's NSP rows; a BERT model), electra "
-                                "(replaced-token detection), causal (next-token LM), t5 (T5's span corruption; a T5 "
-                                "encoder-decoder), xlnet (permutation LM; an XLNet, shards with <cls>/<sep>)")
+    objective: str = _f("bert", ", ".join(  # one row of the objective table each
+        f"{o.name} ({o.label}{f'; a {architecture(o.implies).label}' if o.implies else ''})" for o in OBJECTIVES.values()))
     max_seq_length: int = _f(128, "tokens per instance, [CLS]/[SEP] included (t5: the corrupted input, EOS "
                                   "included)")
     short_seq_prob: float = _f(0.1, "fraction of NSP/SOP instances with a shorter random target length")
@@ -76,8 +70,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_finite(self, ("short_seq_prob", "mask_prob", "rtd_weight", "generator_fraction",
                             "mean_noise_span_length"))
-        if self.objective not in ALL_OBJECTIVES:
-            raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(ALL_OBJECTIVES)}")
+        objective(self.objective)  # a row of the objective table
         if self.masking not in ("dynamic", "static"):
             raise ValueError(f"masking must be dynamic or static, got {self.masking!r}")
         for name, ok, rule in _DATA_RANGES:
@@ -286,7 +279,7 @@ def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the t
     """
     from bertkit.data.loader import StreamOptions
 
-    instances, _ = ALL_OBJECTIVES[data.objective]
+    instances = objective(data.objective).instances
     spans = {}
     if instances == "xlnet":
         spans = xlnet_stream_fields(data, tokenizer, source, model or {})
@@ -355,6 +348,8 @@ def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, 
                       eos_token_id=tokenizer.sep_id)
     if model_fields.get("model_type") == "t5":  # T5 starts the decoder with the padding id
         fields.update(eos_token_id=tokenizer.sep_id, decoder_start_token_id=tokenizer.pad_id)
+    if model_fields.get("model_type") == "elmo":  # the character CNN's alphabet and word width
+        fields.update(char_vocab_size=tokenizer.char_vocab_size, max_characters=tokenizer.max_characters)
     return fields
 
 
@@ -366,46 +361,48 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
     tokenizer: when given, the padding (and for RoBERTa / ALBERT the bos / eos) ids come from it, unless the
     recipe's model section sets them; without it they are BERT's defaults (pad 0).
     """
-    from bertkit.models import BertForCausalLM, GeneratorDiscriminator, T5ForConditionalGeneration, model_class
+    d = config.data
+    return BUILDERS[objective(d.objective).build](config, vocab_size, init_from, tokenizer)
+
+
+def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
+    """`build_pretraining_model` for the encoders (the BERT family, the causal LM, ModernBERT, XLNet): the preset
+    with the recipe's model fields over it, or `init_from`'s weights."""
+    from bertkit.models import model_class
 
     d = config.data
-    if model_type_of(config.model, d.objective) == "t5":
-        return _build_t5(config, vocab_size, init_from, tokenizer, T5ForConditionalGeneration)
-    if d.objective == "elmo":
-        return _build_elmo(config, vocab_size, init_from, tokenizer)
+    row = objective(d.objective)
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
     if tokenizer is not None:
         overrides.update(_special_token_fields(tokenizer, config.model))
     overrides.update(config.model)
-    if model_type_of(config.model, d.objective) == "xlnet":  # `--objective xlnet` alone builds an XLNet
-        overrides["model_type"] = "xlnet"
+    model_type = model_type_of(config.model, d.objective)
+    if model_type is not None:  # `--objective xlnet` alone builds an XLNet
+        overrides["model_type"] = model_type
     if overrides.get("padding_offset_positions") and "max_position_embeddings" not in config.model:
         # RoBERTa's table also holds the pad_token_id + 1 offset rows (514 for 512 positions with <pad> = 1).
         overrides["max_position_embeddings"] += overrides.get("pad_token_id", 0) + 1
     model_config = config_class_for(overrides.get("model_type")).preset(config.preset, **overrides)
-    model, objective = build_pretraining(d.objective, model_config,
-                                         sparse_prediction=d.sparse_prediction, rtd_weight=d.rtd_weight,
-                                         generator_fraction=d.generator_fraction)
+    model, task = build_pretraining(d.objective, model_config, **dataclasses.asdict(d))
     if init_from is not None:
-        cls = ({"electra": GeneratorDiscriminator, "causal": BertForCausalLM}.get(d.objective)
-               or model_class(init_from, "pretraining"))  # BertForPreTraining, or the architecture's MLM model
-        if cls in (GeneratorDiscriminator, BertForCausalLM):
-            model = cls.from_pretrained(init_from)
+        if row.model is not None:  # ELECTRA's generator and discriminator, the causal LM: the directory whole
+            model = type(model).from_pretrained(init_from)
         else:
             # The directory's pretraining heads when it has them whole (a later stage continues them), fresh ones
             # where it has none or only part (an encoder, or an MLM head without BERT's NSP head).
             from bertkit.checkpoint import CheckpointError
 
+            cls = model_class(init_from, row.model_role)  # BertForPreTraining, or the architecture's MLM model
             try:
                 model = cls.from_pretrained(init_from)
             except CheckpointError:
                 model = cls.from_pretrained(init_from, new_heads=True)
         check_same_vocabulary(init_from, tokenizer, model, vocab_size)
-        if getattr(objective, "pair_task", None) is not None and getattr(model, "nsp", None) is None:
+        if row.pair_task is not None and getattr(model, "nsp", None) is None:
             raise ValueError(f"{init_from}: the {d.objective} objective trains a sentence-pair head, which a "
                              f"{model.config.model_type} model does not have; use the roberta objective")
         model = continued_model(model, config, init_from)
-    return model, objective
+    return model, task
 
 
 def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
@@ -413,23 +410,23 @@ def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     vocabulary, characters and word width (`init_from`: continue an ELMo directory)."""
     from bertkit.config import ElmoConfig
     from bertkit.models import ElmoLanguageModel
-    from bertkit.objectives import BiLMObjective
 
     if tokenizer is not None and getattr(tokenizer, "kind", None) != "word":
         raise ValueError(f"the elmo objective reads words and their characters: prepare the corpus with a word "
                          f"tokenizer (bertkit tokenizer train --kind word), not a {tokenizer.kind} one")
     fields: dict[str, Any] = {"vocab_size": vocab_size}
     if tokenizer is not None:
-        fields.update(char_vocab_size=tokenizer.char_vocab_size, max_characters=tokenizer.max_characters,
-                      pad_token_id=tokenizer.pad_id)
+        fields.update(_special_token_fields(tokenizer, {"model_type": "elmo"}))
     fields.update({k: v for k, v in config.model.items() if k != "model_type"})
-    model = ElmoLanguageModel(ElmoConfig.preset(config.preset, **fields))
+    model_config = ElmoConfig.preset(config.preset, **fields)
+    table = torch.from_numpy(tokenizer.char_table()) if tokenizer is not None else \
+        torch.zeros(vocab_size, model_config.max_characters, dtype=torch.long)
+    model, task = build_pretraining(config.data.objective, model_config, **dataclasses.asdict(config.data),
+                                    char_table=table)
     if init_from is not None:
         model = ElmoLanguageModel.from_pretrained(init_from)
         check_same_vocabulary(init_from, None, model, vocab_size)
-    table = torch.from_numpy(tokenizer.char_table()) if tokenizer is not None else \
-        torch.zeros(vocab_size, model.config.max_characters, dtype=torch.long)
-    return model, BiLMObjective(table, config.data.lstm_state)
+    return model, task
 
 
 def continued_model(model, config: PretrainConfig, init_from: str | Path):
@@ -468,7 +465,7 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
     return changed
 
 
-def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer, cls):
+def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """`build_pretraining_model` for T5: the preset's encoder-decoder (padding, EOS and decoder start ids from the
     tokenizer: T5 starts the decoder with the padding id), or `init_from`'s weights."""
     from bertkit.config import T5Config
@@ -477,11 +474,16 @@ def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer, cls
     if tokenizer is not None:
         fields.update(_special_token_fields(tokenizer, {"model_type": "t5"}))
     fields.update({k: v for k, v in config.model.items() if k != "model_type"})
-    model, objective = build_pretraining(config.data.objective, T5Config.preset(config.preset, **fields))
+    model, task = build_pretraining(config.data.objective, T5Config.preset(config.preset, **fields),
+                                    **dataclasses.asdict(config.data))
     if init_from is not None:
-        model = cls.from_pretrained(init_from)
+        model = type(model).from_pretrained(init_from)
         check_same_vocabulary(init_from, tokenizer, model, vocab_size)
-    return model, objective
+    return model, task
+
+
+# How an objective row's model is made (its `build`): a model config from the preset, the recipe and the tokenizer.
+BUILDERS = {"encoder": _build_encoder, "t5": _build_t5, "elmo": _build_elmo}
 
 
 def check_same_vocabulary(model_dir: str | Path, tokenizer, model=None, vocab_size: int | None = None) -> None:
@@ -514,28 +516,35 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     """Write a randomly initialised model with the given tokenizer: the "from scratch" baseline of a fine-tuning
     comparison, or a starting point to pretrain (or a distillation student).
 
-    model_type "bert": a BertForPreTraining (BERT's initialisation, its `preset` size); "modernbert": a
-    ModernBertForMaskedLM of MODERNBERT_PRESETS' `preset` (ModernBERT's initialisation), its padding and framing
-    ids the tokenizer's; "t5": a T5ForConditionalGeneration of T5_PRESETS' `preset` (T5's initialisation), its
-    padding, EOS and decoder start ids the tokenizer's. overrides: config fields over the preset.
+    model_type: any row of the architecture table (bertkit.models.registry.ARCHITECTURES), written as the model it
+    pretrains as with its own initialisation and `preset` size: BERT's BertForPreTraining, a causal BERT-family
+    LM, ModernBERT's masked LM, T5's encoder-decoder, XLNet's LM head model, ELMo's biLM (a word tokenizer); the
+    padding and framing ids (ELMo: the characters) are the tokenizer's. overrides: config fields over the preset.
     """
     from bertkit.models import pretraining_class
     from bertkit.tokenizers import load_tokenizer
 
-    if model_type not in ("bert", "modernbert", "t5"):
-        raise ValueError(f"--model-type {model_type!r}: init writes bert, modernbert or t5 models")
-    presets = presets_for(model_type)
-    if preset not in presets:
-        raise ValueError(f"unknown {model_type} preset {preset!r}; choose one of {', '.join(presets)}")
+    try:
+        row = architecture(model_type)
+    except ValueError as err:
+        raise ValueError(f"--model-type: {err}") from None
+    if preset not in row.presets:
+        raise ValueError(f"unknown {model_type} preset {preset!r}; choose one of {', '.join(row.presets)}")
     tokenizer = load_tokenizer(tokenizer_path)  # any kind: vocab.txt, vocab.json + merges.txt, tokenizer.json
+    if row.positions == "none" and getattr(tokenizer, "kind", None) != "word":  # ELMo reads words' characters
+        raise ValueError(f"--model-type {model_type}: {row.label} reads words and their characters; give a word "
+                         f"tokenizer (bertkit tokenizer train --kind word), not a {tokenizer.kind} one")
     torch.manual_seed(seed)
-    fields = {"vocab_size": tokenizer.vocab_size}
-    # Kept as a branch: which framing ids a config.json names is its family's format (config.FAMILIES for the BERT
-    # family, where the preset's defaults already fit), not a fact the verbs ask about.
-    if model_type != "bert":
-        fields.update(_special_token_fields(tokenizer, {"model_type": model_type}))
+    fields = {"vocab_size": tokenizer.vocab_size, "model_type": row.model_type, **row.config_fields,
+              **_special_token_fields(tokenizer, {"model_type": row.model_type})}
+    family = FAMILIES.get(row.model_type) if row.config_class is BertConfig else None
+    fields.update(family.fixed if family is not None else {})  # RoBERTa's offset positions, ALBERT's ...
     fields.update(overrides)
-    config = config_class_for(model_type).preset(preset, **fields)
+    config = row.config_class.preset(preset, **fields)
+    if getattr(config, "padding_offset_positions", False) and "max_position_embeddings" not in overrides:
+        # RoBERTa's table also holds the pad_token_id + 1 offset rows (514 for 512 positions with <pad> = 1)
+        config = dataclasses.replace(config, max_position_embeddings=config.max_position_embeddings +
+                                     config.pad_token_id + 1)
     model = pretraining_class(config)(config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
@@ -686,6 +695,62 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
             "out": str(out_dir)}
 
 
+# The tokenizer attribute that holds each special token an objective row may need (its `special_tokens`).
+SPECIAL_TOKENS = {"cls": "cls_id", "sep": "sep_id", "pad": "pad_id", "mask": "mask_id", "sentinels": "sentinel_ids"}
+
+
+def check_special_tokens(name: str, tokenizer, source: str | Path) -> None:
+    """ValueError in one line, naming `source`, when the tokenizer lacks a special token objective `name` needs."""
+    missing = [token for token in objective(name).special_tokens
+               if getattr(tokenizer, SPECIAL_TOKENS[token], None) in (None, [])]
+    if missing:
+        raise ValueError(f"{source}: the {name} objective needs the tokenizer's {' and '.join(missing)} token"
+                         f"{'s' if len(missing) > 1 else ''}, which this {getattr(tokenizer, 'kind', '')} tokenizer "
+                         f"does not have; prepare the corpus with a tokenizer that has them")
+
+
+def _instance_stream(corpus, held_out, tokenizer, config: PretrainConfig, rank: int, world_size: int,
+                     workers: int):
+    """(this rank's PretrainingStream, fixed held-out batches or None): the objective's masked instances (or
+    spans, or permutation segments) from the shards."""
+    from bertkit.data.instances import SpecialIds
+    from bertkit.data.loader import PretrainingStream, fixed_batches
+
+    d = config.data
+    options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
+    check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    random_ids = random_token_ids(tokenizer)
+    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
+                               rank=rank, world_size=world_size, random_ids=random_ids, workers=workers)
+    if held_out is None:
+        return stream, None
+    eval_stream = PretrainingStream(held_out, dataclasses.replace(options, dupe_factor=None), special,
+                                    tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+    return stream, fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+
+
+def _word_window_stream(corpus, held_out, tokenizer, config: PretrainConfig, rank: int, world_size: int,
+                        workers: int):
+    """(this rank's WordWindowStream, fixed held-out windows or None): word windows in lanes
+    (bertkit.data.lmstream), not masked instances; made in the training process (`workers` unused)."""
+    from bertkit.data.lmstream import WordWindowStream, fixed_windows
+
+    d = config.data
+    check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
+    stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
+                              seed=config.train.seed, rank=rank, world_size=world_size)
+    if held_out is None:
+        return stream, None
+    eval_stream = WordWindowStream(held_out, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1,
+                                   min(d.batch_size, 64), shuffle=False)
+    return stream, fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
+
+
+# The stream factories an objective row names (its `stream`).
+STREAMS = {"instances": _instance_stream, "word-windows": _word_window_stream}
+
+
 def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, resume: bool = False,
              init_from: str | Path | None = None, eval_at_start: bool = True, verify_data: bool = False) -> TrainResult:
     """Pretrain on `bertkit prepare` output; writes metrics, checkpoints and RUN_DIR/model (a model directory).
@@ -778,8 +843,6 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
     import sys
 
     from bertkit.checkpoint import RESUME_DIR, latest_checkpoint, refuse_oversized
-    from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, fixed_batches
     from bertkit.data.shards import ShardedCorpus
     from bertkit.io import atomic_write, remove_stale_temporaries
 
@@ -804,8 +867,8 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                      f"the {config.preset} model of the recipe")
     seed_everything(config.train.seed)
     # A resumed run takes its weights from the checkpoint, not from init_from.
-    model, objective = build_pretraining_model(config, tokenizer.vocab_size, None if resuming else init_from,
-                                               tokenizer=tokenizer)
+    model, task = build_pretraining_model(config, tokenizer.vocab_size, None if resuming else init_from,
+                                          tokenizer=tokenizer)
 
     d = config.data
     resolved = {**config.to_dict(), "data_dir": str(data_dir), "data_fingerprint": data_fingerprint(corpus),
@@ -827,28 +890,10 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
     held_out = None
     if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
         held_out = ShardedCorpus(data_dir, "eval", verify=verify_data).require_documents()
-    if d.objective == "elmo":  # word windows in lanes (bertkit.data.lmstream), not masked instances
-        from bertkit.data.lmstream import WordWindowStream, fixed_windows
-
-        stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
-                                  seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size)
-        if held_out is not None:
-            eval_stream = WordWindowStream(held_out, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1,
-                                           min(d.batch_size, 64), shuffle=False)
-            eval_batches = fixed_windows(eval_stream, max(1, d.eval_instances // min(d.batch_size, 64)))
-    else:
-        options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
-        special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id,
-                             mask=tokenizer.mask_id)
-        random_ids = random_token_ids(tokenizer)
-        stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size,
-                                   seed=config.train.seed, rank=dist_info.rank, world_size=dist_info.world_size,
-                                   random_ids=random_ids, workers=data_workers(d.workers, device, dist_info))
-        if held_out is not None:
-            eval_stream = PretrainingStream(held_out, dataclasses.replace(options, dupe_factor=None), special,
-                                            tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
-            eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
-    evaluate = None if held_out is None else lambda m: evaluate_pretraining(m, objective, eval_batches)
+    stream, eval_batches = STREAMS[objective(d.objective).stream](
+        corpus, held_out, tokenizer, config, rank=dist_info.rank, world_size=dist_info.world_size,
+        workers=data_workers(d.workers, device, dist_info))
+    evaluate = None if eval_batches is None else lambda m: evaluate_pretraining(m, task, eval_batches)
 
     if dist_info.is_main:
         if checkpoint is not None and not resuming:
@@ -867,7 +912,7 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
     def save_model(m, step):  # the model directory tracks the latest checkpoint
         m.save_pretrained(run_dir / "model", tokenizer=tokenizer)
 
-    result = train(model, objective, stream, config.train, run_dir, evaluate=evaluate, resume=resuming,
+    result = train(model, task, stream, config.train, run_dir, evaluate=evaluate, resume=resuming,
                    on_save=save_model, dist_info=dist_info, device=device, eval_at_start=eval_at_start)
     if dist_info.is_main:
         atomic_write(run_dir / "result.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")

@@ -526,6 +526,20 @@ def _device_scalar(x: torch.Tensor | float, device: torch.device) -> torch.Tenso
     return torch.full((), float(x), dtype=torch.float64, device=device)
 
 
+def on_host(state: Any) -> Any:
+    """`state` (nested dicts, lists and tuples) with every tensor copied to the host: a checkpoint's data position,
+    which may hold an objective's device tensors; read from the device at a save only."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu")
+    if isinstance(state, dict):
+        return {k: on_host(v) for k, v in state.items()}
+    if isinstance(state, tuple) and hasattr(state, "_fields"):  # a named tuple
+        return type(state)(*(on_host(v) for v in state))
+    if isinstance(state, (list, tuple)):
+        return type(state)(on_host(v) for v in state)
+    return state
+
+
 def _move(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """The batch on `device`; every moved tensor keeps its host copy (`attach_host`), from which the model takes
     its layout (the attention mask) and the objectives the positions they index (labels, attention mask) without
@@ -671,11 +685,12 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
 
     def save() -> None:
         rng = [rng_state()]
-        data = [data_state]
+        # an objective's state in the data position (XLNet's memory, ELMo's LSTM state) may be the device's
+        data = [on_host(data_state)]
         if dist_info.world_size > 1:
             # Every rank's RNG and data position: a rank's stream makes only its own rows, so its position is its own
             gathered: list[Any] = [None] * dist_info.world_size
-            dist.all_gather_object(gathered, (rng[0], data_state))
+            dist.all_gather_object(gathered, (rng[0], data[0]))
             rng, data = [g[0] for g in gathered], [g[1] for g in gathered]
         if dist_info.is_main:
             # The open metrics window goes with the checkpoint: when save_every is not a multiple of log_every, the

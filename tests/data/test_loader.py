@@ -176,9 +176,9 @@ def test_every_pretraining_objective_reads_a_stream_tested_here():
     # ELECTRA and the causal LM train on packed rows, BERT's NSP formats on pairs, ...: each objective's rows are
     # those of a kind whose equality across world sizes, workers and resumes the tests of this file check
     # (ELMo's word windows: tests/data/test_lmstream.py).
-    from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES
+    from bertkit.models.registry import OBJECTIVES
 
-    kinds = {instances for instances, _ in {**OBJECTIVES, **FAMILY_OBJECTIVES}.values()}
+    kinds = {row.instances for row in OBJECTIVES.values()}
     assert kinds - {"words"} <= {k.removesuffix("-isolated") for k in KINDS}
     assert set(loader.OBJECTIVE_INSTANCES) <= {k.removesuffix("-isolated") for k in KINDS}
 

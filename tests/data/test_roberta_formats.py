@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bertkit.data.instances import ListDocuments, SpecialIds, create_nsp_instances, create_sentence_pair_instances
-from bertkit.objectives import OBJECTIVES
+from bertkit.models.registry import OBJECTIVES
 
 SPECIAL = SpecialIds(cls=1, sep=2, pad=0, mask=3)
 
@@ -105,9 +105,12 @@ def test_segment_pairs_hold_several_sentences_and_respect_documents():
 
 
 def test_the_four_formats_are_objectives():
-    assert OBJECTIVES["roberta-segment-pair"] == ("nsp", "nsp")
-    assert OBJECTIVES["roberta-sentence-pair"] == ("sentence-pair", "nsp")
-    assert OBJECTIVES["roberta"] == ("full-sentences", None) and OBJECTIVES["roberta-doc"] == ("doc-sentences", None)
+    def kind(name):
+        return OBJECTIVES[name].instances, OBJECTIVES[name].pair_task
+
+    assert kind("roberta-segment-pair") == ("nsp", "nsp")
+    assert kind("roberta-sentence-pair") == ("sentence-pair", "nsp")
+    assert kind("roberta") == ("full-sentences", None) and kind("roberta-doc") == ("doc-sentences", None)
 
 
 @pytest.mark.parametrize("objective", ["roberta-sentence-pair", "roberta-segment-pair"])

@@ -13,9 +13,9 @@ import pytest
 import bertkit.models as models
 from bertkit.checkpoint import FORMATS
 from bertkit.config import BertConfig, ConfigFile, config_class_for, presets_for
-from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, ROLE_NAMES, architecture,
+from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, ROLE_NAMES, architecture,
                                      architecture_of, config_classes, refused_cells)
-from bertkit.objectives import FAMILY_OBJECTIVES, OBJECTIVES, check_objective
+from bertkit.objectives import check_objective
 from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED
 
 
@@ -36,7 +36,7 @@ def test_each_row_is_what_config_json_reads_and_checkpoint_maps(name):
     assert config_class_for(row.model_type) is row.config_class
     assert presets_for(row.model_type) is row.presets and row.presets
     assert row.model_type in FORMATS  # one mapping table per model_type
-    assert set(row.objectives) <= set(OBJECTIVES) | set(FAMILY_OBJECTIVES)
+    assert set(row.objectives) <= set(OBJECTIVES)
     assert all(kind in MATRIX_KINDS for kind in row.refused)
     assert row.pretraining_role in row.roles
 
@@ -107,8 +107,48 @@ def test_check_objective_refuses_what_the_row_does_not_take(objective, model_typ
 
 def test_every_objective_is_taken_by_some_row():
     """An objective no row takes could never run (`check_objective` refuses it everywhere): each of the objectives
-    module's names is some architecture's."""
+    table's rows is some architecture's, and its row names only architectures of the table."""
     taken = {objective for row in ARCHITECTURES.values() for objective in row.objectives}
-    assert set(OBJECTIVES) | set(FAMILY_OBJECTIVES) <= taken
-    for objective in OBJECTIVES:  # the BERT-family objectives run on a BERT model
-        check_objective(objective, "bert")
+    assert set(OBJECTIVES) == taken
+    for name, row in OBJECTIVES.items():
+        assert set(row.architectures) <= set(ARCHITECTURES)
+        if row.masked_lm:  # the masked-LM objectives run on a BERT model
+            check_objective(name, "bert")
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_each_objective_row_names_what_its_layers_resolve(name):
+    """Every name an objective row holds resolves in the layer that owns it: its trainer task in
+    bertkit.objectives (built from the row), its model class in bertkit.models, its stream and model builder in
+    bertkit.pretrain, its instances in the loader, its special tokens on the tokenizer interface."""
+    import bertkit.models
+    import bertkit.objectives
+    from bertkit import pretrain
+    from bertkit.data.loader import OBJECTIVE_INSTANCES
+    row = OBJECTIVES[name]
+    task_class = getattr(bertkit.objectives, row.task_class)
+    settings = {"char_table": None} if row.stream == "word-windows" else {}
+    assert isinstance(task_class.for_recipe(row, settings), task_class)
+    assert getattr(task_class.for_recipe(row, settings), "pair_task", None) == row.pair_task
+    if row.model is not None:
+        assert isinstance(getattr(bertkit.models, row.model), type)
+    for arch in row.architectures:
+        assert row.model_role in ARCHITECTURES[arch].roles or row.model is not None
+    assert row.stream in pretrain.STREAMS and row.build in pretrain.BUILDERS
+    assert row.instances in OBJECTIVE_INSTANCES or row.stream == "word-windows"
+    assert set(row.special_tokens) <= set(pretrain.SPECIAL_TOKENS)
+    assert row.implies is None or row.implies in row.architectures
+
+
+def test_no_objective_name_is_tested_outside_the_table():
+    """The objective table is the only place an objective's name is branched on: no `objective ==` or
+    `objective in (...)` anywhere in the package."""
+    import re
+    from pathlib import Path
+
+    import bertkit
+
+    pattern = re.compile(r"objective\s*(==|!=|in\s*\(|not\s+in\s*\()")
+    hits = [f"{path.name}:{n}" for path in Path(bertkit.__file__).parent.rglob("*.py")
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert hits == []

@@ -1,8 +1,8 @@
 """ELMo pretraining through the command line: `bertkit tokenizer train --kind word`, `bertkit prepare`,
 `bertkit pretrain --objective elmo`. Both directions' losses fall and are logged apart, held-out perplexities per
 direction; carrying the state and resetting it are different runs, the carried state travelling with the
-checkpoint (SIGKILL + `--resume` is tests/test_sigkill_families.py's); two gloo processes log what one process does
-(slow); the model directory reloads with identical features.
+checkpoint (SIGKILL + `--resume` is tests/test_sigkill_families.py's; gloo processes
+tests/test_pretrain_every_row.py's); the model directory reloads with identical features.
 """
 
 from __future__ import annotations
@@ -129,29 +129,3 @@ def test_elmo_needs_a_word_tokenizer_and_its_own_objective(data, tmp_path, capsy
     assert "prepare the corpus with a word tokenizer" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(ValueError, match="the elmo objective"):
         resolve_config("elmo-mini", {"objective": "roberta"})
-
-
-# Four processes: four process start-ups and a gloo rendezvous on a 2-core machine, a minute or more
-@pytest.mark.slow  # two torchrun processes: half a minute on a busy 2-core machine
-@pytest.mark.parametrize("processes", [2, 4])
-def test_gloo_processes_equal_one_process(data, tmp_path, processes):
-    """Each rank reads its own lanes and carries its own state: 2 (4) processes of 2 (1) lanes log what one of 4
-    does."""
-    import os
-    import subprocess
-    import sys
-
-    args = ["pretrain", "--data", str(data), *TINY, "--max-steps", "4", "--eval-instances", "0", "--save-every",
-            "100", "--sampled-softmax", "0", "--dropout", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    one = subprocess.run([sys.executable, "-m", "bertkit.cli", *args, "--out", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                          str(processes), "-m", "bertkit.cli", *args, "--batch-size", str(4 // processes), "--out",
-                          str(tmp_path / "two")], env=env, capture_output=True, text=True)
-    assert two.returncode == 0, two.stderr[-3000:]
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    for step in a:
-        assert max(abs(x - y) for x, y in zip(a[step], b[step])) < 1e-5, (step, a[step], b[step])

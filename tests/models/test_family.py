@@ -626,13 +626,14 @@ def test_distilbert_bare_encoder(tmp_path):
     ("roberta-mini", "roberta", "RobertaForMaskedLM", False), ("albert-mini", "albert", "AlbertForPreTraining", True),
     ("roberta-base", "roberta", "RobertaForMaskedLM", False), ("albert-base", "albert", "AlbertForPreTraining", True)])
 def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, architecture, pair, tmp_path):
-    from bertkit.objectives import OBJECTIVES, MaskedLMObjective
+    from bertkit.models.registry import OBJECTIVES
+    from bertkit.objectives import MaskedLMObjective
     from bertkit.pretrain import build_pretraining_model, resolve_config
 
     config = resolve_config(recipe, {"preset": "tiny"})
     model = build_pretraining_model(config, vocab_size=120)[0]
     assert model.config.model_type == model_type and (model.nsp is not None) == pair
-    objective = MaskedLMObjective(pair_task=OBJECTIVES[config.data.objective][1])
+    objective = MaskedLMObjective(pair_task=OBJECTIVES[config.data.objective].pair_task)
     b = synthetic_batches(count=1, B=4)[0]
     b["next_sentence_label"] = torch.tensor([0, 1, 0, 1])
     out = objective(model, b)

@@ -1,14 +1,13 @@
 """T5 span-corruption pretraining: the "spans" stream (every token once across input and target, lengths from
 random_spans_helper, a generator per instance), the inverse-square-root schedule, the recipes, the loss falling on a
-tiny corpus, exact resume, two gloo processes equal to one, and the errors for a tokenizer without sentinels."""
+tiny corpus, exact resume, and the errors for a tokenizer without sentinels (gloo processes:
+tests/test_pretrain_every_row.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -261,31 +260,6 @@ def test_stopped_and_resumed_run_repeats_every_loss(t5_data, tmp_path):
 
     a, b = (load_file(str(tmp_path / run / "model" / "model.safetensors")) for run in ("whole", "half"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-# Four processes: five process start-ups and a gloo rendezvous, a minute or more on a 2-core machine
-@pytest.mark.parametrize("processes", [2, pytest.param(4, marks=pytest.mark.slow)])
-def test_gloo_processes_equal_one_process(t5_data, tmp_path, processes):
-    def command(run: Path, batch: str) -> list[str]:
-        args = ["pretrain", "--data", str(t5_data), "--out", str(run), "--config", "t5-mini", "--max-steps", "4",
-                "--save-every", "100"]
-        for key, value in {**TINY, "batch_size": batch}.items():
-            args += [f"--{key.replace('_', '-')}", value]
-        return args
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    one = subprocess.run([sys.executable, "-m", "bertkit.cli", *command(tmp_path / "one", "8")], env=env,
-                         capture_output=True, text=True)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                          str(processes), "-m", "bertkit.cli", *command(tmp_path / "two", str(8 // processes))],
-                         env=env, capture_output=True, text=True)
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert "global_batch_size: 8" in (tmp_path / "two" / "config.yaml").read_text()
-    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
-    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    for step in a:
-        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])
 
 
 def test_pretraining_on_wordpiece_shards_is_refused(tmp_path):

@@ -1,19 +1,17 @@
-"""`bertkit pretrain --objective xlnet` through the command line: the permutation-LM loss falls on a tiny corpus; a
-run SIGKILLed at an arbitrary moment and resumed logs the per-step losses of the run that was never interrupted,
-bit for bit, its memory included (the checkpoint carries it); shards without <cls>/<sep> are refused by name."""
+"""`bertkit pretrain --objective xlnet` through the command line: the permutation-LM loss falls on a tiny corpus;
+shards without <cls>/<sep> are refused by name. Gloo processes and SIGKILL + --resume (its memory carried by the
+checkpoint): tests/test_pretrain_every_row.py, as for every row of the objective table."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertkit.cli import main
 
-from test_sigkill_families import cli, corpus, env, full_and_killed, losses
+from test_sigkill_families import corpus, losses
 
 TINY = ["--config", "xlnet-mini", "--d-model", "32", "--n-layer", "2", "--n-head", "4", "--d-inner", "48",
         "--max-seq-length", "32", "--reuse-len", "8", "--mem-len", "16", "--max-predictions-per-seq", "5",
@@ -40,16 +38,6 @@ def test_permutation_lm_loss_falls(data, tmp_path):
     config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert config["model_type"] == "xlnet" and config["architectures"] == ["XLNetLMHeadModel"]
     assert config["reuse_len"] == 8 and config["mem_len"] == 16
-
-
-def test_sigkilled_xlnet_run_resumes_bit_identically_with_its_memory(data, tmp_path):
-    args = ["pretrain", "--data", data, *TINY, "--max-steps", "24", "--save-every", "3", "--learning-rate", "2e-3"]
-    full, killed = full_and_killed(args, tmp_path)
-    state = torch.load(full / "checkpoints" / "step-00000024.pt", weights_only=True)
-    mems = state["data"]["mems"]  # the memory rides with the data position: one (B, M, H) tensor per layer
-    assert len(mems) == 2 and tuple(mems[0].shape[::2]) == (4, 32) and 8 <= mems[0].shape[1] <= 16
-    subprocess.run(cli(*args, "--out", killed, "--resume"), check=True, env=env(), capture_output=True)
-    assert losses(killed) == losses(full) and sorted(losses(full)) == list(range(1, 25))
 
 
 def test_shards_without_cls_are_refused_naming_the_tokenizer(tmp_path, capsys):
@@ -93,31 +81,3 @@ def test_xlnet_objective_and_architecture_go_together(tmp_path, capsys):
         from bertkit.data.loader import StreamOptions
 
         StreamOptions(instances="xlnet", max_seq_length=44, reuse_len=40)
-
-
-# Four processes: five process start-ups and a gloo rendezvous, a minute or more on a 2-core machine
-@pytest.mark.slow  # three process start-ups and a gloo rendezvous
-@pytest.mark.parametrize("processes", [2, 4])
-def test_gloo_processes_equal_one_process(data, tmp_path, processes):
-    """Each rank reads its own rows of every group of segments and keeps their memory: 2 (4) processes with half
-    (a quarter of) the batch log the losses of 1 process (no dropout, so the random streams of the ranks do not
-    matter)."""
-    import sys
-
-    def command(run: Path, batch: str) -> list[str]:
-        return ["pretrain", "--data", str(data), "--out", str(run), *TINY, "--batch-size", batch, "--dropout", "0",
-                "--max-steps", "4", "--save-every", "100"]
-
-    environ = {**env(), "PYTHONHASHSEED": "0"}
-    one = subprocess.run([sys.executable, "-m", "bertkit.cli", *command(tmp_path / "one", "4")], env=environ,
-                         capture_output=True, text=True)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                          str(processes), "-m", "bertkit.cli", *command(tmp_path / "two", str(4 // processes))],
-                         env=environ, capture_output=True, text=True)
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert "global_batch_size: 4" in (tmp_path / "two" / "config.yaml").read_text()
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    for step in a:
-        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])

@@ -27,6 +27,7 @@ from torch import nn
 
 from bertkit.config import ElmoConfig
 from bertkit.models.bert import PreTrainedModel
+from bertkit.models.layouts import mark_host, positions
 
 LSTMState = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: h (B, P), c (B, lstm_dim)
 
@@ -318,6 +319,12 @@ def log_uniform_log_prob(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return (torch.log((k + 2) / (k + 1)) / math.log(vocab_size + 1)).log().float()
 
 
+def _both_real(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T+1) mask -> (B, T) bool: words t and t + 1 are both real (a pair the biLM predicts, either way)."""
+    real = attention_mask != 0
+    return real[:, 1:] & real[:, :-1]
+
+
 class ElmoLanguageModel(ElmoPreTrainedModel):
     """ELMo with its word softmax, shared by both directions: the forward LSTM at t predicts word t + 1, the
     backward LSTM at t predicts word t - 1. What pretraining trains and saves."""
@@ -373,9 +380,14 @@ class ElmoLanguageModel(ElmoPreTrainedModel):
         lengths = real[:, 1:].sum(-1)
         backward, _ = bilm.run(bilm.backward_layers, reverse_padded(tokens[:, 1:], lengths), None)
         backward_top = reverse_padded(backward[-1], lengths)  # (B, T, P) in text order: position t is word t + 1
-        fwd_keep = real[:, 1:] & real[:, :-1]  # predict word t + 1 from t: both real
-        bwd_keep = real[:, :-1] & real[:, 1:]
-        fwd_loss = self.word_loss(forward[-1][fwd_keep], word_ids[:, 1:][fwd_keep])
-        bwd_loss = self.word_loss(backward_top[bwd_keep], word_ids[:, :-1][bwd_keep])
-        return ElmoLMOutput(fwd_loss, bwd_loss, fwd_keep.sum().float(), bwd_keep.sum().float(),
+        # Predict word t + 1 from t (forward) and t from t + 1 (backward) where both are real: the same positions,
+        # found from the mask's host copy where it has one (no device read)
+        keep = mark_host(_both_real(attention_mask), attention_mask, _both_real)  # (B, T)
+        at = positions(keep)  # (N,) flat b * T + t
+        fwd_loss = self.word_loss(forward[-1].flatten(0, 1).index_select(0, at),
+                                  word_ids[:, 1:].reshape(-1).index_select(0, at))
+        bwd_loss = self.word_loss(backward_top.flatten(0, 1).index_select(0, at),
+                                  word_ids[:, :-1].reshape(-1).index_select(0, at))
+        count = keep.sum().float()
+        return ElmoLMOutput(fwd_loss, bwd_loss, count, count,
                             [(h.detach(), c.detach()) for h, c in final])

@@ -30,6 +30,7 @@ from torch import nn
 
 from bertkit.config import BertConfig
 from bertkit.models.bert import BertModel, PreTrainedModel, TaskOutput, sequence_loss, token_loss
+from bertkit.models import layouts
 from bertkit.models.kernels import Linear, activation
 
 
@@ -263,7 +264,7 @@ class BertForMultipleChoice(_LabelledHead):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels: (B,) the right choice."""
         B, C, T = input_ids.shape
-        mask, types = (None if t is None else t.reshape(B * C, T) for t in (attention_mask, token_type_ids))
+        mask, types = (None if t is None else layouts.reshape(t, B * C, T) for t in (attention_mask, token_type_ids))
         out = self.bert(input_ids.reshape(B * C, T), mask, types)
         logits = self.sentence_logits(out, mask).view(B, C)  # (B, C)
         return TaskOutput(sequence_loss(logits, labels), logits)

@@ -156,6 +156,12 @@ def mark_host(derived: torch.Tensor, source: torch.Tensor, fn) -> torch.Tensor:
     return attach_host(derived, fn(host)) if host is not None else derived
 
 
+def reshape(x: torch.Tensor, *shape: int) -> torch.Tensor:
+    """x.reshape(*shape), keeping its host copy (reshaped alike) when it has one: a (B, C, T) batch of choices
+    flattened to (B * C, T) still lays out from the host."""
+    return mark_host(x.reshape(*shape), x, lambda host: host.reshape(*shape))
+
+
 def _to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device`; to a GPU through pinned memory, so the copy waits for nothing."""
     if x.device == device:

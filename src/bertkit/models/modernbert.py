@@ -43,8 +43,9 @@ from bertkit.models.bert import (BertOutput, PreTrainedModel, PreTrainingOutput,
                                  token_loss)
 from bertkit.models.heads import NamedLabels, span_loss
 from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models import layouts as layout_rules
 from bertkit.models.layouts import (Encoded, FillSlots, Padded, ReadSlots, Unpadded, attention_bias, check_ids,
-                                    check_ids_in_vocabulary, checks_values, varlen_flash, varlen_kernel_available)
+                                    check_ids_in_vocabulary, host_copy, varlen_flash, varlen_kernel_available)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -369,8 +370,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
         B, T = input_ids.shape
         device = input_ids.device
         packed, full = False, attention_mask is None or not attention_mask.numel()
+        host = host_copy(attention_mask)
         if attention_mask is not None and attention_mask.numel() and not exporting():  # traced: a 0/1 padding mask
-            low, high = (int(v) for v in attention_mask.aminmax())  # one device sync per forward
+            # From the batch's host copy where the loop attached one (no device read); else a device sync
+            low, high = (int(v) for v in (attention_mask if host is None else host).aminmax())
             packed, full = high > 1, low >= 1 and high == 1
         # Padding keeps its place, as in transformers; packed rows restart at every document.
         positions = document_positions(attention_mask) if packed else torch.arange(T, device=device)  # (B, T) | (T,)
@@ -382,7 +385,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
                        "local": Padded(window_bias(mask, config.sliding_window, positions, self.dtype, packed))}
             x = self.embeddings(input_ids)  # (B, T, H)
         else:
-            tokens = Unpadded(attention_mask, packed=packed, causal=False)
+            tokens = Unpadded.build(attention_mask, packed, False, host)  # sizes from the host copy
             positions = tokens.gather(positions)  # (N,)
             layouts = {"global": tokens, "local": SlidingWindow(tokens, positions, config.sliding_window)}
             x = self.embeddings(tokens.gather(input_ids))  # (N, H)
@@ -514,7 +517,7 @@ class ModernBertForMultipleChoice(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask: (B, C, T) for C choices; labels: (B,) the right choice. logits (B, C)."""
         B, C, T = input_ids.shape
-        mask = None if attention_mask is None else attention_mask.reshape(B * C, T)
+        mask = None if attention_mask is None else layout_rules.reshape(attention_mask, B * C, T)  # host copy kept
         out = self.encoder.encode(input_ids.reshape(B * C, T), mask)
         # transformers pools a choice's first *real* token here (its sequence classifier: position 0).
         pooled = pool(self.config, out, mask, first_real=True)  # (B * C, H)
@@ -549,6 +552,13 @@ class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
         return TaskOutput(span_loss(logits, start_positions, end_positions), logits)
 
 
+def first_real_token(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) mask -> (B, T) bool, True at each row's first real token."""
+    first = torch.zeros_like(attention_mask, dtype=torch.bool)
+    first[torch.arange(first.shape[0], device=first.device), attention_mask.ne(0).int().argmax(-1)] = True
+    return first
+
+
 def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | None,
          first_real: bool = False) -> torch.Tensor:
     """One vector per row (B, H) by `config.classifier_pooling`: "cls" reads position 0 (with `first_real`, each
@@ -557,8 +567,8 @@ def pool(config: ModernBertConfig, out: Encoded, attention_mask: torch.Tensor | 
     if config.classifier_pooling == "cls":
         if not first_real or attention_mask is None:
             return out.first()  # (B, H)
-        first = torch.zeros_like(attention_mask, dtype=torch.bool)
-        first[torch.arange(first.shape[0], device=first.device), attention_mask.ne(0).int().argmax(-1)] = True
+        # each row's first real token; from the mask's host copy where it has one (no device read)
+        first = layout_rules.mark_host(first_real_token(attention_mask), attention_mask, first_real_token)
         return out.select(first)  # (B, H): one selected position per row
     hidden = out.padded()  # (B, T, H), zeros at padding when unpadded
     mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device) if attention_mask is None \
@@ -576,7 +586,7 @@ def check_inputs(config: ModernBertConfig, input_ids: torch.Tensor, attention_ma
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
                          f"{tuple(input_ids.shape)}")
     check_ids_in_vocabulary(input_ids, config.vocab_size)
-    if input_ids.numel() and checks_values(input_ids):  # a device sync on GPU
+    if input_ids.numel() and layout_rules.checks_values(input_ids):  # a device sync on GPU; one switch for every model
         if attention_mask is not None and attention_mask.numel() and int(attention_mask.min()) < 0:
             raise ValueError("attention_mask must hold 1 (real token) and 0 (padding), or for packed rows the "
                              "document number 1, 2, ... of each token; it has negative values")

@@ -1,15 +1,18 @@
 """The architecture table: one row per architecture bertkit builds, holding every fact the verbs ask about it.
 
 A row says which config class reads its config.json (and so its size presets, `config_class.PRESETS`), which
-model class serves each use ("role"), which pretraining objectives it takes, whether it generates, whether it
-exports to ONNX (and why not), whether its tasks run text to text, which task kinds it refuses (and why), and the
-tokenizer its released checkpoints use. Everything that used to be a table of its own beside the models is
-derived from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `bertkit.pretrain.OBJECTIVE_MODEL_TYPES` and
-its checks, the refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), and the model fields
-`bertkit pretrain --help` lists.
+model class serves each use ("role"), whether it generates, whether it exports to ONNX (and why not), whether its
+tasks run text to text, which task kinds it refuses (and why), and the tokenizer its released checkpoints use.
+Beside it, the objective table (OBJECTIVES): one row per pretraining objective, holding its instances, pair task,
+trainer task, model role, stream, special tokens and the architectures that take it (an architecture's
+`objectives` are read from there). Everything that used to be a table of its own beside the models is derived
+from here: `bertkit.models.ROLE_CLASSES` and `class_for`, `OBJECTIVE_MODEL_TYPES` and `check_objective`, the
+refused cells of the family x kind matrix (`bertkit.tasks.base.REFUSED`), the model fields `bertkit pretrain
+--help` lists and the architectures `bertkit init --model-type` writes.
 
 Adding an architecture is one model file in bertkit/models/, one mapping table in checkpoint.py's FORMATS, one
-config class in config.py, one row here, and tests (docs/reference/adding-an-architecture.md walks through it).
+config class in config.py, one row here, and tests (docs/reference/adding-an-architecture.md walks through it);
+adding an objective is one row of OBJECTIVES plus its functions (its trainer task, its instances).
 
 The module imports no torch: model classes are named here (attributes of `bertkit.models`) and imported when a
 verb asks for one (`bertkit.models.class_for`), so the task families read the matrix without loading the models.
@@ -40,11 +43,6 @@ class Architecture:
     label: str  # how messages and the docs name it
     config_class: type  # the frozen dataclass that reads and writes its config.json
     roles: dict[str, str]  # role (a ROLE_NAMES key) -> the name of its model class in bertkit.models
-    # Pretraining objectives (bertkit.objectives) a recipe may pair with it. The BERT family's finer rules (a pair
-    # objective needs the pair head, electra needs model_type electra, causal needs causal true) are checked on the
-    # config itself by objectives.build_pretraining.
-    objectives: tuple[str, ...]
-    implied_by: str | None = None  # the objective that alone builds this architecture (`--objective t5`)
     pretraining_role: str = "pretraining"  # the role a fresh model to pretrain is built as (T5: "seq2seq")
     generates: bool = False  # it continues text token by token (serve's "generate" kind)
     text_to_text: bool = False  # its task models are one encoder-decoder emitting the answer as text
@@ -55,11 +53,24 @@ class Architecture:
     # `bertkit extend-context`), "rotary" (ModernBERT: the config alone sets the length), "relative" (T5, XLNet:
     # no absolute positions), "none" (ELMo's LSTMs).
     positions: str = "learned"
+    config_fields: dict[str, Any] = field(default_factory=dict)  # fields its config holds beyond the preset's
 
     @property
     def presets(self) -> dict[str, tuple]:
         """The size presets `config_class.preset(name)` knows."""
         return self.config_class.PRESETS
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        """The pretraining objectives (rows of OBJECTIVES) a recipe may pair with it, in the table's order. The
+        finer rules (electra needs model_type electra, causal needs causal true, a pair task needs the pair head)
+        are the objective row's `requires` and bertkit.objectives.build_pretraining's, checked on the config."""
+        return tuple(o.name for o in OBJECTIVES.values() if self.name in o.architectures)
+
+    @property
+    def implied_by(self) -> str | None:
+        """The objective that alone builds this architecture (`--objective t5`), if one does."""
+        return next((o.name for o in OBJECTIVES.values() if o.implies == self.name), None)
 
     @property
     def model_type(self) -> str:
@@ -78,36 +89,32 @@ _BERT_ROLES = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM", "e
                **{r: f"BertFor{c}" for r, c in zip(_ENCODER_TASKS, ("SequenceClassification", "TokenClassification",
                                                                      "MultipleChoice", "QuestionAnswering"))},
                "embedding": "SentenceEncoder"}
-# Objectives of BertForPreTraining (masked LM, with the family's pair head where the objective has one), and the
-# two that train another model of the same config class (ELECTRA's generator and discriminator, the causal LM).
-_BERT_OBJECTIVES = ("bert", "albert", "roberta", "roberta-doc", "roberta-segment-pair", "roberta-sentence-pair",
-                    "electra", "causal")
 _T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
 
 
 def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any) -> Architecture:
-    return Architecture(name, label, BertConfig, _BERT_ROLES, _BERT_OBJECTIVES, tokenizer=tokenizer, **facts)
+    return Architecture(name, label, BertConfig, _BERT_ROLES, tokenizer=tokenizer, **facts)
 
 
 # The one architecture table. Its order is the docs' order (the family matrix's rows).
 ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
     _bert_row("bert", "BERT"),
     _bert_row("roberta", "RoBERTa", tokenizer="bpe"),
-    _bert_row("albert", "ALBERT", tokenizer="unigram"),
+    _bert_row("albert", "ALBERT", tokenizer="unigram", config_fields={"embedding_size": 128}),  # the paper's E
     _bert_row("electra", "ELECTRA"),
     _bert_row("distilbert", "DistilBERT"),
     # A BERT-family config with causal true (is_decoder in config.json): a GPT-style LM that also fine-tunes.
     Architecture("causal", "causal (GPT-style) BERT", BertConfig, {**_BERT_ROLES, "pretraining": "BertForCausalLM"},
-                 ("causal",), generates=True, tokenizer="bpe"),
+                 config_fields={"causal": True}, generates=True, tokenizer="bpe"),
     Architecture("modernbert", "ModernBERT", ModernBertConfig,
                  {"pretraining": "ModernBertForMaskedLM", "mlm": "ModernBertForMaskedLM", "encoder": "ModernBertModel",
                   **{r: f"ModernBertFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))},
                   "embedding": "SentenceEncoder"},
-                 ("roberta", "roberta-doc"), tokenizer="bpe", positions="rotary"),
+                 tokenizer="bpe", positions="rotary"),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
-                 ("t5",), implied_by="t5", pretraining_role="seq2seq", generates=True, text_to_text=True,
+                 pretraining_role="seq2seq", generates=True, text_to_text=True,
                  tokenizer="unigram", positions="relative",
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
@@ -121,23 +128,97 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                  {"pretraining": "XLNetLMHeadModel", "encoder": "XLNetModel",
                   **{r: f"XLNetFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))}},
-                 ("xlnet",), implied_by="xlnet", tokenizer="unigram", positions="relative",
+                 tokenizer="unigram", positions="relative",
                  onnx_refusal="bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
                               "torch.export cannot follow, and no exported graph is checked against it); serve XLNet "
                               "with the torch backend"),
     # ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder
     # models.
     Architecture("elmo", "ELMo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
-                 ("elmo",), implied_by="elmo", tokenizer="word", positions="none",
+                 tokenizer="word", positions="none",
                  onnx_refusal="an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the "
                               "torch backend; ONNX export covers the BERT family and ModernBERT",
                  refused={"swag": "ELMo's layers feed frozen-feature task models for sequences, tokens and answer "
                                   "spans (--frozen); bertkit has no multiple-choice model on them"}),
 )}
 
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Everything bertkit knows about one pretraining objective. The classes and factories are named, not imported
+    (this floor imports no training code): `task_class` is a class of bertkit.objectives, `model` one of
+    bertkit.models, `stream` and `build` keys of bertkit.pretrain's STREAMS and BUILDERS; the layer that owns each
+    resolves it."""
+
+    name: str  # the row's key: DataConfig.objective, `--objective`
+    label: str  # what it trains, for messages and `bertkit pretrain --help`
+    instances: str  # the instance kind of bertkit.data.loader (OBJECTIVE_INSTANCES), or "words" (ELMo's windows)
+    pair_task: str | None  # the sentence-pair task trained beside it ("nsp", "sop"), or None
+    task_class: str  # its trainer task: a class of bertkit.objectives (built by its `for_recipe`)
+    architectures: tuple[str, ...]  # the ARCHITECTURES rows that pretrain with it
+    special_tokens: tuple[str, ...]  # the tokenizer's special tokens its batches need (cls, sep, pad, mask, sentinels)
+    model_role: str = "pretraining"  # the architecture's role (a ROLE_NAMES key) it trains (T5: "seq2seq")
+    model: str | None = None  # a class of bertkit.models trained instead of the role's (ELECTRA's pair of models)
+    model_settings: tuple[str, ...] = ()  # the recipe's data fields `model` takes as keywords
+    stream: str = "instances"  # the stream factory: masked instances, or "word-windows" (bertkit.data.lmstream)
+    build: str = "encoder"  # how the model's config is made from the recipe and the tokenizer: encoder, t5, elmo
+    implies: str | None = None  # the architecture it alone builds (`--objective t5` is a T5)
+    # (config field, value, why): a rule on the model's config beyond its architecture's row
+    requires: tuple[str, Any, str] | None = None
+
+    @property
+    def masked_lm(self) -> bool:
+        """Whether its batches are masked-LM ones a masked-LM teacher can score (MLM distillation reads them)."""
+        return self.task_class == "MaskedLMObjective"
+
+
+_BERT_FAMILY = ("bert", "roberta", "albert", "electra", "distilbert")
+_MASKED = ("cls", "sep", "pad", "mask")
+
+
+def _mlm(name: str, label: str, instances: str, pair_task: str | None, architectures: tuple[str, ...]) -> Objective:
+    return Objective(name, label, instances, pair_task, "MaskedLMObjective", architectures, _MASKED)
+
+
+# The one objective table: adding an objective is one row here plus its functions (its trainer task in
+# bertkit.objectives, its instances in bertkit.data); pretrain, distill and the tests read it.
+OBJECTIVES: dict[str, Objective] = {row.name: row for row in (
+    _mlm("bert", "MLM + NSP", "nsp", "nsp", _BERT_FAMILY),
+    _mlm("albert", "MLM + SOP", "sop", "sop", _BERT_FAMILY),
+    _mlm("roberta", "MLM, FULL-SENTENCES", "full-sentences", None, (*_BERT_FAMILY, "modernbert")),
+    _mlm("roberta-doc", "MLM, DOC-SENTENCES", "doc-sentences", None, (*_BERT_FAMILY, "modernbert")),
+    # RoBERTa's two NSP formats (Liu et al., 2019, table 2), on a BERT model (an NSP head): segment pairs are BERT's
+    # own instances; sentence pairs hold one natural sentence each.
+    _mlm("roberta-segment-pair", "MLM + NSP on segment pairs", "nsp", "nsp", _BERT_FAMILY),
+    _mlm("roberta-sentence-pair", "MLM + NSP on single-sentence pairs", "sentence-pair", "nsp", _BERT_FAMILY),
+    Objective("electra", "replaced-token detection", "full-sentences", None, "ElectraObjective", _BERT_FAMILY,
+              _MASKED, model="GeneratorDiscriminator", model_settings=("generator_fraction",),
+              requires=("model_type", "electra", "the electra objective saves an ElectraForPreTraining "
+                                                 "discriminator: set the model's model_type to electra")),
+    # Next-token LM on the masked stream's batches, masking undone (CausalLMObjective)
+    Objective("causal", "next-token LM", "full-sentences", None, "CausalLMObjective", (*_BERT_FAMILY, "causal"),
+              _MASKED, model="BertForCausalLM",
+              requires=("causal", True, "the causal objective needs a causal model: set the model's causal to true")),
+    Objective("t5", "T5's span corruption", "spans", None, "SpanCorruptionObjective", ("t5",),
+              ("sep", "pad", "sentinels"), model_role="seq2seq", build="t5", implies="t5"),
+    Objective("xlnet", "permutation LM with memory", "xlnet", None, "PermutationLMObjective", ("xlnet",),
+              ("cls", "sep", "pad"), implies="xlnet"),
+    Objective("elmo", "bidirectional LM on words and their characters", "words", None, "BiLMObjective", ("elmo",),
+              ("cls", "sep", "pad"), stream="word-windows", build="elmo", implies="elmo"),
+)}
+
 # Objectives that imply an architecture: `--objective t5` alone builds a T5 (the recipe's model_type may say so too).
-OBJECTIVE_MODEL_TYPES: dict[str, str] = {row.implied_by: row.name for row in ARCHITECTURES.values()
-                                         if row.implied_by is not None}
+OBJECTIVE_MODEL_TYPES: dict[str, str] = {row.name: row.implies for row in OBJECTIVES.values()
+                                         if row.implies is not None}
+
+
+def objective(name: str) -> Objective:
+    """The row of an objective; ValueError naming the known ones otherwise."""
+    row = OBJECTIVES.get(name)
+    if row is None:
+        raise ValueError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    return row
 
 
 def architecture(name: str | None) -> Architecture:

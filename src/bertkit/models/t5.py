@@ -47,7 +47,7 @@ from torch import nn
 from bertkit.config import IGNORE_INDEX, T5Config
 from bertkit.models.bert import PreTrainedModel, token_loss
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import attention_bias, check_ids, check_ids_in_vocabulary
+from bertkit.models.layouts import attention_bias, check_ids, check_ids_in_vocabulary, host_copy, mark_host, positions
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -364,6 +364,14 @@ class Packing:
     target_to: torch.Tensor
     target_segments: torch.Tensor
 
+    def to(self, device: torch.device) -> "Packing":
+        """The packing's index tensors on `device` (a GPU: from pinned memory, a copy that waits for nothing)."""
+        if self.source_from.device == device:
+            return self
+        move = ((lambda x: x.pin_memory().to(device, non_blocking=True)) if device.type == "cuda" else
+                (lambda x: x.to(device)))
+        return Packing(*(move(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
     def gather(self, padded: torch.Tensor, source: bool) -> torch.Tensor:
         """(B, L, ...) padded -> (R, L', ...) packed; zeros at padding."""
         where_from, where_to, segments = ((self.source_from, self.source_to, self.source_segments) if source else
@@ -372,6 +380,10 @@ class Packing:
         packed = flat.new_zeros(segments.numel(), *padded.shape[2:])
         packed[where_to] = flat[where_from]
         return packed.view(*segments.shape, *padded.shape[2:])
+
+
+def _labelled(labels: torch.Tensor) -> torch.Tensor:
+    return labels != IGNORE_INDEX
 
 
 def _spans(lengths: list[int], rows: list[int], offsets: list[int], width: int, device) -> torch.Tensor:
@@ -412,7 +424,20 @@ def pack(attention_mask: torch.Tensor, labels: torch.Tensor) -> Packing | None:
 
     A target runs to its last label that is not IGNORE_INDEX (ignored labels before it are kept: the decoder reads
     them); an example without any is kept with an empty target.
+
+    The plan needs every example's lengths on the host: where both tensors have host copies (`attach_host`: the
+    training loop's batches) it is made from those and its indices moved to the device (no device read); else
+    from the tensors themselves (a device sync on an accelerator).
     """
+    host_mask, host_labels = host_copy(attention_mask), host_copy(labels)
+    if host_mask is not None and host_labels is not None:
+        packing = _pack(host_mask, host_labels)
+        return None if packing is None else packing.to(attention_mask.device)
+    return _pack(attention_mask, labels)
+
+
+def _pack(attention_mask: torch.Tensor, labels: torch.Tensor) -> Packing | None:
+    """`pack` on the tensors as they are (their device's)."""
     B, S = attention_mask.shape
     T = labels.shape[1]
     device = attention_mask.device
@@ -592,13 +617,15 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
         decoder_input_ids = self.shift_right(labels)
         self._check(input_ids, attention_mask, "input_ids")
         self._check(decoder_input_ids, None, "decoder_input_ids")
-        at = labels != IGNORE_INDEX  # (B, T)
+        # (N,) the labelled positions, from the labels' host copy where they have one (no device read)
+        at = positions(mark_host(labels != IGNORE_INDEX, labels, _labelled))
         packing = None
         if self.encoder.unpad and self.decoder.unpad:
             packing = pack(attention_mask if attention_mask is not None else torch.ones_like(input_ids), labels)
         if packing is None:
             memory = self.encoder(self.shared(input_ids), attention_mask)[0]
-            hidden = self.decoder(self.shared(decoder_input_ids), None, memory, attention_mask)[0][at]  # (N, d)
+            hidden = self.decoder(self.shared(decoder_input_ids), None, memory, attention_mask)[0]
+            hidden = hidden.flatten(0, 1).index_select(0, at)  # (N, d)
         else:
             segments = packing.source_segments
             sources, targets = packing.gather(input_ids, True), packing.gather(decoder_input_ids, False)
@@ -610,7 +637,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
                                segments=packing.target_segments, memory_segments=segments)[0]  # (R, T', d)
             packed_at = torch.full((labels.numel(),), -1, dtype=torch.long, device=labels.device)
             packed_at[packing.target_from] = packing.target_to
-            hidden = out.reshape(-1, out.shape[-1])[packed_at.view(labels.shape)[at]]  # (N, d)
+            hidden = out.reshape(-1, out.shape[-1]).index_select(0, packed_at.index_select(0, at))  # (N, d)
         return Seq2SeqOutput(None, self.project(hidden), memory)  # logits (N, V)
 
     # ---- generation ----------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from bertkit.config import XLNetConfig
 from bertkit.models.bert import PreTrainedModel, TaskOutput, sequence_loss, token_loss
 from bertkit.models.heads import NamedLabels, last_real_token, span_loss
 from bertkit.models.kernels import Linear, activation, linear
-from bertkit.models.layouts import check_ids, check_ids_in_vocabulary
+from bertkit.models.layouts import check_ids, check_ids_in_vocabulary, host_copy, reshape
 
 NEG_INF = -1e30  # the score of a hidden key (transformers' value: a row with every key hidden comes out uniform)
 
@@ -147,11 +147,13 @@ class Context:
 def targets(target_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(positions (B, P), set (B, P, 1)) when every row of target_mapping (B, P, T) is one-hot or zero and no two
     predictions of a row share a position (what the pretraining data gives); None otherwise (the general linear
-    map then runs, as transformers computes it)."""
-    tm = target_mapping
+    map then runs, as transformers computes it). The test reads the host copy where the mapping has one
+    (`attach_host`: the training loop's batches), so it waits for no device."""
+    host = host_copy(target_mapping)
+    tm = target_mapping if host is None else host
     if not (((tm == 0) | (tm == 1)).all() and (tm.sum(-1) <= 1).all() and (tm.sum(1) <= 1).all()):
         return None
-    return tm.argmax(-1), tm.sum(-1, keepdim=True)
+    return target_mapping.argmax(-1), target_mapping.sum(-1, keepdim=True)
 
 
 class RelativeAttention(nn.Module):
@@ -535,7 +537,7 @@ class XLNetForMultipleChoice(_Labelled):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
         """input_ids, attention_mask, token_type_ids: (B, C, T) for C choices; labels (B,). logits (B, C)."""
         B, C, T = input_ids.shape
-        flat = [None if x is None else x.reshape(B * C, T) for x in (attention_mask, token_type_ids)]
+        flat = [None if x is None else reshape(x, B * C, T) for x in (attention_mask, token_type_ids)]
         hidden = self.encoder(input_ids.reshape(B * C, T), *flat).last_hidden_state
         logits = self.classifier(self.summary(hidden, flat[0])).view(B, C)
         return TaskOutput(sequence_loss(logits, labels), logits)
