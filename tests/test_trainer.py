@@ -4,6 +4,9 @@ falls, and resuming from the resume state (model, optimizer, data position and R
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -182,6 +185,44 @@ def test_a_restarted_torchrun_attempt_keeps_its_process_group_keys_apart(monkeyp
         fields["store"].set("rank_1", f"attempt {attempt}")
         assert server.get(f"bertkit/attempt-{attempt}/rank_1") == f"attempt {attempt}".encode()  # PrefixStore adds "/"
     assert server.get("rank_1") == b"the address of attempt 0's rank 1"
+
+
+# A fresh interpreter: bertkit.trainer imported first, as every verb does, then a gloo group, a DDP step and a
+# collective, and `end_distributed`. DDP's constructor imports torch.distributed.nn.functional (through
+# torch._dynamo); imported after the group exists, its default arguments hold the group, nothing is freed, and the
+# gloo threads live on into interpreter shutdown, where they ended ranks with SIGABRT (see end_distributed).
+PROCESS_GROUP_LIFE = """
+import os, sys
+from bertkit.trainer import end_distributed
+import torch
+import torch.distributed as dist
+from torch import nn
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+before = threads()
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1], 1), rank=0, world_size=1)
+model = nn.parallel.DistributedDataParallel(nn.Linear(3, 2))
+model(torch.ones(4, 3)).sum().backward()
+dist.all_reduce(torch.ones(2))
+during = threads()
+del model
+end_distributed()
+print(before, during, threads())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_end_distributed_joins_the_gloo_threads_after_a_ddp_run(tmp_path):
+    """No thread of the process group outlives `end_distributed`, DDP and all: the threads gloo started are gone
+    and the count is back to what it was before the group."""
+    proc = subprocess.run([sys.executable, "-c", PROCESS_GROUP_LIFE, str(tmp_path / "store")], capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, during, after = map(int, proc.stdout.split())
+    assert during > before  # gloo's workers and its socket loop: what the count must see leave
+    assert after == before, (before, during, after)
 
 
 # ---- no device reads between log steps -------------------------------------------------------------------------

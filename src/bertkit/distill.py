@@ -647,7 +647,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     from bertkit.models.registry import OBJECTIVES
     from bertkit.objectives import MaskedLMObjective, evaluate_pretraining
     from bertkit.pretrain import data_workers, random_token_ids, stream_options
-    from bertkit.trainer import seed_everything, setup_distributed, train
+    from bertkit.trainer import end_distributed, seed_everything, setup_distributed, train
 
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
     d = config.data
@@ -715,8 +715,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
                    "teacher_parameters": teacher.num_parameters(), "student_parameters": student.num_parameters(),
                    "model": str(run_dir / "model")}
         atomic_write(run_dir / "results.json", json.dumps(summary, indent=2, default=float) + "\n")
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed()
     return result
 
 

@@ -31,7 +31,8 @@ import yaml
 from bertkit.config import FAMILIES, BertConfig, check_finite, config_class_for, field_with_help, presets_for
 from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, objective
 from bertkit.objectives import build_pretraining, check_objective, evaluate_pretraining
-from bertkit.trainer import TrainConfig, TrainResult, seed_everything, setup_distributed, train
+from bertkit.trainer import (TrainConfig, TrainResult, end_distributed, seed_everything, setup_distributed,
+                             train)
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -916,6 +917,5 @@ def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: boo
                    on_save=save_model, dist_info=dist_info, device=device, eval_at_start=eval_at_start)
     if dist_info.is_main:
         atomic_write(run_dir / "result.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed()
     return result

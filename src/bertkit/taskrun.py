@@ -36,6 +36,7 @@ from bertkit.config import IGNORE_INDEX, check_finite, field_with_help
 from bertkit.io import atomic_write, disk_full_as_error, read_json_lines
 from bertkit.models.modeldir import TASK_FILE, ModelDir  # TASK_FILE: what `predict` needs besides the weights
 from bertkit.tasks.base import KINDS, TaskFamily, family_for
+from bertkit.trainer import end_distributed
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
@@ -722,8 +723,7 @@ def train_and_report(model, objective, stream, train_config, run_dir: Path, eval
                        "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
                        "train_tokens_per_s": stream.tokens_yielded * dist_info.world_size / train_seconds,
                        "final_train_metrics": result.last_metrics})
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed()
 
 
 def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, dist_info, device,
@@ -835,6 +835,5 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         if dist_info.is_main:
             evaluate_at(model, 0, 1)
             write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3), "fit": facts})
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        end_distributed()
     return dict(results)

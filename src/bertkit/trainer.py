@@ -36,6 +36,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
+# Imported for its side effect, before any process group exists: see `end_distributed`.
+import torch.distributed.nn.functional  # noqa: F401
 from torch import nn
 
 from bertkit.checkpoint import (RESUME_DIR, latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
@@ -186,6 +188,26 @@ def setup_distributed(device: str = "auto") -> tuple[Distributed, torch.device]:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", **_attempt_store(info))
     return info, dev
+
+
+def end_distributed() -> None:
+    """The end of a distributed run, the same for every verb: destroy the process group, which frees its backend
+    and, for gloo, joins its worker and socket threads, so that none is left when the interpreter shuts down.
+
+    Why this needs care: torch.distributed.nn.functional gives ten functions the default argument
+    `group=group.WORLD`, evaluated when the module is first imported. DistributedDataParallel's constructor imports
+    it (through torch._dynamo), and imported after init_process_group those defaults hold the default group for
+    the life of the process: destroy_process_group then frees nothing, and gloo's threads outlive it. The rank then
+    exits with a gloo worker that may still be releasing the tensors of the last collective, whose Python objects
+    it must drop under the GIL; when that happens while Python finalizes, the interpreter ends the thread by a
+    forced unwind through a noexcept destructor: std::terminate, "terminate called without an active exception",
+    SIGABRT, and torchrun then stops the other ranks. It struck at random, more often with the cores busy (the
+    worker descheduled between finishing the collective and dropping it). This module imports
+    torch.distributed.nn.functional at its top, before `setup_distributed` can create a group, so the defaults
+    hold None and the group is really destroyed here (tests/test_trainer.py counts the threads).
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _attempt_store(info: Distributed) -> dict[str, Any]:
