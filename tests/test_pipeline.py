@@ -442,8 +442,14 @@ def test_plan_budget_splits_the_time():
     assert both.starts == (2, 2, 2, 2, 1, 1) and both.seeds == (5, 5, 3, 3, 3, 3)
     assert both.finetune_s == pytest.approx(sum(k * m * r for k, m, r in zip(both.seeds, both.starts, arm_s)))
     assert both.finetune_s == pytest.approx(plan.finetune_s + 3 * (arm_s[4] + arm_s[5]))
+    # Cut in stages: the baseline's entries but the smallest count's (to none), the curve's but the smallest
+    # count's (to one), the curve's smallest count (to min_first_seeds), the baseline's smallest count (to one).
     cut = plan_budget(600.0, seeds=[5, 5, 3, 3, 3, 3], **arms)
-    assert cut.seeds == (5, 1, 1, 1, 1, 1) and cut.finetune_s <= 0.45 * 600.0  # the baseline's went first
+    assert cut.seeds == (5, 1, 1, 1, 3, 0) and cut.finetune_s <= 0.45 * 600.0
+    assert 2 * sum(k * r for k, r in zip((5, 2, 1, 1), arm_s)) + 3 * arm_s[4] > 0.45 * 600.0  # one more: over
+    # Tighter: the curve's smallest count at 3, the baseline's at 1, then the smallest count below 3.
+    assert plan_budget(450.0, seeds=[5, 5, 3, 3, 3, 3], **arms).seeds == (2, 1, 1, 1, 1, 0)
+    assert plan_budget(400.0, seeds=[5, 5, 3, 3, 3, 3], **arms).seeds == (1, 1, 1, 1, 1, 0)
     assert plan_budget(100.0, seeds=[1, 1, 1, 1], **cost).starts == (2, 2, 2, 2)  # default: both starting points
     with pytest.raises(ValueError):
         plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "starts": [2, 2, 3, 2]})

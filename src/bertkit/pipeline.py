@@ -754,9 +754,10 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     ladder[i] x passes[i] x `example_s` (training; one figure, or one per label count) + `fixed_s` (its dev
     evaluation, loading and saving; one figure, or one per label count). passes:
     default `passes_for` each label count. The curve gets at most `ft_share` of the time: while it does not fit,
-    the last entry with more than one seed loses one (the baseline's first, then the largest label count's; the
-    smallest keeps `min_first_seeds` to the last, since its spread is the curve's point); at one seed everywhere,
-    every run's passes shrink by the factor that
+    an entry loses a seed, in this order: the baseline's entries but the smallest label count's (down to none), the
+    curve's but the smallest count's (down to one), the curve's smallest count (down to `min_first_seeds`, since
+    its spread is the curve's point), the baseline's smallest count (down to one), then any (down to one); inside
+    each, the largest label count first. At one seed everywhere, every run's passes shrink by the factor that
     makes it fit (at least one pass): a slow machine keeps its pretraining, which the curve is about. Pretraining
     gets the rest, and never less than 1 - ft_share of the time (nor `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
     (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come
@@ -784,11 +785,16 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
 
     if pretrain_s is None:
         room = ft_share * remaining_s
+        # Who loses a seed, in stages: the baseline's entries but the first (to none: the time left at the end may
+        # still run them), the curve's but the first (to one), the curve's first (to `min_first_seeds`), the
+        # baseline's first (to one), then any (to one); inside a stage the largest label count first.
+        single = [i for i in range(len(seeds)) if starts[i] == 1]
+        curve = [i for i in range(len(seeds)) if starts[i] == 2]
+        stages = [(single[:0:-1], 0), (curve[:0:-1], 1), (curve[:1], min_first_seeds), (single[:1], 1),
+                  (list(range(len(seeds))), 1)]
         while total() > room:
-            floors = [min_first_seeds if i == 0 else 1 for i in range(len(seeds))]
-            over = [i for i in reversed(range(len(seeds))) if seeds[i] > floors[i]]
-            if not over:
-                over = [i for i in range(len(seeds)) if seeds[i] > 1]
+            over = next(([i for i in entries if seeds[i] > floor] for entries, floor in stages
+                         if any(seeds[i] > floor for i in entries)), [])
             if not over:
                 break
             seeds[over[0]] -= 1
@@ -1205,7 +1211,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
                     for n, k in zip(plan.ladder[:len(rungs)], plan.seeds))
         + ", each for both starting points"
         + ("; beside the frozen points random initialisation fine-tuned: "
-           + ", ".join(f"{n:,} labels x {k}" for n, k in zip(plan.ladder[len(rungs):], plan.seeds[len(rungs):]))
+           + (", ".join(f"{n:,} labels x {k}" for n, k in zip(plan.ladder[len(rungs):], plan.seeds[len(rungs):]) if k)
+              or "none planned") + " (more with time left at the end)"
            if baseline else "")
         + f" (~{plan.finetune_s / 60:.1f} min)"
         + ("" if list(plan.passes) == passes else f"; passes cut to {', '.join(map(str, plan.passes))} to fit"))

@@ -320,8 +320,8 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
                              for n, k, m in zip(plan['ladder'], plan['seeds'], starts) if m == 2))
               + " for each starting point"
               + _e("; random initialisation fine-tuned beside the frozen points: "
-                   + ", ".join(f"{n:,} labels x {k}" for n, k, m in zip(plan['ladder'], plan['seeds'], starts)
-                               if m == 1) if 1 in starts else "")
+                   + (", ".join(f"{n:,} labels x {k}" for n, k, m in zip(plan['ladder'], plan['seeds'], starts)
+                                if m == 1 and k) or "none planned") if 1 in starts else "")
               + f" (~{plan['finetune_s'] / 60:.1f} minutes).{_e(shared)}</p>",
               _table(["stage", "seconds"], [[k, v] for k, v in report.get("timings", {}).items()])]
 
