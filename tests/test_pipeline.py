@@ -20,7 +20,7 @@ from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_
                               choose_normalisation, choose_precision, plain_words, random_words, shuffle_words,
                               cpu_bf16_flags, curve_schedule, curve_verdict, default_corpus, describe_machine,
                               label_ladder, passes_for, plan_budget, prose_sentences, quartiles, run_pipeline,
-                              stratified_order, write_label_set)
+                              seed_draw_share, stratified_order, write_label_set)
 
 WORDS = ("the cat dog bird sat ran on under a mat log tree big small red blue quickly slowly and then it was "
          "very happy sad home park river day night").split()
@@ -386,6 +386,20 @@ def test_quartiles_and_the_verdict():
     wide = curve_verdict({"pretrained": quartiles([0.50, 0.52, 0.55, 0.56]), "scratch": quartiles([0.3] * 4),
                           "scratch_finetuned": quartiles([0.45, 0.47])})
     assert wide["finetuned_seeds"] == 2 and not wide["finetuned_beyond_spread"] and wide["finetuned_wins"] == 2
+
+
+def test_seed_draw_share_counts_the_draws_beyond_both_spreads():
+    # Four seeds at 0.6 and one at 0.4 against 0.5 everywhere: a draw of three is beyond both spreads only without
+    # the 0.4 seed (its IQR 0.1 then equals the gap): 4 of the 10 subsets.
+    pre, scr = [0.6, 0.6, 0.6, 0.6, 0.4], [0.5] * 5
+    assert seed_draw_share(pre, scr, 3) == pytest.approx(0.4)
+    # Sampled: 4,000 draws, within 4 binomial standard deviations (0.0077 each) of the exact share.
+    assert abs(seed_draw_share(pre, scr, 3, draws=4000) - 0.4) < 0.031
+    assert seed_draw_share(pre, scr, 3, draws=500, seed=1) == seed_draw_share(pre, scr, 3, draws=500, seed=1)
+    assert seed_draw_share(pre, scr, 4) == 1.0  # with four, the 0.4 seed moves the first quartile only (IQR 0.05)
+    assert seed_draw_share([0.6] * 5, scr, 5) == 1.0 and seed_draw_share([0.6] * 5, scr, 2) == 0.0  # 2: no spread
+    with pytest.raises(ValueError):
+        seed_draw_share(pre, scr, 6)
 
 
 def test_curve_schedule_runs_the_fewest_labels_first_then_the_curve_then_what_time_allows():

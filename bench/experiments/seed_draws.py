@@ -6,8 +6,8 @@ For each label count, the job's own recipe (a logistic regression on the frozen 
 them) from both starting points the job kept (OUT/run/model and OUT/scratch), and scored on the job's dev file
 (OUT/finetune/sets/dev.jsonl). Then DRAWS times, K of the SETS seeds are drawn without replacement (the same seeds
 for both starting points, as in the job), and the draw counts as "beyond" when the gap of the medians is larger
-than both interquartile ranges (`curve_verdict`, the job's test). Where the job ran a label count, its seeds'
-accuracies must come out the same here (checked: the refit is the job's run).
+than both interquartile ranges (`seed_draw_share`: `curve_verdict`, the job's test, over the draws). Where the job
+ran a label count, its seeds' accuracies must come out the same here (checked: the refit is the job's run).
 
     PYTHONPATH=src python bench/experiments/seed_draws.py OUT --labels 32 64 128 --sets 30 --k 5 7 \
         [--draws 10000] [--work OUT/seed-draws]
@@ -24,11 +24,10 @@ import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bertkit.finetune import FinetuneConfig, finetune
-from bertkit.pipeline import FINETUNE, FROZEN, curve_verdict, quartiles, stratified_order, write_label_set
+from bertkit.pipeline import FINETUNE, FROZEN, quartiles, seed_draw_share, stratified_order, write_label_set
 from bertkit.tasks.classify import ClassificationFamily
 
 torch.set_num_threads(1)  # a shared 2-core machine: one thread per process
@@ -93,16 +92,7 @@ for n in args.labels:
             if accuracy[name][:len(ran)] != ran:
                 raise SystemExit(f"{n} labels, {name}: the refit gives {accuracy[name][:len(ran)]}, the job "
                                  f"{ran}: not the job's recipe")
-    pre, scr = np.array(accuracy["pretrained"]), np.array(accuracy["scratch"])
-    rng = np.random.default_rng(0)
-    shares = {}
-    for k in args.k:
-        beyond = 0
-        for _ in range(args.draws):
-            chosen = rng.choice(args.sets, size=k, replace=False)
-            beyond += curve_verdict({"pretrained": quartiles(list(pre[chosen])),
-                                     "scratch": quartiles(list(scr[chosen]))})["beyond_spread"]
-        shares[k] = beyond / args.draws
+    shares = {k: seed_draw_share(accuracy["pretrained"], accuracy["scratch"], k, args.draws) for k in args.k}
     row = {"labels": n, "sets": args.sets, "draws": args.draws,
            **{name: {k: round(v, 4) for k, v in quartiles(accuracy[name]).items() if k != "values"}
               for name in starts},

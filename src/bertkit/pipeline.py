@@ -985,6 +985,30 @@ def curve_verdict(point: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
+def seed_draw_share(pretrained: list[float], scratch: list[float], k: int, draws: int | None = None,
+                    seed: int = 0) -> float:
+    """How often `k` seeds put a point beyond both spreads: the share of draws of k of the seeds (without
+    replacement, the same seeds for both starting points, as the job pairs them) for which `curve_verdict` says
+    beyond. `pretrained[i]` and `scratch[i]` are seed i's accuracies. draws: that many draws from
+    `numpy.random.default_rng(seed)`; None: every k-subset once (the exact share)."""
+    import itertools
+
+    import numpy as np
+
+    if len(pretrained) != len(scratch) or not 1 <= k <= len(pretrained):
+        raise ValueError(f"one accuracy per seed on both sides and 1 <= k <= {len(pretrained)}, got k {k}")
+
+    def beyond(chosen) -> bool:
+        return curve_verdict({"pretrained": quartiles([pretrained[i] for i in chosen]),
+                              "scratch": quartiles([scratch[i] for i in chosen])})["beyond_spread"]
+
+    if draws is None:
+        subsets = list(itertools.combinations(range(len(pretrained)), k))
+        return sum(map(beyond, subsets)) / len(subsets)
+    rng = np.random.default_rng(seed)
+    return sum(beyond(rng.choice(len(pretrained), size=k, replace=False)) for _ in range(draws)) / draws
+
+
 # What the progress lines call each starting point of the curve.
 START_NAMES = {"pretrained": "pretrained", "scratch": "random init", "scratch_finetuned": "random init fine-tuned"}
 
