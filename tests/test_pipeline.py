@@ -289,6 +289,7 @@ def test_report_page_is_self_contained(pipeline_run):
     assert "Label sets of at most 8 examples fit a logistic regression" in text
     tuned = report["finetune"]["curve"][0]["scratch_finetuned"]
     assert "random init fine-tuned: median [IQR], gap" in table
+    assert "random init fine-tuned on the same 8 labels<b>" in text  # and in the key figures at the top
     assert f"{tuned['median']:.3f} [{tuned['q1']:.3f}" in table  # the baseline beside the frozen point
     assert "at chance by construction" in text and "not the baseline a reader expects" in text
     assert any("random initialisation fine-tuned on the same label set" in stage

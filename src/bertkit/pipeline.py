@@ -150,7 +150,9 @@ WORD_ORDER_DEV = 1500  # and its dev sentences (at most a third of them): a larg
 # The label-efficiency curve: fine-tuning on nested, class-balanced label sets of these sizes (and on all labels).
 # It starts at 64, not 32: at 32 labels the regression on a model pretrained at half this machine's speed was
 # ahead by less than the seeds' spread (0.528, IQR 0.016, against 0.504, 0.017), so that 5 seeds drawn from 30 put
-# it beyond both interquartile ranges in 64% of the draws; at 64 labels in 95% (7 seeds: 98%), at 128 in 99%.
+# it beyond both interquartile ranges in 64% of the draws; at 64 labels in 95% (7 seeds: 98%), at 128 in 99%
+# (scikit-learn's fit on models no longer kept; bench/experiments/seed_draws.py computes such shares from a job's
+# output directory with the job's own fit, docs/getting-started/main-job.md has its figures).
 LABEL_LADDER = (64, 128, 256, 512, 2048, 8192, 32768)
 # Training examples each fine-tuning run sees at least (small label sets: many passes). 1,000, not 2,000: on the
 # word-order task at 32 labels, 2,000 let random initialisation creep above chance (median 0.510 against 0.501)

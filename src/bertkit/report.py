@@ -232,6 +232,10 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
              f"<div>dev accuracy with {first['labels']:,} labels, pretrained / random init<b>"
              f"{_num(first['pretrained']['median'])} / {_num(first['scratch']['median'])}</b>median of "
              f"{first['seeds']} seeds, gap {first['gap'] + 0.0:+.3f}</div>",
+             (f"<div>random init fine-tuned on the same {first['labels']:,} labels<b>"
+              f"{_num(first['scratch_finetuned']['median'])}</b>median of {len(first['scratch_finetuned']['values'])} "
+              f"seed(s), pretrained {first['finetuned_gap'] + 0.0:+.3f}</div>" if first.get("scratch_finetuned")
+              else ""),
              f"<div>with {most}<b>{_num(last['pretrained']['median'])} / "
              f"{_num(last['scratch']['median'])}</b>median of {last['seeds']} seed(s)</div>",
              f"<div>held-out masked-token accuracy<b>{_num(report['mlm_accuracy_before'])} → "
