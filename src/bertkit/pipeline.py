@@ -62,6 +62,7 @@ import ast
 import collections
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -993,8 +994,6 @@ def seed_draw_share(pretrained: list[float], scratch: list[float], k: int, draws
     replacement, the same seeds for both starting points, as the job pairs them) for which `curve_verdict` says
     beyond. `pretrained[i]` and `scratch[i]` are seed i's accuracies. draws: that many draws from
     `numpy.random.default_rng(seed)`; None: every k-subset once (the exact share)."""
-    import itertools
-
     import numpy as np
 
     if len(pretrained) != len(scratch) or not 1 <= k <= len(pretrained):
