@@ -409,6 +409,11 @@ def test_curve_schedule_runs_the_fewest_labels_first_then_the_curve_then_what_ti
                                                     (0, 3), (0, 4), (1, 1), (1, 2)]  # the extra ones
     assert curve_schedule([2, 2, 2], [2, 2, 2]) == [(0, 0), (0, 1), (1, 0), (2, 0), (1, 1), (2, 1)]
     assert curve_schedule([1], [1]) == [(0, 0)]
+    # With the baseline's entries after the curve's (here entry 3, the fewest labels fine-tuned from random
+    # initialisation, and entry 4): the fewest labels' seeds of both first, before the expensive all-labels run.
+    assert curve_schedule([3, 1, 1, 2, 0], [3, 3, 1, 3, 3], (0, 3)) == [
+        (0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (1, 0), (2, 0),  # planned
+        (3, 2), (1, 1), (1, 2), (4, 0), (4, 1), (4, 2)]  # with time left: the leading entries' first
 
 
 def test_plan_budget_splits_the_time():

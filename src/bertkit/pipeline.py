@@ -944,15 +944,17 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
 # ------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ------------------------------------------------------------------------------------------------------------------
-def curve_schedule(planned: list[int], more: list[int]) -> list[tuple[int, int]]:
-    """The order of the curve's runs, (label count's index, seed's index): the fewest labels' `planned` seeds first
-    (cheap, and their spread is the claim), then one seed at every other label count (the whole curve), then their
-    other planned seeds, smallest label count first; the first sum(planned) entries. After them, run only while
-    the budget has room (the machine was busier when the plan measured it, or the runs were cheaper than planned),
-    the seeds up to `more` that the plan did not keep, fewest labels first."""
-    order = ([(0, k) for k in range(planned[0])] + [(i, 0) for i in range(1, len(planned)) if planned[i]]
-             + [(i, k) for i in range(1, len(planned)) for k in range(1, planned[i])])
-    return order + [(i, k) for i in range(len(planned)) for k in range(planned[i], more[i])]
+def curve_schedule(planned: list[int], more: list[int], leading: tuple[int, ...] = (0,)) -> list[tuple[int, int]]:
+    """The order of the curve's runs, (entry's index, seed's index): the `leading` entries' `planned` seeds first
+    (the fewest labels, and the baseline there: cheap, and their spread is the claim), then one seed at every other
+    entry (the whole curve), then their other planned seeds, in index order (the smallest label count first); the
+    first sum(planned) entries. After them, run only while the budget has room (the machine was busier when the
+    plan measured it, or the runs were cheaper than planned), the seeds up to `more` that the plan did not keep,
+    the leading entries' first, then in index order."""
+    rest = [i for i in range(len(planned)) if i not in leading]
+    order = ([(i, k) for i in leading for k in range(planned[i])] + [(i, 0) for i in rest if planned[i]]
+             + [(i, k) for i in rest for k in range(1, planned[i])])
+    return order + [(i, k) for i in list(leading) + rest for k in range(planned[i], more[i])]
 
 
 def quartiles(values: list[float]) -> dict[str, Any]:
@@ -1272,7 +1274,8 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     results: list[dict[str, list[dict[str, Any]]]] = [{name: [] for name, _ in named} for named in arm_starts_named]
     more = ([max(w, 0 if c.frozen else FINETUNED_MORE_SEEDS) for w, c in zip(wanted, arm_configs)]
             if train_seconds is None else list(plan.seeds))
-    schedule = curve_schedule(list(plan.seeds), more)
+    # The fewest labels first, for the curve and for its fine-tuned baseline: the claim is made there.
+    schedule = curve_schedule(list(plan.seeds), more, (0, len(rungs)) if baseline else (0,))
     planned_runs = sum(plan.seeds)
     kept = {}
     # Estimated and measured seconds of the pairs run so far, for the frozen and the fine-tuned recipe apart: each
