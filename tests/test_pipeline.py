@@ -20,7 +20,7 @@ from bertkit.pipeline import (FREQUENCY_BANDS, build_docstring_task, build_word_
                               choose_normalisation, choose_precision, plain_words, random_words, shuffle_words,
                               cpu_bf16_flags, curve_schedule, curve_verdict, default_corpus, describe_machine,
                               label_ladder, passes_for, plan_budget, prose_sentences, quartiles, run_pipeline,
-                              stratified_order, write_label_set)
+                              seed_draw_share, stratified_order, write_label_set)
 
 WORDS = ("the cat dog bird sat ran on under a mat log tree big small red blue quickly slowly and then it was "
          "very happy sad home park river day night").split()
@@ -59,8 +59,8 @@ def pipeline_run(tmp_path_factory):
     corpus = tiny_corpus(root / "corpus.txt")
     train, dev = tiny_task(root)
     out = root / "out"
-    # Label counts 8 (a regression on the frozen encoder) and all 64 (fine-tuned, at least 32 examples a run), two
-    # seeds each: 8 runs of a few steps.
+    # Label counts 8 (a regression on the frozen encoder, and beside it random initialisation fine-tuned) and all
+    # 64 (fine-tuned, at least 32 examples a run), two seeds each: 10 runs of a few steps.
     report = run_pipeline(out, corpus=[str(corpus)], preset="tiny", vocab_size=120, probes=["the [MASK] sat."],
                           progress=False, train_seconds=3.0, task_train=str(train), task_dev=str(dev),
                           text_column="sentence", label_column="colour", finetune_seeds=2, ladder=(8, 40),
@@ -85,6 +85,10 @@ def test_every_stage_writes_its_files(pipeline_run):
                 assert (ft / "results.json").is_file() and not (ft / "checkpoints").exists()
                 # Only the all-labels, first-seed models are kept (the served one and its baseline).
                 assert (ft / "model" / WEIGHTS_NAME).is_file() == (n == 64 and seed == 0)
+    for seed in (0, 1):  # the frozen count's fine-tuned baseline: random initialisation, nothing kept
+        ft = out / "finetune" / f"scratch-finetuned-8-seed{seed}"
+        assert (ft / "results.json").is_file() and not (ft / "checkpoints").exists() and not (ft / "model").exists()
+    assert not (out / "finetune" / "scratch-finetuned-64-seed0").exists()  # fine-tuned already: no baseline
     assert json.loads((out / "report.json").read_text(encoding="utf-8")) == json.loads(json.dumps(report))
     assert (out / "report.html").is_file() and report["report"] == str(out / "report.html")
     assert len(report["plots"]) == 4 and all(Path(p).is_file() and p.endswith(".png") for p in report["plots"])
@@ -176,6 +180,23 @@ def test_label_efficiency_curve_compares_like_with_like(pipeline_run):
     small = [set(map(json.dumps, [json.loads(x) for x in (out / "finetune" / "sets" / f"train-{n}-seed0.jsonl")
                                   .read_text().splitlines()])) for n in (8, 64)]
     assert small[0] <= small[1]  # one seed's smaller label set is part of its larger one
+    # Beside the frozen point, the baseline a reader expects: random initialisation fine-tuned on the same label
+    # sets, with the recipe of the fine-tuned points (at least 32 examples: 4 passes over 8 labels).
+    frozen, tuned = ft["curve"]
+    assert "scratch_finetuned" not in tuned and frozen["scratch_finetuned"]["passes"] == passes_for(8, 32) == 4
+    for seed in (0, 1):
+        sets = out / "finetune" / "sets"
+        once = (sets / f"train-8-seed{seed}.jsonl").read_text().splitlines()
+        assert (sets / f"train-8-seed{seed}-finetuned.jsonl").read_text().splitlines() == once * 4
+        run = json.loads((out / "finetune" / f"scratch-finetuned-8-seed{seed}" / "results.json").read_text())
+        full = json.loads((out / "finetune" / f"scratch-64-seed{seed}" / "results.json").read_text())
+        assert run["model_dir"] == full["model_dir"] == str(out / "scratch")
+        assert {k for k in run["config"] if run["config"][k] != full["config"][k]} == set()  # the same recipe
+        assert len(run["epochs"]) == 1 and frozen["scratch_finetuned"]["values"][seed] == run["epochs"][-1]["accuracy"]
+        assert run["max_steps"] == -(-8 * 4 // 16)  # 32 examples, batch 16
+    assert frozen["finetuned_gap"] == pytest.approx(frozen["pretrained"]["median"]
+                                                    - frozen["scratch_finetuned"]["median"])
+    assert frozen["finetuned_seeds"] == 2 and not frozen["finetuned_beyond_spread"]  # two seeds: no spread
     dev_labels = [line.split("\t")[1] for line in (out.parent / "dev.tsv").read_text().splitlines()[1:]]
     train_labels = [c for _, c in train_rows]
     majority = max(("blue", "red"), key=train_labels.count)  # ties: the first found, as Counter.most_common
@@ -266,6 +287,13 @@ def test_report_page_is_self_contained(pipeline_run):
             assert f"{point[start]['median']:.3f} [{point[start]['q1']:.3f}" in table
     assert ">8 (frozen encoder)</td>" in table and ">64</td>" in table  # which points read a frozen encoder
     assert "Label sets of at most 8 examples fit a logistic regression" in text
+    tuned = report["finetune"]["curve"][0]["scratch_finetuned"]
+    assert "random init fine-tuned: median [IQR], gap" in table
+    assert "random init fine-tuned on the same 8 labels<b>" in text  # and in the key figures at the top
+    assert f"{tuned['median']:.3f} [{tuned['q1']:.3f}" in table  # the baseline beside the frozen point
+    assert "at chance by construction" in text and "not the baseline a reader expects" in text
+    assert any("random initialisation fine-tuned on the same label set" in stage
+               and "train-N-seedS-finetuned.jsonl" in command for stage, command in report["commands"])
     assert report["machine"]["summary"] in text
     for stage, command in report["commands"]:
         assert command.split()[0] in ("bertkit", "python") and stage
@@ -349,6 +377,30 @@ def test_quartiles_and_the_verdict():
     assert not curve_verdict(close)["beyond_spread"]  # a gap of 0.05 inside the pretrained IQR of 0.10
     one = {"pretrained": quartiles([0.5]), "scratch": quartiles([0.3])}
     assert curve_verdict(one)["gap"] == pytest.approx(0.2) and not curve_verdict(one)["beyond_spread"]  # no spread
+    assert "finetuned_gap" not in verdict  # no baseline at this point
+    # Against the fine-tuned baseline: its own gap, spread and wins, over the seeds both ran (the first three).
+    tuned = curve_verdict({**point, "scratch_finetuned": quartiles([0.40, 0.53, 0.45])})
+    assert tuned["finetuned_gap"] == pytest.approx(0.52 - 0.45) and tuned["finetuned_wins"] == 2
+    assert tuned["finetuned_seeds"] == 3 and tuned["finetuned_beyond_spread"]  # 0.07 beyond its IQR of 0.065
+    inside = curve_verdict({**point, "scratch_finetuned": quartiles([0.40, 0.56, 0.45])})
+    assert inside["finetuned_gap"] == pytest.approx(0.07) and not inside["finetuned_beyond_spread"]  # IQR 0.08
+    wide = curve_verdict({"pretrained": quartiles([0.50, 0.52, 0.55, 0.56]), "scratch": quartiles([0.3] * 4),
+                          "scratch_finetuned": quartiles([0.45, 0.47])})
+    assert wide["finetuned_seeds"] == 2 and not wide["finetuned_beyond_spread"] and wide["finetuned_wins"] == 2
+
+
+def test_seed_draw_share_counts_the_draws_beyond_both_spreads():
+    # Four seeds at 0.6 and one at 0.4 against 0.5 everywhere: a draw of three is beyond both spreads only without
+    # the 0.4 seed (its IQR 0.1 then equals the gap): 4 of the 10 subsets.
+    pre, scr = [0.6, 0.6, 0.6, 0.6, 0.4], [0.5] * 5
+    assert seed_draw_share(pre, scr, 3) == pytest.approx(0.4)
+    # Sampled: 4,000 draws, within 4 binomial standard deviations (0.0077 each) of the exact share.
+    assert abs(seed_draw_share(pre, scr, 3, draws=4000) - 0.4) < 0.031
+    assert seed_draw_share(pre, scr, 3, draws=500, seed=1) == seed_draw_share(pre, scr, 3, draws=500, seed=1)
+    assert seed_draw_share(pre, scr, 4) == 1.0  # with four, the 0.4 seed moves the first quartile only (IQR 0.05)
+    assert seed_draw_share([0.6] * 5, scr, 5) == 1.0 and seed_draw_share([0.6] * 5, scr, 2) == 0.0  # 2: no spread
+    with pytest.raises(ValueError):
+        seed_draw_share(pre, scr, 6)
 
 
 def test_curve_schedule_runs_the_fewest_labels_first_then_the_curve_then_what_time_allows():
@@ -357,6 +409,11 @@ def test_curve_schedule_runs_the_fewest_labels_first_then_the_curve_then_what_ti
                                                     (0, 3), (0, 4), (1, 1), (1, 2)]  # the extra ones
     assert curve_schedule([2, 2, 2], [2, 2, 2]) == [(0, 0), (0, 1), (1, 0), (2, 0), (1, 1), (2, 1)]
     assert curve_schedule([1], [1]) == [(0, 0)]
+    # With the baseline's entries after the curve's (here entry 3, the fewest labels fine-tuned from random
+    # initialisation, and entry 4): the fewest labels' seeds of both first, before the expensive all-labels run.
+    assert curve_schedule([3, 1, 1, 2, 0], [3, 3, 1, 3, 3], (0, 3)) == [
+        (0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (1, 0), (2, 0),  # planned
+        (3, 2), (1, 1), (1, 2), (4, 0), (4, 1), (4, 2)]  # with time left: the leading entries' first
 
 
 def test_plan_budget_splits_the_time():
@@ -398,6 +455,26 @@ def test_plan_budget_splits_the_time():
     assert per_rung.pretrain_s == pytest.approx(plan.pretrain_s + 10 * (run_s[0] - per_rung.run_s[0]))
     tight_rungs = plan_budget(300.0, seeds=[1, 1, 1, 1], **{**cost, "fixed_s": [0.5, 1.0, 1.0, 2.0]})
     assert tight_rungs.passes == (55, 13, 3, 2)  # the training part x (135 - 9) / (153.22 - 9): fixed costs kept
+    # The baseline's entries after the curve's: one starting point each (starts 1), the first seeds cut.
+    arms = {**cost, "ladder": ladder + [32, 128], "passes": [63, 16, 4, 3, 32, 8], "starts": [2, 2, 2, 2, 1, 1]}
+    both = plan_budget(1500.0, seeds=[5, 5, 3, 3, 3, 3], **arms)
+    arm_s = [n * p * 0.005 + 1.0 for n, p in zip(arms["ladder"], arms["passes"])]
+    assert both.starts == (2, 2, 2, 2, 1, 1) and both.seeds == (5, 5, 3, 3, 3, 3)
+    assert both.finetune_s == pytest.approx(sum(k * m * r for k, m, r in zip(both.seeds, both.starts, arm_s)))
+    assert both.finetune_s == pytest.approx(plan.finetune_s + 3 * (arm_s[4] + arm_s[5]))
+    # Cut in stages: the baseline's entries but the smallest count's (to none), the curve's but the smallest
+    # count's (to one), the curve's smallest count (to min_first_seeds), the baseline's smallest count (to one).
+    cut = plan_budget(600.0, seeds=[5, 5, 3, 3, 3, 3], **arms)
+    assert cut.seeds == (5, 1, 1, 1, 3, 0) and cut.finetune_s <= 0.45 * 600.0
+    assert 2 * sum(k * r for k, r in zip((5, 2, 1, 1), arm_s)) + 3 * arm_s[4] > 0.45 * 600.0  # one more: over
+    # Tighter: the curve's smallest count at 3, the baseline's at 1, then the smallest count below 3.
+    assert plan_budget(450.0, seeds=[5, 5, 3, 3, 3, 3], **arms).seeds == (2, 1, 1, 1, 1, 0)
+    assert plan_budget(400.0, seeds=[5, 5, 3, 3, 3, 3], **arms).seeds == (1, 1, 1, 1, 1, 0)
+    assert plan_budget(100.0, seeds=[1, 1, 1, 1], **cost).starts == (2, 2, 2, 2)  # default: both starting points
+    with pytest.raises(ValueError):
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "starts": [2, 2, 3, 2]})
+    with pytest.raises(ValueError):
+        plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "starts": [2, 2, 2]})
     with pytest.raises(ValueError):
         plan_budget(100.0, seeds=[1, 1, 1, 1], **{**cost, "step_s": 0.0})
     with pytest.raises(ValueError):

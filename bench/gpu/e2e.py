@@ -165,18 +165,17 @@ def pretrain_row(name: str, objective: str, recipe: str, long: bool = False):
         step_rate, flops_per_token = model_step_rate(ctx, data, objective, s, model_type)
         measured["model_step_tokens_per_s"] = step_rate
         measured["ratio_to_step"] = measured["bertkit_tokens_per_s"] / step_rate
-        if ctx.quick:
-            measured["peer"] = "not run in the quick CPU run (a Trainer start costs most of its minute)"
-        else:
-            task = ["t5"] if model_type == "t5" else ["mlm", "--model", model_type]
-            peer = json.loads(_run([sys.executable, str(ROOT / "bench" / "gpu" / "peer_trainer.py"), *task,
-                                    "--data", str(data), "--preset", s["preset"], "--seq-len", str(s["seq_len"]),
-                                    "--batch-size", str(s["batch"]), "--steps", str(s["steps"]),
-                                    "--warmup", str(s["log_every"]), "--workers", "0" if ctx.quick else "4"],
-                                   900).strip().splitlines()[-1])
-            measured["peer"] = peer["peer"]
-            measured["peer_tokens_per_s"] = peer["tokens_per_s"]
-            measured["ratio"] = measured["bertkit_tokens_per_s"] / peer["tokens_per_s"]
+        # The quick CPU run executes the peer too (6 tiny steps, no worker: about 10 s of CPU, most of it the
+        # Trainer's start), so the dry run proves the script a GPU run depends on.
+        task = ["t5"] if model_type == "t5" else ["mlm", "--model", model_type]
+        peer = json.loads(_run([sys.executable, str(ROOT / "bench" / "gpu" / "peer_trainer.py"), *task,
+                                "--data", str(data), "--preset", s["preset"], "--seq-len", str(s["seq_len"]),
+                                "--batch-size", str(s["batch"]), "--steps", str(s["steps"]),
+                                "--warmup", str(s["log_every"]), "--workers", "0" if ctx.quick else "4"],
+                               900).strip().splitlines()[-1])
+        measured["peer"] = peer["peer"]
+        measured["peer_tokens_per_s"] = peer["tokens_per_s"]
+        measured["ratio"] = measured["bertkit_tokens_per_s"] / peer["tokens_per_s"]
         peak = measure_peak(ctx, torch.bfloat16 if ctx.cuda else torch.float32)
         if flops_per_token == flops_per_token:  # ModernBERT has no FLOP formula here (NaN)
             measured["bertkit_mfu"] = measured["bertkit_tokens_per_s"] * flops_per_token / (peak * 1e9)

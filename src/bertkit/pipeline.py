@@ -15,10 +15,13 @@
                    between pretraining and the curve's runs (`plan_budget`)
     5 pretraining  the `mini-fast` recipe, held-out masked-LM accuracy and perplexity at about 30 regular points
     6 curve        the label-efficiency curve: the pretrained model and the same architecture from random
-                   initialisation trained on class-balanced label sets of 64, 128, 256, 512, ... examples and on all
-                   of them, same recipe, label sets and seeds for both, several seeds per point (`label_ladder`,
-                   `stratified_order`, `passes_for`); the task is the user's (`task_train` / `task_dev`, any file
-                   `bertkit finetune classify` reads, pairs included) or the built-in one (`build_word_salad_task`)
+                   initialisation trained on class-balanced label sets of 64, 128, 256, 512, 2,048, ... examples and
+                   on all of them, same recipe, label sets and seeds for both (`label_ladder`, `stratified_order`,
+                   `passes_for`): 7 seeds at 64 labels, 3 at 128-512, 1 planned above (up to 3 with time left); up
+                   to 512 labels a logistic regression on the frozen encoder, and beside it the baseline a reader
+                   expects, random initialisation fine-tuned on the same label sets (`BASELINE_SEEDS`); the task is
+                   the user's (`task_train` / `task_dev`, any file `bertkit finetune classify` reads, pairs
+                   included) or the built-in one (`build_word_salad_task`)
     7 evaluation   fill-mask on held-out sentences by the masked word's frequency band, beside the frequency
                    baseline, and the report: OUT/report.json and OUT/report.html (one self-contained page,
                    `bertkit.report`, the curve at its centre)
@@ -32,7 +35,9 @@ which the masked-LM training did shape, at a learning rate (3e-4) that moves a p
 it in the hundred-odd steps of a small label set; each run sees at least `FINETUNE_MIN_EXAMPLES` examples (many
 passes over a small label set), and the dev set is scored once, at the end (no epoch picked on dev). Label sets of
 at most `FROZEN_MAX_LABELS` fit only a logistic regression on the frozen encoder's features instead, for both
-starting points: a few hundred sentences cannot say which of the encoder's weights to move.
+starting points: a few hundred sentences cannot say which of the encoder's weights to move. On a frozen random
+encoder that regression reads a random network's features, at chance by construction on a task that a bag of words
+cannot solve, so the same label sets are also fine-tuned from random initialisation: the baseline a reader expects.
 
 The built-in task: is a documentation sentence as written, or as many words drawn at random by their frequency
 in the task's sentences (`build_word_salad_task`)? Every word is as likely in either class, so no label is keyed
@@ -42,10 +47,11 @@ less. Which of eight standard-library packages a sentence comes from (`build_doc
 classification: from random initialisation a mean-pooled model fine-tuned on it is a bag of words learning its
 own embeddings, which a few thousand labels teach in minutes. Whether a sentence's words are in their written
 order or shuffled (`build_word_order_task`) keeps the bag of words at chance too, but on a quiet run's model 32
-labels put the pretrained model ahead by about 0.01-0.02 only, inside the seeds' spread, where the word salad put
-it ahead by about 0.04, beyond it, for three sets of ten seeds, with a linear head on the frozen encoder at that
-count (docs/getting-started/main-job.md has the figures). Its dev set holds each dev sentence twice, as written
-and as random words, which halves the dev accuracy's own variance.
+labels (then the curve's first count) put the pretrained model ahead by about 0.01-0.02 only, inside the seeds'
+spread, where the word salad put it ahead by about 0.04, beyond it, for three sets of ten seeds, with a linear head
+on the frozen encoder at that count (docs/getting-started/main-job.md has the figures and how the task was
+screened: the corruption with the strongest masked-LM signal and no label). Its dev set holds each dev sentence
+twice, as written and as random words, which halves the dev accuracy's own variance.
 The task's dev sentences are kept out of the pretraining corpus, so neither model has seen them; its training
 sentences are in it, in order and without labels, as in the usual semi-supervised setting.
 """
@@ -56,6 +62,7 @@ import ast
 import collections
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -113,6 +120,13 @@ FROZEN_SEEDS = 3  # at the other label counts of the frozen encoder (each run ta
 # on), up to three run while the budget has room at the end.
 FINETUNED_SEEDS = 1
 FINETUNED_MORE_SEEDS = 3
+# The baseline a reader expects beside the frozen points: random initialisation fine-tuned (`FINETUNE`, at least
+# `FINETUNE_MIN_EXAMPLES` examples a run) on the same label sets at every label count of the frozen encoder. A
+# regression on a frozen random encoder reads a random network's features, at chance by construction on a task
+# that a bag of words cannot solve; training the whole model on the labels is what "without pretraining" usually
+# means. Seeds planned: this many at the fewest labels, `FINETUNED_SEEDS` at the others (up to
+# `FINETUNED_MORE_SEEDS` while the budget has room); when the budget is short they are the first cut.
+BASELINE_SEEDS = 3
 FINETUNE_SHARE = 0.45  # at most this share of the time left after the set-up goes to the curve
 FINETUNE_OVERHEAD_S = 3.0  # a fine-tuning run's loading, features and model saving (2-3 s measured, tiny model)
 # A regression run's loading (the task files read and tokenised, the encoder, its cache file), fit, dev scoring from
@@ -137,7 +151,9 @@ WORD_ORDER_DEV = 1500  # and its dev sentences (at most a third of them): a larg
 # The label-efficiency curve: fine-tuning on nested, class-balanced label sets of these sizes (and on all labels).
 # It starts at 64, not 32: at 32 labels the regression on a model pretrained at half this machine's speed was
 # ahead by less than the seeds' spread (0.528, IQR 0.016, against 0.504, 0.017), so that 5 seeds drawn from 30 put
-# it beyond both interquartile ranges in 64% of the draws; at 64 labels in 95% (7 seeds: 98%), at 128 in 99%.
+# it beyond both interquartile ranges in 64% of the draws; at 64 labels in 95% (7 seeds: 98%), at 128 in 99%
+# (scikit-learn's fit on models no longer kept; bench/experiments/seed_draws.py computes such shares from a job's
+# output directory with the job's own fit, docs/getting-started/main-job.md has its figures).
 LABEL_LADDER = (64, 128, 256, 512, 2048, 8192, 32768)
 # Training examples each fine-tuning run sees at least (small label sets: many passes). 1,000, not 2,000: on the
 # word-order task at 32 labels, 2,000 let random initialisation creep above chance (median 0.510 against 0.501)
@@ -719,28 +735,32 @@ class Plan:
     eval_every: int  # steps between held-out evaluations
     eval_rows: int  # held-out rows per evaluation
     expected_steps: int  # pretraining steps the measured speed promises
-    ladder: tuple[int, ...]  # label counts of the curve, smallest first
+    ladder: tuple[int, ...]  # label counts of the curve, smallest first (then the baseline's, `starts` 1)
     seeds: tuple[int, ...]  # seeds per label count (each run for both starting points)
     passes: tuple[int, ...]  # passes over the label set per run
     run_s: tuple[float, ...]  # one fine-tuning run per label count, its dev evaluation and overhead included
     finetune_s: float  # every run of the curve
     short: bool = False  # the budget is smaller than the minimum: pretraining gets its minimum anyway
+    starts: tuple[int, ...] = ()  # runs per seed at each entry of the ladder: 2 (both starting points) or 1
 
 
 def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: list[int],
                 example_s: float | list[float], fixed_s: float | list[float], seeds: list[int],
-                passes: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
+                passes: list[int] | None = None, starts: list[int] | None = None, ft_share: float = FINETUNE_SHARE,
                 eval_points: int = EVAL_POINTS, eval_rows: int = EVAL_INSTANCES, eval_share: float = 0.12,
                 min_eval_rows: int = 64, min_pretrain_s: float = 30.0, pretrain_s: float | None = None,
                 min_first_seeds: int = 3) -> Plan:
     """Split `remaining_s` seconds between pretraining and the label-efficiency curve; size the evaluations.
 
-    The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed once per starting point; a run costs
+    The curve runs `seeds[i]` seeds at label count `ladder[i]`, each seed `starts[i]` times (default 2: once per
+    starting point; 1: one starting point alone, the baseline entries after the curve's); a run costs
     ladder[i] x passes[i] x `example_s` (training; one figure, or one per label count) + `fixed_s` (its dev
     evaluation, loading and saving; one figure, or one per label count). passes:
     default `passes_for` each label count. The curve gets at most `ft_share` of the time: while it does not fit,
-    the largest label count with more than one seed loses one (the smallest keeps `min_first_seeds` to the last,
-    since its spread is the curve's point); at one seed everywhere, every run's passes shrink by the factor that
+    an entry loses a seed, in this order: the baseline's entries but the smallest label count's (down to none), the
+    curve's but the smallest count's (down to one), the curve's smallest count (down to `min_first_seeds`, since
+    its spread is the curve's point), the baseline's smallest count (down to one), then any (down to one); inside
+    each, the largest label count first. At one seed everywhere, every run's passes shrink by the factor that
     makes it fit (at least one pass): a slow machine keeps its pretraining, which the curve is about. Pretraining
     gets the rest, and never less than 1 - ft_share of the time (nor `min_pretrain_s`). Its `eval_points` evaluations of up to `eval_rows` held-out rows
     (`eval_row_s` seconds each, at least `min_eval_rows` rows) take at most `eval_share` of its time, and come
@@ -752,30 +772,37 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     passes = list(passes or [passes_for(n) for n in ladder])
     example_s = list(example_s) if isinstance(example_s, (list, tuple)) else [example_s] * len(ladder)
     fixed_s = list(fixed_s) if isinstance(fixed_s, (list, tuple)) else [fixed_s] * len(ladder)
+    starts = list(starts or [2] * len(ladder))
     if min(step_s, eval_row_s, *example_s) <= 0 or min(fixed_s) < 0 or min(seeds) < 1 \
-            or not len(ladder) == len(seeds) == len(passes) == len(example_s) == len(fixed_s):
+            or not set(starts) <= {1, 2} \
+            or not len(ladder) == len(seeds) == len(passes) == len(example_s) == len(fixed_s) == len(starts):
         raise ValueError("step, row and example times must be positive, the fixed time not negative, seeds at "
-                         "least 1, one seed count and pass count per label count")
+                         "least 1, starts 1 or 2, one seed count, pass count and start count per label count")
     seeds = list(seeds)
 
     def run_s() -> list[float]:
         return [n * p * e + f for n, p, e, f in zip(ladder, passes, example_s, fixed_s)]
 
     def total() -> float:
-        return 2 * sum(k * r for k, r in zip(seeds, run_s()))
+        return sum(k * m * r for k, m, r in zip(seeds, starts, run_s()))
 
     if pretrain_s is None:
         room = ft_share * remaining_s
+        # Who loses a seed, in stages: the baseline's entries but the first (to none: the time left at the end may
+        # still run them), the curve's but the first (to one), the curve's first (to `min_first_seeds`), the
+        # baseline's first (to one), then any (to one); inside a stage the largest label count first.
+        single = [i for i in range(len(seeds)) if starts[i] == 1]
+        curve = [i for i in range(len(seeds)) if starts[i] == 2]
+        stages = [(single[:0:-1], 0), (curve[:0:-1], 1), (curve[:1], min_first_seeds), (single[:1], 1),
+                  (list(range(len(seeds))), 1)]
         while total() > room:
-            floors = [min_first_seeds if i == 0 else 1 for i in range(len(seeds))]
-            over = [i for i in reversed(range(len(seeds))) if seeds[i] > floors[i]]
-            if not over:
-                over = [i for i in range(len(seeds)) if seeds[i] > 1]
+            over = next(([i for i in entries if seeds[i] > floor] for entries, floor in stages
+                         if any(seeds[i] > floor for i in entries)), [])
             if not over:
                 break
             seeds[over[0]] -= 1
         if total() > room:
-            fixed = 2 * sum(k * f for k, f in zip(seeds, fixed_s))
+            fixed = sum(k * m * f for k, m, f in zip(seeds, starts, fixed_s))
             factor = max(0.0, room - fixed) / (total() - fixed)
             passes = [max(1, math.floor(p * factor)) for p in passes]
     short = False
@@ -789,7 +816,7 @@ def plan_budget(remaining_s: float, step_s: float, eval_row_s: float, ladder: li
     expected = max(1, int((pretrain_s - eval_points * rows * eval_row_s) / step_s))
     return Plan(pretrain_s=pretrain_s, eval_every=max(1, expected // eval_points), eval_rows=rows,
                 expected_steps=expected, ladder=tuple(ladder), seeds=tuple(seeds), passes=tuple(passes),
-                run_s=tuple(run_s()), finetune_s=total(), short=short)
+                run_s=tuple(run_s()), finetune_s=total(), short=short, starts=tuple(starts))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -917,15 +944,17 @@ def fill_mask_evaluation(model_dir: str | os.PathLike, data_dir: str | os.PathLi
 # ------------------------------------------------------------------------------------------------------------------
 # The pipeline
 # ------------------------------------------------------------------------------------------------------------------
-def curve_schedule(planned: list[int], more: list[int]) -> list[tuple[int, int]]:
-    """The order of the curve's runs, (label count's index, seed's index): the fewest labels' `planned` seeds first
-    (cheap, and their spread is the claim), then one seed at every other label count (the whole curve), then their
-    other planned seeds, smallest label count first; the first sum(planned) entries. After them, run only while
-    the budget has room (the machine was busier when the plan measured it, or the runs were cheaper than planned),
-    the seeds up to `more` that the plan did not keep, fewest labels first."""
-    order = ([(0, k) for k in range(planned[0])] + [(i, 0) for i in range(1, len(planned)) if planned[i]]
-             + [(i, k) for i in range(1, len(planned)) for k in range(1, planned[i])])
-    return order + [(i, k) for i in range(len(planned)) for k in range(planned[i], more[i])]
+def curve_schedule(planned: list[int], more: list[int], leading: tuple[int, ...] = (0,)) -> list[tuple[int, int]]:
+    """The order of the curve's runs, (entry's index, seed's index): the `leading` entries' `planned` seeds first
+    (the fewest labels, and the baseline there: cheap, and their spread is the claim), then one seed at every other
+    entry (the whole curve), then their other planned seeds, in index order (the smallest label count first); the
+    first sum(planned) entries. After them, run only while the budget has room (the machine was busier when the
+    plan measured it, or the runs were cheaper than planned), the seeds up to `more` that the plan did not keep,
+    the leading entries' first, then in index order."""
+    rest = [i for i in range(len(planned)) if i not in leading]
+    order = ([(i, k) for i in leading for k in range(planned[i])] + [(i, 0) for i in rest if planned[i]]
+             + [(i, k) for i in rest for k in range(1, planned[i])])
+    return order + [(i, k) for i in list(leading) + rest for k in range(planned[i], more[i])]
 
 
 def quartiles(values: list[float]) -> dict[str, Any]:
@@ -941,11 +970,56 @@ def quartiles(values: list[float]) -> dict[str, Any]:
 def curve_verdict(point: dict[str, Any]) -> dict[str, Any]:
     """At one label count: the gap between the pretrained and the random-initialisation medians, and whether it
     is larger than both interquartile ranges (the test of the curve's claim; with fewer than three seeds there is
-    no spread to speak of, so never)."""
+    no spread to speak of, so never); the pretrained run ahead on how many of the seeds.
+
+    Where the point has the fine-tuned baseline (`scratch_finetuned`, random initialisation fine-tuned on the same
+    label sets), the same against it: `finetuned_gap`, `finetuned_beyond_spread` (three seeds or more on both
+    sides), `finetuned_wins` of `finetuned_seeds` (the seeds both ran: each side's values are in seed order, from
+    the same first seed)."""
     pre, scr = point["pretrained"], point["scratch"]
     gap = pre["median"] - scr["median"]
-    return {"gap": gap, "beyond_spread": len(pre["values"]) >= 3 and gap > max(pre["iqr"], scr["iqr"]),
-            "wins": sum(p > s for p, s in zip(pre["values"], scr["values"])), "seeds": len(pre["values"])}
+    verdict = {"gap": gap, "beyond_spread": len(pre["values"]) >= 3 and gap > max(pre["iqr"], scr["iqr"]),
+               "wins": sum(p > s for p, s in zip(pre["values"], scr["values"])), "seeds": len(pre["values"])}
+    tuned = point.get("scratch_finetuned")
+    if tuned:
+        tuned_gap = pre["median"] - tuned["median"]
+        both = min(len(pre["values"]), len(tuned["values"]))
+        verdict.update(finetuned_gap=tuned_gap, finetuned_seeds=both,
+                       finetuned_beyond_spread=both >= 3 and tuned_gap > max(pre["iqr"], tuned["iqr"]),
+                       finetuned_wins=sum(p > s for p, s in zip(pre["values"], tuned["values"])))
+    return verdict
+
+
+def seed_draw_share(pretrained: list[float], scratch: list[float], k: int, draws: int | None = None,
+                    seed: int = 0) -> float:
+    """How often `k` seeds put a point beyond both spreads: the share of draws of k of the seeds (without
+    replacement, the same seeds for both starting points, as the job pairs them) for which `curve_verdict` says
+    beyond. `pretrained[i]` and `scratch[i]` are seed i's accuracies. draws: that many draws from
+    `numpy.random.default_rng(seed)`; None: every k-subset once (the exact share)."""
+    import numpy as np
+
+    if len(pretrained) != len(scratch) or not 1 <= k <= len(pretrained):
+        raise ValueError(f"one accuracy per seed on both sides and 1 <= k <= {len(pretrained)}, got k {k}")
+
+    def beyond(chosen) -> bool:
+        return curve_verdict({"pretrained": quartiles([pretrained[i] for i in chosen]),
+                              "scratch": quartiles([scratch[i] for i in chosen])})["beyond_spread"]
+
+    if draws is None:
+        subsets = list(itertools.combinations(range(len(pretrained)), k))
+        return sum(map(beyond, subsets)) / len(subsets)
+    rng = np.random.default_rng(seed)
+    return sum(beyond(rng.choice(len(pretrained), size=k, replace=False)) for _ in range(draws)) / draws
+
+
+# What the progress lines call each starting point of the curve.
+START_NAMES = {"pretrained": "pretrained", "scratch": "random init", "scratch_finetuned": "random init fine-tuned"}
+
+
+def label_set_name(labels: int, seed: int, baseline: bool = False) -> str:
+    """The label set file of a point: the curve's `train-N-seedS.jsonl`; the fine-tuned baseline's, the same
+    examples repeated for its own passes, `train-N-seedS-finetuned.jsonl`."""
+    return f"train-{labels}-seed{seed}{'-finetuned' if baseline else ''}.jsonl"
 
 
 def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None = None, minutes: float = 10.0,
@@ -1124,28 +1198,35 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     # above; the frozen encoder's layers are computed once per example and starting point (a cache file each).
     rung_configs = [dataclasses.replace(ft_config, **FROZEN) if n <= frozen_max_labels else ft_config
                     for n in rungs]
-    passes = [1 if c.frozen else passes_for(n, min_examples) for n, c in zip(rungs, rung_configs)]
+    # The runs are planned as entries ("arms"): the curve's label counts, each for both starting points, then the
+    # baseline at each frozen count, random initialisation fine-tuned (one starting point).
+    baseline = [i for i, c in enumerate(rung_configs) if c.frozen]
+    arm_labels = rungs + [rungs[i] for i in baseline]
+    arm_configs = rung_configs + [ft_config] * len(baseline)
+    arm_starts = [2] * len(rungs) + [1] * len(baseline)
+    passes = [1 if c.frozen else passes_for(n, min_examples) for n, c in zip(arm_labels, arm_configs)]
     ft_speed = finetune_cost(task_train, task_dev, user_config, tok_dir, speed["tokens_per_s"])
     per_example_s = ft_speed["epoch_s"] / len(train_examples)
     # A frozen encoder reads each new example once, forward only (a third of a training step), and the regression
     # on the cached features costs little; a fine-tuned run also scores the dev set with the model it trained.
-    example_s = [per_example_s / 3 if c.frozen else per_example_s for c in rung_configs]
-    fixed_s = [ft_speed["eval_s"] + (FROZEN_OVERHEAD_S if c.frozen else FINETUNE_OVERHEAD_S) for c in rung_configs]
+    example_s = [per_example_s / 3 if c.frozen else per_example_s for c in arm_configs]
+    fixed_s = [ft_speed["eval_s"] + (FROZEN_OVERHEAD_S if c.frozen else FINETUNE_OVERHEAD_S) for c in arm_configs]
     # The fewest labels, where the spread is widest and the claim is made, get the most seeds; the other frozen
     # counts cost little; the fine-tuned ones one planned seed (more with the time left at the end), so that the
     # minutes go to pretraining, which the whole curve stands on. With a given pretraining time every seed runs.
     tuned_seeds = FINETUNED_SEEDS if train_seconds is None else FINETUNED_MORE_SEEDS
     wanted = [finetune_seeds if i == 0 else min(finetune_seeds, FROZEN_SEEDS if c.frozen else tuned_seeds)
               for i, c in enumerate(rung_configs)]
+    wanted += [min(finetune_seeds, BASELINE_SEEDS if j == 0 else tuned_seeds) for j in range(len(baseline))]
     # Pretraining's last evaluation and save, fill-mask, the report.
     end_reserve = 15.0 + EVAL_INSTANCES * speed["eval_row_s"]
     if train_seconds is None:
         remaining = deadline - time.perf_counter() - end_reserve
-        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], rungs, example_s, fixed_s, wanted,
-                           passes=passes)
+        plan = plan_budget(remaining, speed["step_s"], speed["eval_row_s"], arm_labels, example_s, fixed_s, wanted,
+                           passes=passes, starts=arm_starts)
     else:  # a given pretraining time: every seed runs
-        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], rungs, example_s, fixed_s, wanted,
-                           passes=passes, pretrain_s=train_seconds)
+        plan = plan_budget(0.0, speed["step_s"], speed["eval_row_s"], arm_labels, example_s, fixed_s, wanted,
+                           passes=passes, starts=arm_starts, pretrain_s=train_seconds)
         deadline = math.inf  # a test's budget is in steps and seconds, not minutes
     size_why = ("a CUDA GPU: the larger model" if torch_device.type == "cuda"
                 else "the size with the most held-out accuracy per CPU minute")
@@ -1153,8 +1234,14 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         f"{threads_note}; vocabulary {normalisation}; pretraining "
         f"{plan.pretrain_s / 60:.1f} min (~{plan.expected_steps:,} steps, {plan.eval_rows} held-out rows evaluated "
         f"every {plan.eval_every:,}); then the label-efficiency curve: "
-        + ", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}" for n, k in zip(plan.ladder, plan.seeds))
-        + f", each for both starting points (~{plan.finetune_s / 60:.1f} min)"
+        + ", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}"
+                    for n, k in zip(plan.ladder[:len(rungs)], plan.seeds))
+        + ", each for both starting points"
+        + ("; beside the frozen points random initialisation fine-tuned: "
+           + (", ".join(f"{n:,} labels x {k}" for n, k in zip(plan.ladder[len(rungs):], plan.seeds[len(rungs):]) if k)
+              or "none planned") + " (more with time left at the end)"
+           if baseline else "")
+        + f" (~{plan.finetune_s / 60:.1f} min)"
         + ("" if list(plan.passes) == passes else f"; passes cut to {', '.join(map(str, plan.passes))} to fit"))
     if plan.short:
         say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
@@ -1179,22 +1266,26 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         f"{len(dev_examples):,} dev examples, {len(classes)} classes; pretrained and from random initialisation, "
         f"lr {FINETUNE['learning_rate']:g}, at least {min_examples:,} examples seen per run"
         + (f"; up to {frozen_max_labels:,} labels a logistic regression on the frozen encoder's last layer"
-           if any(c.frozen for c in rung_configs) else ""))
+           + ", and beside it random initialisation fine-tuned" if baseline else ""))
     orders = {}
-    results: dict[int, dict[str, list[dict[str, Any]]]] = {n: {"pretrained": [], "scratch": []} for n in rungs}
-    more = ([max(w, 0 if c.frozen else FINETUNED_MORE_SEEDS) for w, c in zip(wanted, rung_configs)]
+    # The starting points each entry runs: the curve's both, the baseline's random initialisation fine-tuned.
+    arm_starts_named = ([(("pretrained", run_dir / "model"), ("scratch", scratch_dir))] * len(rungs)
+                        + [(("scratch_finetuned", scratch_dir),)] * len(baseline))
+    results: list[dict[str, list[dict[str, Any]]]] = [{name: [] for name, _ in named} for named in arm_starts_named]
+    more = ([max(w, 0 if c.frozen else FINETUNED_MORE_SEEDS) for w, c in zip(wanted, arm_configs)]
             if train_seconds is None else list(plan.seeds))
-    schedule = curve_schedule(list(plan.seeds), more)
+    # The fewest labels first, for the curve and for its fine-tuned baseline: the claim is made there.
+    schedule = curve_schedule(list(plan.seeds), more, (0, len(rungs)) if baseline else (0,))
     planned_runs = sum(plan.seeds)
     kept = {}
     # Estimated and measured seconds of the pairs run so far, for the frozen and the fine-tuned recipe apart: each
     # corrects its own estimates (a regression's fixed costs say nothing of a fine-tuning run's).
     planned, spent = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
     for at, (i, k) in enumerate(schedule):
-        n, run_seed = rungs[i], seed + k
+        n, run_seed = arm_labels[i], seed + k
         left = deadline - time.perf_counter() - 15.0
-        kind = rung_configs[i].frozen
-        pair_s = 2 * plan.run_s[i] * (spent[kind] / planned[kind] if planned[kind] else 1.0)
+        kind = arm_configs[i].frozen
+        pair_s = plan.starts[i] * plan.run_s[i] * (spent[kind] / planned[kind] if planned[kind] else 1.0)
         if (i, k) != (0, 0) and left < pair_s:
             if at < planned_runs:  # an extra seed that does not fit is simply not run
                 say(f"   {n:,} labels, seed {run_seed}: skipped ({max(left, 0):.0f} s left, a pair of runs takes "
@@ -1203,42 +1294,49 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
         began_pair = time.perf_counter()
         if run_seed not in orders:
             orders[run_seed] = stratified_order(labels, run_seed)
+        # The baseline's label set is the curve's, repeated for its passes (`label_set_name`).
         train_file = write_label_set(train_examples, orders[run_seed][:n], plan.passes[i],
-                                     sets_dir / f"train-{n}-seed{run_seed}.jsonl")
+                                     sets_dir / label_set_name(n, run_seed, i >= len(rungs)))
         line = []
-        for name, start in (("pretrained", run_dir / "model"), ("scratch", scratch_dir)):
-            ft_dir = out / "finetune" / f"{name}-{n}-seed{run_seed}"
+        for name, start in arm_starts_named[i]:
+            ft_dir = out / "finetune" / f"{name.replace('_', '-')}-{n}-seed{run_seed}"
             if ft_dir.exists():
                 shutil.rmtree(ft_dir)  # a fresh run: no checkpoint or evaluation of an earlier one mixes in
             began = time.perf_counter()
             ft_dir.mkdir(parents=True)
-            run_config = dataclasses.replace(rung_configs[i], seed=run_seed)
+            run_config = dataclasses.replace(arm_configs[i], seed=run_seed)
             if run_config.frozen:
                 run_config = dataclasses.replace(run_config, feature_cache=str(out / "finetune" / f"{name}.features"))
             with open(ft_dir / "log.txt", "w", encoding="utf-8") as log, redirect_stdout(log):
                 got = finetune("classify", start, train_file, dev_file, ft_dir, run_config, new_heads=True)
             last = got["epochs"][-1]
-            results[n][name].append({"seed": run_seed, "accuracy": last["accuracy"],
+            results[i][name].append({"seed": run_seed, "accuracy": last["accuracy"],
                                      "macro_f1": last.get("macro_f1"),
                                      "seconds": round(time.perf_counter() - began, 1)})
             shutil.rmtree(ft_dir / "checkpoints", ignore_errors=True)  # resume state: not needed once finished
-            if n == rungs[-1] and k == 0:
+            if i == len(rungs) - 1 and k == 0:
                 kept[name] = ft_dir / "model"  # all labels, first seed: the fine-tuned models kept
             else:
                 shutil.rmtree(ft_dir / "model", ignore_errors=True)
-            line.append(f"{'pretrained' if name == 'pretrained' else 'random init'} {last['accuracy']:.3f}")
+            line.append(f"{START_NAMES[name]} {last['accuracy']:.3f}")
         say(f"   {n:>6,} labels, seed {run_seed}: dev accuracy " + ", ".join(line)
             + f" ({time.perf_counter() - began:.0f} s a run)")
-        planned[kind] += 2 * plan.run_s[i]
+        planned[kind] += plan.starts[i] * plan.run_s[i]
         spent[kind] += time.perf_counter() - began_pair
     curve = []
     for i, n in enumerate(rungs):
-        if not results[n]["pretrained"]:
+        if not results[i]["pretrained"]:
             continue  # every run of this label count was skipped: out of time
         point = {"labels": n, "passes": plan.passes[i], "frozen": rung_configs[i].frozen}
         for name in ("pretrained", "scratch"):
-            runs = results[n][name]
+            runs = results[i][name]
             point[name] = {**quartiles([r["accuracy"] for r in runs]), "runs": runs}
+        if i in baseline:
+            arm = len(rungs) + baseline.index(i)
+            runs = results[arm]["scratch_finetuned"]
+            if runs:
+                point["scratch_finetuned"] = {**quartiles([r["accuracy"] for r in runs]), "runs": runs,
+                                              "passes": plan.passes[arm]}
         point.update(curve_verdict(point))
         curve.append(point)
     lap("finetuning")
@@ -1343,8 +1441,8 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
     ]
     c = ft["config"]
 
-    def point_command(start: Path, name: str, lr: float, more: str = "") -> str:
-        return (f"bertkit finetune classify --model {start} --train {sets_dir}/train-N-seedS.jsonl --dev "
+    def point_command(start: Path, name: str, lr: float, more: str = "", sets: str = "train-N-seedS.jsonl") -> str:
+        return (f"bertkit finetune classify --model {start} --train {sets_dir}/{sets} --dev "
                 f"{sets_dir}/dev.jsonl{' --pair-column pair' if ft['pairs'] else ''} --out "
                 f"{out / 'finetune' / name}-N-seedS --epochs 1 --lr {lr:g} --batch-size "
                 f"{c['batch_size']} --max-seq-length {c['max_seq_length']} --dropout {c['dropout']} --seed S "
@@ -1362,6 +1460,11 @@ def reproduce_commands(report: dict[str, Any], out: Path, tok_dir: Path, data_di
                                  start, name, c["learning_rate"], f" --frozen --layers={c['frozen_layers']} "
                                  f"--task-model {c['frozen_task_model']} --feature-cache {out / 'finetune' / name}"
                                  f".features")))
+    if any(p.get("scratch_finetuned") for p in ft["curve"]):
+        commands.append((f"the baseline at a point of at most {c['frozen_max_labels']} labels: random "
+                         f"initialisation fine-tuned on the same label set (its file repeats it for the run's passes)",
+                         point_command(scratch_dir, "scratch-finetuned", c["learning_rate"],
+                                       sets="train-N-seedS-finetuned.jsonl")))
     example = report["fill_mask"]["examples"][0]["prompt"] if report["fill_mask"]["examples"] else "[MASK]"
     commands += [("fill-mask", f"bertkit fill-mask --model {run_dir / 'model'} \"{example}\""),
                  ("serve the fine-tuned classifier", report["serve"]),
@@ -1382,12 +1485,15 @@ def print_summary(report: dict[str, Any]) -> None:
     print(f"label-efficiency curve on {ft['task']['description']}")
     print(f"  dev accuracy ({ft['dev_examples']:,} examples), median over seeds [interquartile range]; majority "
           f"class {ft['majority_accuracy']:.3f}")
-    print(f"  {'labels':>7} {'seeds':>5}  {'pretrained':<22} {'random initialisation':<22} {'gap':>7}")
+    print(f"  {'labels':>7} {'seeds':>5}  {'pretrained':<22} {'random initialisation':<22} {'gap':>7}"
+          f"  {'random init fine-tuned (seeds)':<30}")
     for p in ft["curve"]:
-        pre, scr = p["pretrained"], p["scratch"]
+        pre, scr, tuned = p["pretrained"], p["scratch"], p.get("scratch_finetuned")
         print(f"  {p['labels']:>7,} {p['seeds']:>5}  {pre['median']:.3f} [{pre['q1']:.3f}-{pre['q3']:.3f}]"
               f"{'':<4} {scr['median']:.3f} [{scr['q1']:.3f}-{scr['q3']:.3f}]{'':<4} {p['gap'] + 0.0:+.3f}"
-              f"{'  beyond both IQRs' if p['beyond_spread'] else ''}")
+              + (f"  {tuned['median']:.3f} [{tuned['q1']:.3f}-{tuned['q3']:.3f}] ({len(tuned['values'])})"
+                 if tuned else "")
+              + f"{'  beyond both IQRs' if p['beyond_spread'] else ''}")
     print(f"fill-mask on {fill['prompts']:,} held-out sentences: top-1 {fill['top1_accuracy']:.3f}, top-5 "
           f"{fill['top5_accuracy']:.3f} (always '{fill['baseline_word']}': {fill['baseline_accuracy']:.3f}); by the "
           f"masked word's frequency rank:")

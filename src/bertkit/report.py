@@ -27,7 +27,8 @@ from bertkit.plots import METRICS_FILE, collect_series, figure_text, font_contex
 # (file stem, title) of every figure, in page order.
 FIGURES = {
     "label_efficiency": "Label efficiency: dev accuracy against the number of labels, pretrained vs random "
-                        "initialisation (median over seeds, bars: interquartile range, dots: each seed)",
+                        "initialisation, frozen and fine-tuned (median over seeds, bars: interquartile range, dots: "
+                        "each seed)",
     "heldout_accuracy": "Held-out masked-token accuracy during pretraining",
     "heldout_perplexity": "Held-out masked-LM perplexity during pretraining (log scale)",
     "training_loss": "Masked-LM loss during pretraining: training (mean over each logging window) and held-out",
@@ -56,15 +57,23 @@ def _png(draw: Callable[[Any], None], size: tuple[float, float] = (7.0, 3.8)) ->
 
 def draw_label_efficiency(ax, finetune: dict[str, Any], machine: dict[str, Any] | None = None) -> None:
     """The label-efficiency curve on `ax`: per starting point the median dev accuracy over seeds at each label
-    count (labels on a log axis), a bar over the interquartile range, each seed as a faint dot; the majority class
-    as a dashed line; the machine in the title. Every text drawn is ASCII or passes `figure_text`."""
+    count (labels on a log axis), a bar over the interquartile range, each seed as a faint dot; where the frozen
+    points have it, the baseline (random initialisation fine-tuned on the same label sets) dotted; the majority
+    class as a dashed line; the machine in the title. Every text drawn is ASCII or passes `figure_text`."""
     curve = finetune["curve"]
-    for (name, label), color, shift in zip((("pretrained", "pretrained"), ("scratch", "random initialisation")),
-                                           ("tab:blue", "tab:orange"), (0.97, 1.03)):
-        xs = [p["labels"] for p in curve]
-        medians = [p[name]["median"] for p in curve]
-        ax.plot(xs, medians, marker="o", color=color, linewidth=2, label=f"{label} (median)")
-        for p in curve:
+    frozen = [p["labels"] for p in curve if p.get("frozen")]
+    encoder = f" (frozen encoder up to {max(frozen):,} labels)" if frozen else ""
+    series = (("pretrained", f"pretrained{encoder}"), ("scratch", f"random initialisation{encoder}"),
+              ("scratch_finetuned", "random initialisation, fine-tuned"))
+    for (name, label), color, shift, style in zip(series, ("tab:blue", "tab:orange", "tab:green"),
+                                                  (0.97, 1.03, 1.0), ("-", "-", ":")):
+        points = [p for p in curve if p.get(name)]
+        if not points:
+            continue
+        xs = [p["labels"] for p in points]
+        medians = [p[name]["median"] for p in points]
+        ax.plot(xs, medians, marker="o", color=color, linewidth=2, linestyle=style, label=f"{label} (median)")
+        for p in points:
             x = p["labels"] * shift  # the two starting points side by side, not on top of each other
             ax.plot([x, x], [p[name]["q1"], p[name]["q3"]], color=color, linewidth=5, alpha=0.45,
                     solid_capstyle="butt")
@@ -223,6 +232,10 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
              f"<div>dev accuracy with {first['labels']:,} labels, pretrained / random init<b>"
              f"{_num(first['pretrained']['median'])} / {_num(first['scratch']['median'])}</b>median of "
              f"{first['seeds']} seeds, gap {first['gap'] + 0.0:+.3f}</div>",
+             (f"<div>random init fine-tuned on the same {first['labels']:,} labels<b>"
+              f"{_num(first['scratch_finetuned']['median'])}</b>median of {len(first['scratch_finetuned']['values'])} "
+              f"seed(s), pretrained {first['finetuned_gap'] + 0.0:+.3f}</div>" if first.get("scratch_finetuned")
+              else ""),
              f"<div>with {most}<b>{_num(last['pretrained']['median'])} / "
              f"{_num(last['scratch']['median'])}</b>median of {last['seeds']} seed(s)</div>",
              f"<div>held-out masked-token accuracy<b>{_num(report['mlm_accuracy_before'])} → "
@@ -237,10 +250,20 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
 
     frozen = any(p.get("frozen") for p in curve)
     tuned = [p for p in curve if not p.get("frozen")]
+    baseline = [p for p in curve if p.get("scratch_finetuned")]
+
+    def versus_tuned(p: dict[str, Any]) -> Any:
+        if not p.get("scratch_finetuned"):
+            return "—"
+        t = p["scratch_finetuned"]
+        return Markup(f"{_e(cell(t))}, {len(t['values'])} seed(s): gap {p['finetuned_gap'] + 0.0:+.3f}"
+                      + (", <span class=\"ok\">beyond both IQRs</span>" if p["finetuned_beyond_spread"] else ""))
+
     rows = [[f"{p['labels']:,}" + (" (frozen encoder)" if p.get("frozen") else ""), p["passes"], p["seeds"],
              cell(p["pretrained"]), cell(p["scratch"]),
              f"{p['gap'] + 0.0:+.3f}", f"{p['wins']} of {p['seeds']}",
-             Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")] for p in curve]
+             Markup("<span class=\"ok\">yes</span>" if p["beyond_spread"] else "no")]
+            + ([versus_tuned(p)] if baseline else []) for p in curve]
     claim = ("pretraining pays already with the fewest labels, beyond the seeds' spread"
              if first["beyond_spread"] and first["gap"] > 0
              else f"{first['seeds']} seed(s) at the fewest labels: too few for a spread, so no claim"
@@ -257,7 +280,13 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               + (f"Label sets of at most {config['frozen_max_labels']:,} examples fit a logistic regression "
                  f"(L-BFGS to convergence, L2) on the standardised mean and maximum over the tokens of the frozen "
                  f"encoder's last layer, for both starting points: so few sentences cannot say which of the "
-                 f"encoder's weights to move. " if frozen else "")
+                 f"encoder's weights to move. On a frozen random encoder that regression reads a random network's "
+                 f"features: on a task that a bag of words cannot solve (the built-in one) it is at chance by "
+                 f"construction, so it is not the baseline a reader expects. " if frozen else "")
+              + (f"That baseline is the last column: random initialisation fine-tuned on the same label sets, with "
+                 f"learning rate {config['learning_rate']:g} ({baseline[0]['scratch_finetuned']['passes']} passes "
+                 f"over {baseline[0]['labels']:,} labels), against the pretrained model's regression. "
+                 if baseline else "")
               + (f"{'Larger ones' if frozen else 'Each'} fine-tune the whole model: learning rate "
                  f"{config['learning_rate']:g}, batch {config['batch_size']}, dropout {config['dropout']}, length "
                  f"{config['max_seq_length']}, {_e(config['precision'])}, at least {config['min_examples']:,} "
@@ -268,25 +297,36 @@ def render_html(report: dict[str, Any], figures: dict[str, bytes], note: str = "
               f"interquartile range in brackets. Measured on {where}.</p>",
               _figure("label_efficiency", figures),
               _table(["labels", "passes", "seeds", "pretrained: median [IQR]", "random init: median [IQR]",
-                      "gap of medians", "pretrained ahead", "gap beyond both IQRs"], rows,
+                      "gap of medians", "pretrained ahead", "gap beyond both IQRs"]
+                     + (["random init fine-tuned: median [IQR], gap"] if baseline else []), rows,
                      table_id="label-efficiency-table"),
               f"<p><b>{_e(claim[0].upper() + claim[1:])}</b>: with {first['labels']:,} labels the pretrained median "
               f"is {first['gap'] + 0.0:+.3f} from random initialisation's (pretrained ahead on {first['wins']} of "
-              f"{first['seeds']} seeds); with {most} the gap is {last['gap'] + 0.0:+.3f}.</p>"]
+              f"{first['seeds']} seeds)"
+              + (f", {first['finetuned_gap'] + 0.0:+.3f} from random initialisation fine-tuned on the same label "
+                 f"sets ({'beyond' if first['finetuned_beyond_spread'] else 'not beyond'} both interquartile ranges; "
+                 f"ahead on {first['finetuned_wins']} of {first['finetuned_seeds']} seeds)"
+                 if first.get("scratch_finetuned") else "")
+              + f"; with {most} the gap is {last['gap'] + 0.0:+.3f}.</p>"]
 
     load = machine.get("load_average_at_start")
     shared = (f" The load average was {load:.1f} at the start and {machine.get('load_average_at_end') or 0:.1f} at "
               f"the end on {machine.get('cores')} cores: other work shared the machine, so the speeds are lower than "
               f"it gives alone." if load is not None and machine.get("cores") and load > 0.5 * machine["cores"]
               else "")
+    starts = plan.get("starts") or [2] * len(plan["ladder"])  # runs per seed: both starting points, or one
     parts += ["<h2 id=\"machine\">Machine, precision and plan</h2>",
               f"<p>{where}. <b>{_e(report['precision'])}</b>: {_e(report['precision_reason'])}. Measured before "
               f"pretraining: {report['speed']['tokens_per_s']:,.0f} tokens/s ({report['speed']['step_s']:.3f} s per "
               f"step of {report['speed']['tokens_per_step']:,.0f} tokens); from it the plan: pretraining "
               f"{plan['pretrain_s'] / 60:.1f} minutes, then "
               + _e(", ".join(f"{n:,} labels x {k} seed{'s' if k > 1 else ''}"
-                             for n, k in zip(plan['ladder'], plan['seeds'])))
-              + f" for each starting point (~{plan['finetune_s'] / 60:.1f} minutes).{_e(shared)}</p>",
+                             for n, k, m in zip(plan['ladder'], plan['seeds'], starts) if m == 2))
+              + " for each starting point"
+              + _e("; random initialisation fine-tuned beside the frozen points: "
+                   + (", ".join(f"{n:,} labels x {k}" for n, k, m in zip(plan['ladder'], plan['seeds'], starts)
+                                if m == 1 and k) or "none planned") if 1 in starts else "")
+              + f" (~{plan['finetune_s'] / 60:.1f} minutes).{_e(shared)}</p>",
               _table(["stage", "seconds"], [[k, v] for k, v in report.get("timings", {}).items()])]
 
     summary = report.get("corpus_summary", {})
