@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -156,3 +158,23 @@ class IndexedDocuments(ListDocuments):
 def indexed_documents():
     """The class `IndexedDocuments` (an indexed, counting copy of a `ListDocuments`' documents)."""
     return IndexedDocuments
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(app):
+    """A real uvicorn server for `app` on a free loopback port, run in a thread: yields the port; on leaving, the
+    server is told to exit and its thread must end."""
+    uvicorn = pytest.importorskip("uvicorn")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.started
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    assert not thread.is_alive()

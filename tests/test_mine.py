@@ -15,6 +15,7 @@ from bertkit.cli import main
 from bertkit.mine import MineConfig, choose_negatives, mine_hard_negatives, read_corpus, top_k_blockwise, write_table
 from bertkit.models.pooling import SentenceEncoder
 from bertkit.sentence import SentenceConfig
+from conftest import uvicorn_in_thread
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,28 +170,13 @@ def test_mine_cli_and_finetune_embed_reads_the_negatives(encoder_dir, tmp_path, 
 
 def test_mine_through_a_running_server_equals_the_directory(encoder_dir, tmp_path):
     pytest.importorskip("starlette")
-    uvicorn = pytest.importorskip("uvicorn")
-    import threading
-    import time
-
     from bertkit.serve import Engine, ServeConfig, create_app
 
     app = create_app(Engine(encoder_dir / "model"), ServeConfig(max_wait_ms=1))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
     config = MineConfig(num_negatives=2, range_min=1, batch_size=7, device="cpu")
-    try:
+    with uvicorn_in_thread(app) as port:
         mine_hard_negatives(f"http://127.0.0.1:{port}", encoder_dir / "pairs.csv", tmp_path / "served.jsonl",
                             encoder_dir / "corpus.txt", config)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     mine_hard_negatives(encoder_dir / "model", encoder_dir / "pairs.csv", tmp_path / "local.jsonl",
                         encoder_dir / "corpus.txt", config)
     assert (tmp_path / "served.jsonl").read_text() == (tmp_path / "local.jsonl").read_text()

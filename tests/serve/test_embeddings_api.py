@@ -9,8 +9,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ import torch
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
+from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import fixed_vocabulary, sentence  # noqa: E402
 
 from bertkit import BertConfig  # noqa: E402
@@ -116,27 +115,14 @@ def test_dense_layer_and_cls_pooling_served_as_sentence_transformers(dirs):
 
 def test_openai_client_against_a_real_server(dirs):
     openai = pytest.importorskip("openai")
-    uvicorn = pytest.importorskip("uvicorn")
     app = create_app(Engine(dirs["embed"]), ServeConfig(max_wait_ms=1), api_key="sekret")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with uvicorn_in_thread(app) as port:
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sekret", timeout=30, max_retries=0)
         response = api.embeddings.create(model="embed", input=TEXTS)  # the client asks for base64 by default
         single = api.embeddings.create(model="embed", input=TEXTS[0], encoding_format="float")
         wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="nope", max_retries=0, timeout=30)
         with pytest.raises(openai.AuthenticationError):
             wrong.embeddings.create(model="embed", input=TEXTS)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-    assert not thread.is_alive()
     expected = sentence_transformers_encode(dirs["embed"], TEXTS)
     np.testing.assert_allclose([d.embedding for d in response.data], expected, rtol=0, atol=1e-5)
     np.testing.assert_allclose(single.data[0].embedding, expected[0], rtol=0, atol=1e-5)

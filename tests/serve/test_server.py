@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
+from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import as_predict_input, assert_same, build_models, inputs_for  # noqa: E402
 
 from bertkit.features import extract_features  # noqa: E402
@@ -414,16 +415,7 @@ def test_kind_detection_and_options(models):
 # A real server on 127.0.0.1
 # ------------------------------------------------------------------------------------------------------------------
 def test_a_real_uvicorn_server(models):
-    uvicorn = pytest.importorskip("uvicorn")
     app = make_app(models, "squad", max_wait_ms=5)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
     items = inputs_for("squad", 40, seed=11)
 
     async def main():
@@ -432,12 +424,8 @@ def test_a_real_uvicorn_server(models):
             responses = await asyncio.gather(*[c.post("/v1/predict", json={"inputs": [x]}) for x in items])
             return responses, await c.get("/healthz")
 
-    try:
+    with uvicorn_in_thread(app) as port:
         responses, health = asyncio.run(main())
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-    assert not thread.is_alive()
     assert health.status_code == 200
     for r, ref in zip(responses, references(models, "squad", items)):
         got = r.json()[0]

@@ -145,14 +145,18 @@ class ShardedCorpus:
             self._check_sum(self.data_dir / self.split / f"{entry['name']}.{suffix}", entry["files"][suffix]["sha256"])
         self._verified.add(shard)
 
-    def document(self, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Document `i` (0 <= i < len; negative counts from the end): (int64 ids, bool word starts) per sentence."""
+    def _locate(self, i: int) -> tuple[int, int]:
+        """(shard, index within it) of document `i` (negative counts from the end); IndexError out of range."""
         if i < 0:
             i += self.num_documents
         if not 0 <= i < self.num_documents:
             raise IndexError(f"document {i} out of range for {self.num_documents} documents")
         shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
-        return self._document(shard, i - int(self._doc_offsets[shard]))
+        return shard, i - int(self._doc_offsets[shard])
+
+    def document(self, i: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Document `i` (0 <= i < len; negative counts from the end): (int64 ids, bool word starts) per sentence."""
+        return self._document(*self._locate(i))
 
     def _document(self, shard: int, local: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         self._ensure_verified(shard)
@@ -171,14 +175,9 @@ class ShardedCorpus:
         """Document `i` in one piece: (ids (L,) int64, word starts (L,) bool, sentence offsets (sentences + 1,)
         int64 from 0 to L): `document(i)` concatenated, read as one slice (a whole-corpus chunk reads documents
         whole, and splitting them into sentences costs more than reading them)."""
-        if i < 0:
-            i += self.num_documents
-        if not 0 <= i < self.num_documents:
-            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
-        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        shard, local = self._locate(i)
         self._ensure_verified(shard)
         tokens, sentences, documents, packed = self._maps[shard]
-        local = i - int(self._doc_offsets[shard])
         bounds = np.asarray(sentences[int(documents[local]):int(documents[local + 1]) + 1], dtype=np.int64)
         lo, hi = int(bounds[0]), int(bounds[-1])
         ids = np.asarray(tokens[lo:hi], dtype=np.int64)
@@ -201,14 +200,9 @@ class ShardedCorpus:
         """Tokens lo..hi-1 of document `i` (offsets within it, 0 <= lo <= hi <= its length): (ids int64, word starts
         bool, or None unless `word_starts`), `flat_document(i)`'s first two fields sliced, reading only those
         tokens (a stream that uses a piece of a long document pays for the piece)."""
-        if i < 0:
-            i += self.num_documents
-        if not 0 <= i < self.num_documents:
-            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
-        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        shard, local = self._locate(i)
         self._ensure_verified(shard)
         tokens, sentences, documents, packed = self._maps[shard]
-        local = i - int(self._doc_offsets[shard])
         base, end = int(sentences[int(documents[local])]), int(sentences[int(documents[local + 1])])
         if not 0 <= lo <= hi <= end - base:
             raise IndexError(f"tokens {lo}..{hi} out of range for document {i} of {end - base} tokens")
@@ -222,14 +216,9 @@ class ShardedCorpus:
     def token_view(self, i: int) -> np.ndarray:
         """Document `i`'s token ids as stored (the manifest's dtype, read-only, no copy): a view of the memory map
         that a stream slices again and again (a T5 chunk's sequences) for the price of the slices."""
-        if i < 0:
-            i += self.num_documents
-        if not 0 <= i < self.num_documents:
-            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
-        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        shard, local = self._locate(i)
         self._ensure_verified(shard)
         tokens, sentences, documents, _ = self._maps[shard]
-        local = i - int(self._doc_offsets[shard])
         return tokens[int(sentences[int(documents[local])]):int(sentences[int(documents[local + 1])])]
 
     def token_views(self, docs) -> list[np.ndarray]:
@@ -255,13 +244,8 @@ class ShardedCorpus:
     def sentence_offsets(self, i: int) -> np.ndarray:
         """Document `i`'s sentence offsets, (sentences + 1,) int64 from 0 to its length (`flat_document(i)[2]`),
         from the index alone."""
-        if i < 0:
-            i += self.num_documents
-        if not 0 <= i < self.num_documents:
-            raise IndexError(f"document {i} out of range for {self.num_documents} documents")
-        shard = int(np.searchsorted(self._doc_offsets, i, side="right")) - 1
+        shard, local = self._locate(i)
         _, sentences, documents, _ = self._maps[shard]
-        local = i - int(self._doc_offsets[shard])
         bounds = np.asarray(sentences[int(documents[local]):int(documents[local + 1]) + 1], dtype=np.int64)
         return bounds - bounds[0]
 
