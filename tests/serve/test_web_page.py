@@ -12,19 +12,18 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("starlette")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 if CHROMIUM is None:
     pytest.skip("no chromium binary (Debian: apt-get install chromium)", allow_module_level=True)
 
+from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import WORDS, build_models  # noqa: E402
 
 from bertkit.finetune import FinetuneConfig, finetune, predict  # noqa: E402
@@ -52,17 +51,8 @@ def browser():
 def running(model_dir, kind=None):
     """A uvicorn server on 127.0.0.1 (a free port) serving the model directory; yields its base URL."""
     app = create_app(Engine(model_dir, kind), ServeConfig(max_wait_ms=1))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_in_thread(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def ask(browser, url: str, fields: dict[str, str]):
