@@ -42,7 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py, also when imported (stream_digest.py)
 from common import _cpu_model  # noqa: E402
 
-SHARED = Path(os.environ.get("BERTKIT_SHARED_DATA", "/work/shared/data"))
+SHARED = Path(os.environ.get("BERTKIT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 # objective name -> (StreamOptions.instances, extra options); ELMo's word windows are their own stream
 OBJECTIVES = {
     "nsp": ("nsp", {}),  # bert (MLM + NSP), roberta-segment-pair, electra on bert rows

@@ -30,7 +30,10 @@ import torch
 
 from bench.gpu.context import ROOT, Context, Skip
 
-SHARED = Path(os.environ.get("BERTKIT_SHARED_DATA", "/work/shared/data"))
+# BERTKIT_SHARED_DATA, else ../shared/data beside the checkout, else shared/data inside it (a device's copy)
+SHARED = Path(os.environ.get("BERTKIT_SHARED_DATA") or next(
+    (p for p in (Path(__file__).resolve().parents[k] / "shared" / "data" for k in (3, 2)) if p.is_dir()),
+    Path(__file__).resolve().parents[3] / "shared" / "data"))
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 
 

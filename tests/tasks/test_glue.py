@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from bertkit.errors import DataError
 from bertkit.tasks.glue import TASKS, Example, get_task, glue_path, read_glue, read_table
+from conftest import SHARED_DATA
 
-SAMPLE = Path("/work/shared/data/glue")
+SAMPLE = SHARED_DATA / "glue"
 
 
 def write(tmp_path: Path, name: str, lines: list[str], bom: bool = False) -> Path:
