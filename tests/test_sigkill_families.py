@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 
 from bertkit.cli import main
 from conftest import kill_after_checkpoint
+from objective_rows import corpus  # the same tiny corpus as every row of the objective table
 
-WORDS = "the a cat dog sat ran on under mat park big small red blue house river city old new".split()
 TINY = {
     "modernbert-mini": ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "2",
                         "--intermediate-size", "48", "--local-attention", "8", "--max-seq-length", "32",
@@ -35,14 +34,6 @@ KINDS = {"modernbert-mini": ["--kind", "wordpiece", "--vocab-size", "120", "--mi
          "elmo-mini": ["--kind", "word", "--vocab-size", "40"]}
 STEPS = ["--max-steps", "24", "--save-every", "3", "--batch-size", "8", "--log-every", "1", "--eval-every", "0",
          "--eval-instances", "8", "--learning-rate", "2e-3", "--progress", "false"]
-
-
-def corpus(path: Path) -> Path:
-    rng = random.Random(0)
-    docs = ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))) + " ."
-                      for _ in range(rng.randint(2, 5))) for _ in range(60)]
-    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    return path
 
 
 def cli(*args) -> list[str]:
