@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertkit.data.readers import MISSING, Table, field, table_format, text_cell
+from bertkit.data.readers import MISSING, Table, delimited_rows, field, table_format, text_cell
 from bertkit.errors import DataError
-from bertkit.tasks.base import TaskFamily, cut_at, json_text, read_predictions, register, softmax, utf8_errors
+from bertkit.tasks.base import TaskFamily, cut_at, json_text, read_predictions, register, softmax
 from bertkit.tasks.classify import SequenceClassificationTask
 
 NUM_CHOICES = 4
@@ -76,46 +76,32 @@ def read_swag(path: str | os.PathLike[str], format: str | None = None,
     if fmt != "csv":
         return read_swag_table(path, fmt, records)
     examples: list[MultipleChoiceExample] = []
-    with open(path, encoding="utf-8-sig", newline="") as f, utf8_errors(path):
-        reader = csv.reader(f)
-        try:
-            header = next(reader, None)
-        except csv.Error as e:
-            raise DataError.at(path, reader.line_num, f"unreadable row: {e}") from e
-        if header is None:
-            return []
-        missing = [name for name in _REQUIRED if name not in header]
-        if missing:
-            raise DataError.at(path, 1, f"missing column(s) {missing} in header {header}")
-        col = {name: header.index(name) for name in header}
-        previous_end = reader.line_num
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as e:
-                raise DataError.at(path, reader.line_num, f"unreadable row: {e}") from e
-            # A quoted field may span lines: the row starts just after the previous one ended.
-            line, previous_end = previous_end + 1, reader.line_num
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise DataError.at(path, line, f"expected {len(header)} fields, found {len(row)}")
-            label = None
-            if "label" in col:
-                raw = row[col["label"]]
-                if raw not in ("0", "1", "2", "3"):
-                    raise DataError.at(path, line, f"label {raw!r} is not one of 0, 1, 2, 3")
-                label = int(raw)
-            sent2 = row[col["sent2"]]
-            examples.append(MultipleChoiceExample(
-                id=row[col["fold-ind"]] if "fold-ind" in col else str(line),
-                context=row[col["sent1"]],
-                choices=[f"{sent2} {row[col[f'ending{k}']]}" for k in range(NUM_CHOICES)],
-                label=label,
-                line=line,
-            ))
+    rows = delimited_rows(path, ",", csv.QUOTE_MINIMAL)  # (line where the row starts, fields); blank rows skipped
+    first = next(rows, None)
+    if first is None:
+        return []
+    header = first[1]
+    missing = [name for name in _REQUIRED if name not in header]
+    if missing:
+        raise DataError.at(path, 1, f"missing column(s) {missing} in header {header}")
+    col = {name: header.index(name) for name in header}
+    for line, row in rows:
+        if len(row) != len(header):
+            raise DataError.at(path, line, f"expected {len(header)} fields, found {len(row)}")
+        label = None
+        if "label" in col:
+            raw = row[col["label"]]
+            if raw not in ("0", "1", "2", "3"):
+                raise DataError.at(path, line, f"label {raw!r} is not one of 0, 1, 2, 3")
+            label = int(raw)
+        sent2 = row[col["sent2"]]
+        examples.append(MultipleChoiceExample(
+            id=row[col["fold-ind"]] if "fold-ind" in col else str(line),
+            context=row[col["sent1"]],
+            choices=[f"{sent2} {row[col[f'ending{k}']]}" for k in range(NUM_CHOICES)],
+            label=label,
+            line=line,
+        ))
     return examples
 
 
