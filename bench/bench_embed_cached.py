@@ -100,7 +100,7 @@ def worker(side: str, args) -> dict:
     if side == "bertkit":
         sys.path.insert(0, str(ROOT / "src"))
         from bertkit.models.pooling import SentenceEncoder
-        from bertkit.taskrun import collate
+        from bertkit.tasks.run import collate
         from bertkit.tasks.embed import MultipleNegativesRankingLoss
         from bertkit.tokenizers import load_tokenizer
 

@@ -69,7 +69,7 @@ def main() -> None:
     from bertkit.models.pooling import SentenceEncoder, calibration_batches, quantize_int8
     from bertkit.tasks.embed import MultipleNegativesRankingLoss
     from bertkit.tasks.metrics import spearman
-    from bertkit.taskrun import collate
+    from bertkit.tasks.run import collate
     from bertkit.tokenizers import load_tokenizer
 
     torch.set_num_threads(args.threads)

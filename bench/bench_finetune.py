@@ -6,7 +6,7 @@ linear decay, batch 32, max length 64, dynamic padding, fp32, torch's default th
 
     transformers  BertTokenizer + BertForSequenceClassification from the checkpoint directory and a plain PyTorch
                   loop with `get_linear_schedule_with_warmup` (the peer a user would write)
-    bertkit       `bertkit.finetune.finetune("glue", ...)` with the same recipe and the peer loop's optimizer
+    bertkit       `bertkit.tasks.finetune.finetune("glue", ...)` with the same recipe and the peer loop's optimizer
                   settings (`PEER_LOOP`: torch's AdamW epsilon 1e-8, no gradient clipping, shuffled batches without
                   length bucketing) in place of bertkit's BERT defaults (epsilon 1e-6, clipping at norm 1.0,
                   bucketing); its trainer still writes a resume checkpoint every epoch. `--bertkit-defaults` runs
@@ -181,7 +181,7 @@ def run_transformers(task: str, model_dir: Path, train: Path, dev: Path, epochs:
 # ------------------------------------------------------------------------------------------------------------------
 def run_bertkit(task: str, model_dir: Path, train: Path, dev: Path, epochs: int, seed: int, out: Path,
                 peer_loop: bool = True) -> dict:
-    from bertkit.finetune import FinetuneConfig, finetune
+    from bertkit.tasks.finetune import FinetuneConfig, finetune
 
     settings = {**RECIPE, **(PEER_LOOP if peer_loop else {})}
     config = FinetuneConfig(task=task, epochs=epochs, seed=seed, progress=False, log_every=50, **settings)

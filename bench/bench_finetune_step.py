@@ -12,7 +12,7 @@ Data: the SST-2 training sentences (../shared/data/glue/SST-2/train.tsv, 67,349 
 bertkit's tokenizer with the uncased vocabulary, `[CLS] sentence [SEP]` cut to --max-length (128) tokens. An
 epoch over them is batched as each library's user gets it:
 
-    bertkit       its fine-tuning loader, `bertkit.taskrun.EpochBatches` with the default length bucketing (each
+    bertkit       its fine-tuning loader, `bertkit.tasks.run.EpochBatches` with the default length bucketing (each
                   window of 50 batches of the seeded shuffle sorted by length, cut, the batches shuffled); every
                   batch padded to its longest row
     transformers  a seeded `torch.randperm` of the examples (DataLoader(shuffle=True)), batches padded to their
@@ -108,7 +108,7 @@ def bertkit_batches(features: list[dict], pad_id: int, batch_size: int, k: int,
                     seed: int) -> tuple[list[dict], list[int]]:
     """(k representative batches of epoch 0 of bertkit's fine-tuning loader (EpochBatches, default bucketing),
     exactly as the loader yields them, in its order; the indices of their examples)."""
-    from bertkit.taskrun import EpochBatches, FinetuneConfig
+    from bertkit.tasks.run import EpochBatches, FinetuneConfig
 
     stream = EpochBatches(features, pad_id, batch_size, seed, bucket_window=FinetuneConfig().bucket_window)
     epoch = stream.epoch_batches(0)

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (sst2 / "train.tsv").is_file() or not vocab.is_file():
         sys.exit(f"bench_finetune_workers.py: needs {sst2}/train.tsv and {vocab} (--data)")
     sys.path.insert(0, str(ROOT / "src"))
-    from bertkit.pretrain import init_model_dir
+    from bertkit.training.pretrain import init_model_dir
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:

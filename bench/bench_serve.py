@@ -79,7 +79,7 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
     import torch
 
     from bertkit import BertConfig
-    from bertkit.taskrun import load_task_model
+    from bertkit.tasks.run import load_task_model
     from bertkit.models import BertForSequenceClassification, BertModel
     from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
 

@@ -159,7 +159,7 @@ def check_same_function(ours, peer, batch: dict, rows: int = 2, atol: float = 1e
 def run(presets: list[str], seq_lens: list[int], kinds: list[str], batch_size: int | None, count: int, iters: int,
         warmup: int, seed: int, dtype: str, vocab_size: int, data: str):
     from bertkit.data.spans import random_spans_helper
-    from bertkit.objectives import SpanCorruptionObjective
+    from bertkit.training.objectives import SpanCorruptionObjective
 
     objective = SpanCorruptionObjective()
     for preset in presets:

@@ -100,7 +100,7 @@ def check_same_function(ours, peer, batch: dict, atol: float = 1e-4) -> None:
 
 def run(presets: list[str], seq_lens: list[int], batch_size: int | None, num_predict: int | None, count: int,
         iters: int, warmup: int, seed: int, vocab_size: int) -> None:
-    from bertkit.objectives import PermutationLMObjective
+    from bertkit.training.objectives import PermutationLMObjective
 
     objective = PermutationLMObjective()
     for preset in presets:

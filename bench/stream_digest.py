@@ -69,7 +69,7 @@ def streams(data_dir: Path):
     from bertkit.data.lmstream import WordWindowStream
     from bertkit.data.loader import PretrainingStream, StreamOptions
     from bertkit.data.shards import ShardedCorpus
-    from bertkit.pretrain import random_token_ids
+    from bertkit.training.pretrain import random_token_ids
 
     corpus = ShardedCorpus(data_dir, "train")
     tok = corpus.manifest.load_tokenizer()

@@ -13,7 +13,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from bertkit import trainer
+from bertkit.training import trainer
 
 
 class DeviceReads(TorchFunctionMode):

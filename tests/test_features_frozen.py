@@ -16,10 +16,10 @@ from bertkit.cli import main
 from bertkit.config import ElmoConfig
 from bertkit.features import (FeatureCache, FeatureTaskModel, ScalarMix, build_task_model, encoder_fingerprint,
                               extract_features, parse_layers, word_similarity)
-from bertkit.finetune import FinetuneConfig, finetune
+from bertkit.tasks.finetune import FinetuneConfig, finetune
 from bertkit.models import ElmoLanguageModel
 from bertkit.tokenizers import WordTokenizer
-from bertkit.trainer import seed_everything
+from bertkit.training.trainer import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

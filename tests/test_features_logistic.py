@@ -17,7 +17,7 @@ from test_features_predict import cli_json, predicted, save_fixed_bert
 
 from bertkit.cli import main
 from bertkit.features import FeatureTaskModel, fit_logistic_regression
-from bertkit.finetune import FinetuneConfig
+from bertkit.tasks.finetune import FinetuneConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -269,7 +269,7 @@ def test_wrong_uses_are_one_line_errors(task, tmp_path, capsys):
 
 
 def test_an_unset_combine_matches_its_default_when_a_sweep_checks_a_finished_run(tmp_path):
-    from bertkit.finetune import _same_setting
+    from bertkit.tasks.finetune import _same_setting
 
     wanted = FinetuneConfig(kind="classify", frozen=True).to_dict()
     assert wanted["combine"] is None

@@ -162,7 +162,7 @@ def test_a_failing_check_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch
 
 def test_setup_distributed_gives_a_bare_cuda_device_its_index(monkeypatch):
     """torch.cuda.set_device refuses torch.device("cuda") without an index: the trainer must resolve it."""
-    from bertkit import trainer
+    from bertkit.training import trainer
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -1,8 +1,9 @@
 """The import floors of DESIGN.md, checked on the source with `ast` (nothing of bertkit is imported here).
 
-Floors, bottom up: config, io, errors -> tokenizers/, checkpoint -> models/, data/ -> trainer, objectives,
-tasks/ -> taskrun, features, card -> pretrain, finetune, distill, inference, mine, serve/, export -> pipeline, plots
--> cli.
+Floors, bottom up: config, io, errors -> tokenizers/, checkpoint -> models/, data/ -> training.trainer,
+training.objectives, tasks/ (the task definitions) -> tasks.run, tasks.card, features -> training.pretrain,
+training.distill, tasks.finetune, inference, mine, serve/, export -> pipeline/ (the main job, its report, plots and
+analysis) -> cli. A subpackage's modules may stand on different floors (training/, tasks/): FLOORS names them.
 An import only points down or sideways (same floor). Module-level imports are what runs when a module is
 imported; function-level ones run later, but they still say which module leans on which, so both rules (floors
 and cycles) count imports at every level. (`bertkit.models`' facade names its submodules' classes and imports them
@@ -25,13 +26,14 @@ FLOORS: dict[str, int] = {
     "config": 0, "io": 0, "errors": 0, "recipes": 0,
     "tokenizers": 1, "checkpoint": 1, "sentence": 1,
     "models": 2, "data": 2, "": 2,
-    "trainer": 3, "objectives": 3, "tasks": 3,
-    "taskrun": 4, "features": 4, "card": 4,
-    "pretrain": 5, "finetune": 5, "distill": 5, "inference": 5, "serve": 5, "export": 5, "mine": 5,
-    "pipeline": 6, "plots": 6, "report": 6, "analyze": 6,
+    "training": 3, "training.trainer": 3, "training.objectives": 3, "tasks": 3,
+    "tasks.run": 4, "tasks.card": 4, "features": 4,
+    "training.pretrain": 5, "tasks.finetune": 5, "training.distill": 5, "inference": 5, "serve": 5, "export": 5,
+    "mine": 5,
+    "pipeline": 6,
     "cli": 7,
 }
-DRIVERS = ("trainer", "pretrain", "finetune", "distill", "pipeline", "cli")
+DRIVERS = ("training.trainer", "training.pretrain", "tasks.finetune", "training.distill", "pipeline", "cli")
 # Sideways imports that are still forbidden: group -> groups it must not import (any import, any level).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tokenizers": ("data", "models", "", *DRIVERS),  # training a vocabulary takes iterables of text
@@ -72,9 +74,13 @@ def _path(module: str) -> str:
 
 
 def _group(module: str) -> str:
-    """The top-level name under bertkit: "bertkit.data.shards" -> "data"; the facade "bertkit" -> ""."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    """The longest name of FLOORS under bertkit that holds the module: "bertkit.data.shards" -> "data",
+    "bertkit.tasks.run" -> "tasks.run", "bertkit.tasks.glue" -> "tasks"; the facade "bertkit" -> ""."""
+    parts = module.split(".")[1:]
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in FLOORS:
+            return ".".join(parts[:end])
+    return parts[0] if parts else ""
 
 
 def _is_package(module: str) -> bool:
@@ -161,7 +167,7 @@ def test_the_parser_sees_imports_at_both_levels():
     # A check on the checker: models/bert.py reaches checkpoint only inside from_pretrained / save_pretrained.
     lazy = [e for e in EDGES if e.source == "bertkit.models.bert" and e.target == "bertkit.checkpoint"]
     assert lazy and not any(e.module_level for e in lazy)
-    assert any(e.module_level for e in EDGES if e.source == "bertkit.trainer" and e.target == "bertkit.config")
+    assert any(e.module_level for e in EDGES if e.source == "bertkit.training.trainer" and e.target == "bertkit.config")
 
 
 def _cycle_graph() -> dict[str, set[str]]:

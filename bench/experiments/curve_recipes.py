@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.finetune import FinetuneConfig, finetune
+from bertkit.tasks.finetune import FinetuneConfig, finetune
 from bertkit.pipeline import curve_verdict, passes_for, quartiles, stratified_order, write_label_set
 from bertkit.tasks.classify import ClassificationFamily
 

@@ -60,7 +60,7 @@ def read_run(run: Path) -> dict:
 def count_parameters(config: dict) -> int:
     """Distinct trained parameters of the run's model (ELECTRA: generator and discriminator, embeddings shared)."""
     from bertkit.config import BertConfig
-    from bertkit.objectives import build_pretraining
+    from bertkit.training.objectives import build_pretraining
 
     model_config = BertConfig.from_dict(config["model_config"])
     data = config["data"]

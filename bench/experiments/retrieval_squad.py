@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from bertkit.finetune import finetune
+    from bertkit.tasks.finetune import finetune
     from bertkit.mine import MineConfig, mine_hard_negatives
-    from bertkit.taskrun import FinetuneConfig
+    from bertkit.tasks.run import FinetuneConfig
 
     model = args.model or default_model()
     out = args.out

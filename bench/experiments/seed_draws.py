@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.finetune import FinetuneConfig, finetune
+from bertkit.tasks.finetune import FinetuneConfig, finetune
 from bertkit.pipeline import FINETUNE, FROZEN, quartiles, seed_draw_share, stratified_order, write_label_set
 from bertkit.tasks.classify import ClassificationFamily
 

@@ -240,7 +240,7 @@ def check_sparse_mlm(ctx: Context, measured: dict) -> None:
     """The vocabulary projection at the masked positions only (`predict_at`, and the MLM objective's sparse
     prediction) against the dense projection at every position: same loss, logits and gradients, float32."""
     from bertkit.models import BertForPreTraining
-    from bertkit.objectives import MaskedLMObjective
+    from bertkit.training.objectives import MaskedLMObjective
 
     config = fastpath_configs()["bert"]
     model = seeded(BertForPreTraining, config, ctx.device, 2).train()
@@ -492,8 +492,8 @@ def check_bf16_loss_curve(ctx: Context, measured: dict) -> None:
     """200 steps of a tiny MLM through the trainer under bf16 autocast follow the float32 run's loss curve (means
     of 10 windows of 20 steps within 2% of the first window's loss; measured on CPU: 0.2%), and both learn."""
     from bertkit import BertConfig, BertForMaskedLM
-    from bertkit.objectives import MaskedLMObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import MaskedLMObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     steps = 200
     config = BertConfig(**TINY, **NO_DROPOUT)
@@ -584,7 +584,7 @@ def check_fused_adamw(ctx: Context, measured: dict) -> None:
     on identical models, batches and parameter groups (weight decay off biases and LayerNorm) give the same
     losses and parameters within 1e-5."""
     from bertkit.models import BertForPreTraining
-    from bertkit.trainer import param_groups
+    from bertkit.training.trainer import param_groups
 
     config = fastpath_configs()["bert"]
     models = {name: seeded(BertForPreTraining, config, ctx.device, 10).train() for name in ("fused", "plain")}
@@ -639,12 +639,12 @@ def check_model_directory(ctx: Context, measured: dict) -> None:
 
 
 def check_exact_resume(ctx: Context, measured: dict) -> None:
-    """bertkit.trainer.train with a run directory, dropout on: a run interrupted after 8 steps (checkpoints every
+    """bertkit.training.trainer.train with a run directory, dropout on: a run interrupted after 8 steps (checkpoints every
     3) and resumed with `resume=True` logs the per-step losses of an uninterrupted 12-step run; float32 and bf16
     autocast. Tolerance: bit for bit on CPU; on CUDA 1e-5 (float32) and 1e-3 (bf16) absolute (module docstring)."""
     from bertkit import BertConfig, BertForPreTraining
-    from bertkit.objectives import MaskedLMObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import MaskedLMObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     config = BertConfig(**TINY, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     batches = counting_batches(config, ctx.device, count=5, seed=12)
@@ -705,16 +705,16 @@ class SyncChecked:
 def check_no_sync_steps(ctx: Context, measured: dict) -> None:
     """The step loop waits for the device only at log, eval and save steps: 4 steps of MLM + NSP (sparse
     prediction, padded rows of other lengths: the unpadded layout) and of ELECTRA through
-    `bertkit.trainer.train` with one log line and one checkpoint at the end, the first 3 under
+    `bertkit.training.trainer.train` with one log line and one checkpoint at the end, the first 3 under
     `torch.cuda.set_sync_debug_mode("error")` (a device read, a blocking copy or a boolean-mask index raises).
-    CUDA only: on the CPU the same property is counted by tests/test_trainer.py (DeviceReads)."""
+    CUDA only: on the CPU the same property is counted by tests/training/test_trainer.py (DeviceReads)."""
     if not ctx.cuda:
-        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_trainer.py counts the loop's "
+        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/training/test_trainer.py counts the loop's "
                    "device reads")
     from bertkit import BertConfig, BertForPreTraining
     from bertkit.models import GeneratorDiscriminator
-    from bertkit.objectives import ElectraObjective, MaskedLMObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import ElectraObjective, MaskedLMObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     steps = 4
     runs = {
@@ -742,26 +742,26 @@ def check_no_sync_steps(ctx: Context, measured: dict) -> None:
 
 def check_no_sync_task_steps(ctx: Context, measured: dict) -> None:
     """Fine-tuning and distillation steps wait for the device only at log, eval and save steps: 4 steps each
-    through `bertkit.trainer.train`, the first 3 under `torch.cuda.set_sync_debug_mode("error")`, on the batches
-    a task run makes (`bertkit.taskrun.EpochBatches`: dynamic padding, length bucketing, collated by a worker
+    through `bertkit.training.trainer.train`, the first 3 under `torch.cuda.set_sync_debug_mode("error")`, on the batches
+    a task run makes (`bertkit.tasks.run.EpochBatches`: dynamic padding, length bucketing, collated by a worker
     process into pinned memory), dropout 0.1 (the recipe's):
       finetune_classify    BertForSequenceClassification + the classification family's loss
                            (`bertkit.tasks.classify.SequenceClassificationTask`)
-      distill_classify     a 1-layer student of a 2-layer teacher (`bertkit.distill.DistillationTask`: soft, hard,
+      distill_classify     a 1-layer student of a 2-layer teacher (`bertkit.training.distill.DistillationTask`: soft, hard,
                            logits and hidden-state losses through a projection), transfer rows without labels
     Every run is tried; the check fails naming each run that waited (the operation's error line). CUDA only: on
-    the CPU tests/test_trainer.py counts the same runs' device reads."""
+    the CPU tests/training/test_trainer.py counts the same runs' device reads."""
     if not ctx.cuda:
-        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_trainer.py counts the task "
+        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/training/test_trainer.py counts the task "
                    "runs' device reads")
     import numpy as np
 
     from bertkit import BertConfig
-    from bertkit.distill import DistillationStudent, DistillationTask, DistillConfig, layer_map
+    from bertkit.training.distill import DistillationStudent, DistillationTask, DistillConfig, layer_map
     from bertkit.models import IGNORE_INDEX, BertForSequenceClassification
-    from bertkit.taskrun import EpochBatches
+    from bertkit.tasks.run import EpochBatches
     from bertkit.tasks.classify import SequenceClassificationTask
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.trainer import TrainConfig, train
 
     steps, rng = 4, np.random.default_rng(16)
     features = []
@@ -889,7 +889,7 @@ def sync_checked_moves(checked: int):
     """`torch.cuda.set_sync_debug_mode("error")` from the trainer's move of micro-batch 1 to its move of micro-batch
     `checked` + 1 (then "default": the last step's log line and checkpoint read the device by design): any wait for
     the device in those steps raises. Yields the number of moves seen."""
-    from bertkit import trainer
+    from bertkit.training import trainer
 
     move, seen = trainer._move, [0]
 
@@ -909,10 +909,10 @@ def sync_checked_moves(checked: int):
 def check_no_sync_row(objective: str, arch: str):
     """4 steps of `bertkit pretrain` for one row of the objective table (a tiny model, its own stream, one log
     line and one checkpoint at the end), the first 3 under the sync debug mode "error": no device read between
-    log steps. CUDA only; on the CPU tests/test_objectives.py counts the same runs' device reads."""
+    log steps. CUDA only; on the CPU tests/training/test_objectives.py counts the same runs' device reads."""
     def check(ctx: Context, measured: dict) -> None:
         if not ctx.cuda:
-            raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/test_objectives.py counts this "
+            raise Skip("torch.cuda.set_sync_debug_mode needs CUDA; on the CPU tests/training/test_objectives.py counts this "
                        "row's device reads (test_no_device_reads_between_logs)")
         from bertkit.cli import main
         from bertkit.models.registry import OBJECTIVES
@@ -1231,7 +1231,7 @@ def check_modernbert(ctx: Context, measured: dict) -> None:
 def check_ddp(ctx: Context, measured: dict) -> None:
     """Several processes train like one: `bench/gpu/ddp_step.py` under torchrun, one process per GPU over NCCL,
     against one process with the same global batch; per-step losses of 3 steps within 1e-4 (reduction order of
-    float32 sums differs between the two). Skipped on one GPU and on CPU (where tests/test_pretrain.py checks
+    float32 sums differs between the two). Skipped on one GPU and on CPU (where tests/training/test_pretrain.py checks
     2 gloo processes); `BERTKIT_SUITE_DDP_CPU=2` runs it with 2 gloo processes on CPU."""
     cpu_processes = int(os.environ.get("BERTKIT_SUITE_DDP_CPU", "0"))
     if ctx.cuda:
@@ -1242,7 +1242,7 @@ def check_ddp(ctx: Context, measured: dict) -> None:
     elif cpu_processes >= 2:
         n, tol, backend = cpu_processes, 1e-5, "gloo"
     else:
-        raise Skip("CPU run: NCCL needs 2+ GPUs (2 gloo processes: tests/test_pretrain.py, or "
+        raise Skip("CPU run: NCCL needs 2+ GPUs (2 gloo processes: tests/training/test_pretrain.py, or "
                    "BERTKIT_SUITE_DDP_CPU=2)")
     rows_per_rank = 4
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),

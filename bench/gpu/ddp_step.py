@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 def main(argv: list[str] | None = None) -> int:
     from bertkit import BertConfig, BertForPreTraining
-    from bertkit.objectives import MaskedLMObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import MaskedLMObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     from bench.gpu.checks import Cycle, padded_batch
 

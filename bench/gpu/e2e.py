@@ -89,7 +89,7 @@ def model_step_rate(ctx: Context, data: Path, objective: str, s: dict, model_typ
     """bertkit's own pretraining step (forward, backward, fused AdamW) on one batch of the run's stream, bf16 on a
     GPU: (real tokens per second, model FLOPs per step). No input pipeline, no loop."""
     from bench.common import model_flops
-    from bertkit.pretrain import build_pretraining_model, resolve_config, stream_options
+    from bertkit.training.pretrain import build_pretraining_model, resolve_config, stream_options
     from bertkit.data.instances import SpecialIds
     from bertkit.data.loader import PretrainingStream
     from bertkit.data.shards import ShardedCorpus
@@ -195,7 +195,7 @@ def finetune_row(ctx: Context, measured: dict) -> None:
         raise Skip(f"needs {train}")
     model_dir = ctx.out / "e2e-sst2-init"
     if not (model_dir / "config.json").is_file():
-        _run([sys.executable, "-c", "import sys; from bertkit.pretrain import init_model_dir; "
+        _run([sys.executable, "-c", "import sys; from bertkit.training.pretrain import init_model_dir; "
               "init_model_dir(sys.argv[1], sys.argv[2], preset=sys.argv[3])", str(model_dir), str(VOCAB),
               s["preset"]], 600)
     batch = 8 if ctx.quick else 32

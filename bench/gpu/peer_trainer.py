@@ -151,7 +151,7 @@ def t5(args) -> dict:
     from bertkit.data.instances import SpecialIds
     from bertkit.data.loader import PretrainingStream
     from bertkit.data.shards import ShardedCorpus
-    from bertkit.pretrain import resolve_config, stream_options
+    from bertkit.training.pretrain import resolve_config, stream_options
 
     corpus = ShardedCorpus(args.data, "train")
     tok = corpus.manifest.load_tokenizer()

@@ -219,7 +219,7 @@ def _print_train_result(result, out: str) -> None:
 
 
 def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
-    from bertkit.pretrain import pretrain, resolve_config
+    from bertkit.training.pretrain import pretrain, resolve_config
 
     overrides = _recipe_overrides(args, extra)
     if args.preset is not None:
@@ -230,7 +230,7 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from bertkit.pretrain import init_like, init_model_dir
+    from bertkit.training.pretrain import init_like, init_model_dir
 
     if args.like is not None:
         path = init_like(args.out, args.like, seed=args.seed)
@@ -246,21 +246,21 @@ def cmd_init(args: argparse.Namespace) -> None:
 
 
 def cmd_extend_context(args: argparse.Namespace) -> None:
-    from bertkit.pretrain import extend_context
+    from bertkit.training.pretrain import extend_context
 
     print(json.dumps(extend_context(args.model, args.max_position_embeddings, args.out, method=args.method,
                                     global_rope_theta=args.global_rope_theta)))
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from bertkit.plots import plot_run
+    from bertkit.pipeline.plots import plot_run
 
     for path in plot_run(args.run_dir, args.out):
         print(path)
 
 
 def cmd_analyze_layers(args: argparse.Namespace) -> None:
-    from bertkit.analyze import analyze_layers
+    from bertkit.pipeline.analyze import analyze_layers
 
     report = analyze_layers(args.model, args.input, args.out, names=args.name, max_seq_length=args.max_seq_length,
                             batch_size=args.batch_size, device=args.device)
@@ -287,7 +287,7 @@ def _finetune_config(args: argparse.Namespace):
     """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
     import dataclasses
 
-    from bertkit.taskrun import FinetuneConfig, config_fields
+    from bertkit.tasks.run import FinetuneConfig, config_fields
 
     given = _given(args, config_fields(), skip=("kind",))
     if args.quiet:
@@ -296,7 +296,7 @@ def _finetune_config(args: argparse.Namespace):
 
 
 def cmd_finetune(args: argparse.Namespace) -> None:
-    from bertkit.finetune import finetune
+    from bertkit.tasks.finetune import finetune
 
     config = _finetune_config(args)
     if args.seeds is not None or args.lr_grid is not None:
@@ -311,7 +311,7 @@ def cmd_finetune(args: argparse.Namespace) -> None:
 def _draw_confusion(results: dict, out: Path, title: str = "") -> None:
     """OUT/confusion_matrix.png when the results hold confusion matrices and matplotlib is there."""
     if results.get("confusion_matrix") and int(os.environ.get("RANK", "0")) == 0:
-        from bertkit.plots import plot_confusion
+        from bertkit.pipeline.plots import plot_confusion
 
         try:
             plot_confusion(results["confusion_matrix"], out / "confusion_matrix.png", title)
@@ -321,8 +321,8 @@ def _draw_confusion(results: dict, out: Path, title: str = "") -> None:
 
 def _finetune_sweep(args: argparse.Namespace, config) -> None:
     """`finetune --seeds/--lr-grid`: one run per seed (and learning rate), the card, its figures."""
-    from bertkit.card import card_markdown, find_runs, merge_cards, parse_grid, parse_seeds, read_results
-    from bertkit.finetune import finetune_sweep
+    from bertkit.tasks.card import card_markdown, find_runs, merge_cards, parse_grid, parse_seeds, read_results
+    from bertkit.tasks.finetune import finetune_sweep
 
     if args.resume:
         raise ValueError("--resume: a sweep continues by itself (run the same command again); drop --resume")
@@ -338,7 +338,7 @@ def _finetune_sweep(args: argparse.Namespace, config) -> None:
         _draw_confusion(read_results(run), run)
     _draw_confusion(card, out, f"{card['name']}: {card['task']}")
     try:
-        from bertkit.plots import plot_card
+        from bertkit.pipeline.plots import plot_card
 
         plot_card(merge_cards([card], metrics=list(card["stats"])), out / "card.png")
     except ImportError as err:
@@ -347,7 +347,7 @@ def _finetune_sweep(args: argparse.Namespace, config) -> None:
 
 
 def cmd_card(args: argparse.Namespace) -> None:
-    from bertkit.card import merge_cards, merged_markdown, read_card, write_card
+    from bertkit.tasks.card import merge_cards, merged_markdown, read_card, write_card
 
     cards = []
     for spec in args.run_dirs:
@@ -358,14 +358,14 @@ def cmd_card(args: argparse.Namespace) -> None:
         raise ValueError(f"--metric {args.metric}: no card has it")
     print(merged_markdown(table), end="")
     if args.out is not None:
-        from bertkit.plots import plot_card
+        from bertkit.pipeline.plots import plot_card
 
         print(write_card(args.out, table))
         print(plot_card(table, Path(args.out) / "card.png"))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from bertkit.finetune import evaluate_predictions
+    from bertkit.tasks.finetune import evaluate_predictions
 
     metrics = evaluate_predictions(args.kind, args.data, args.predictions, args.null_odds, task=args.task,
                                    text_column=args.text_column, pair_column=args.pair_column,
@@ -423,7 +423,7 @@ def _predict_inputs(args: argparse.Namespace) -> list:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    from bertkit.finetune import predict
+    from bertkit.tasks.finetune import predict
     from bertkit.tasks.base import family_for, prediction_kind
 
     inputs = _predict_inputs(args)
@@ -643,7 +643,7 @@ _TABLE_OPTIONS = ("format", "records", "tokens_column", "tags_column")  # Finetu
 
 def _add_table_options(parser: argparse.ArgumentParser) -> None:
     """How a verb's data file is read (bertkit.data.readers): FinetuneConfig's format, records and NER columns."""
-    from bertkit.taskrun import config_fields
+    from bertkit.tasks.run import config_fields
 
     _add_config_options(parser.add_argument_group("reading the data file"),
                         [row for row in config_fields() if row[0] in _TABLE_OPTIONS])
@@ -666,14 +666,14 @@ def _add_input_table_options(parser: argparse.ArgumentParser, pair: bool = False
 
 def _add_finetune_options(parser: argparse.ArgumentParser) -> None:
     """One --option per FinetuneConfig field."""
-    from bertkit.taskrun import config_fields
+    from bertkit.tasks.run import config_fields
 
     _add_config_options(parser.add_argument_group("fine-tuning settings (FinetuneConfig)"), config_fields(),
                         skip=("kind", "progress"), aliases={"learning_rate": ["--lr"]})
 
 
 def _default_recipe() -> str:
-    from bertkit.pretrain import DEFAULT_RECIPE
+    from bertkit.training.pretrain import DEFAULT_RECIPE
 
     return DEFAULT_RECIPE
 
@@ -685,7 +685,7 @@ def _add_pretrain_options(parser: argparse.ArgumentParser) -> None:
     """One --option per recipe field (data, train and every architecture's model fields: `field_help`, the single
     source of truth), a string that `resolve_config` converts to the field's type; default None = the recipe's.
     The epilog lists them by section with the values that run."""
-    from bertkit.pretrain import field_help
+    from bertkit.training.pretrain import field_help
 
     names = dict.fromkeys(name for rows in field_help().values() for name, _, _ in rows)
     for name in names:  # a field several architectures share is one option: the chosen architecture reads it
@@ -700,7 +700,7 @@ def _preset_help() -> str:
 
 
 def _pretrain_epilog() -> str:
-    from bertkit.pretrain import field_help, recipe_names
+    from bertkit.training.pretrain import field_help, recipe_names
 
     lines = [f"built-in recipes: {', '.join(recipe_names())}", "",
              "every field below can be set as --field value (or --section.field value):"]
@@ -716,14 +716,14 @@ def _pretrain_epilog() -> str:
 # distill
 # ------------------------------------------------------------------------------------------------------------------
 def _distill_config(args: argparse.Namespace):
-    from bertkit.distill import DistillConfig, config_fields
+    from bertkit.training.distill import DistillConfig, config_fields
 
     return DistillConfig(**_given(args, config_fields()))
 
 
 def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
-    from bertkit.distill import distill_mlm
-    from bertkit.pretrain import resolve_config
+    from bertkit.training.distill import distill_mlm
+    from bertkit.training.pretrain import resolve_config
 
     distill = _distill_config(args)  # before the recipe: a bad loss weight is reported first
     config = resolve_config(args.config, _recipe_overrides(args, extra))
@@ -732,7 +732,7 @@ def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_distill_task(args: argparse.Namespace) -> None:
-    from bertkit.distill import distill_task
+    from bertkit.training.distill import distill_task
 
     config = _finetune_config(args)
     results = distill_task(args.kind, args.teacher, args.train, args.dev, args.out, config, _distill_config(args),
@@ -742,7 +742,7 @@ def cmd_distill_task(args: argparse.Namespace) -> None:
 
 
 def cmd_distill_init_student(args: argparse.Namespace) -> None:
-    from bertkit.distill import init_student
+    from bertkit.training.distill import init_student
 
     path = init_student(args.source, args.out, layers=args.layers, preset=args.preset, seed=args.seed)
     print(f"wrote a student cut from {args.source} to {path}")
@@ -750,7 +750,7 @@ def cmd_distill_init_student(args: argparse.Namespace) -> None:
 
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:
     """One --option per DistillConfig field."""
-    from bertkit.distill import config_fields
+    from bertkit.training.distill import config_fields
 
     _add_config_options(parser.add_argument_group("distillation settings (DistillConfig)"), config_fields(),
                         metavars={"student_layers_from_teacher": "LIST"})

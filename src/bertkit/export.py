@@ -80,7 +80,7 @@ def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tu
                          f"step and the search loop outside ONNX; serve it with the torch backend, or export its "
                          f"encoder with --task embeddings")
     if kind in KINDS:  # a task head, as `bertkit predict` loads it
-        from bertkit.finetune import load_predictor
+        from bertkit.tasks.finetune import load_predictor
 
         model = load_predictor(directory, kind).model
     else:

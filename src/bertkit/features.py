@@ -690,7 +690,7 @@ def encoder_shape(encoder, tokenizer) -> tuple[int, int]:
 def _by_length(inputs: Sequence[dict], pad_id: int, batch_size: int):
     """(indices, collated batch of their input_ids / token_type_ids / attention_mask) over `inputs`, batched by
     length (little padding)."""
-    from bertkit.taskrun import collate
+    from bertkit.tasks.run import collate
 
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]["input_ids"]))
     for start in range(0, len(order), batch_size):

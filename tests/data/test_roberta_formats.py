@@ -115,12 +115,12 @@ def test_the_four_formats_are_objectives():
 
 @pytest.mark.parametrize("objective", ["roberta-sentence-pair", "roberta-segment-pair"])
 def test_pretraining_with_the_nsp_formats(objective, tmp_path, one_thread):
-    from test_pretrain import synthetic_corpus
+    from training.test_pretrain import synthetic_corpus
 
     from bertkit import WordPieceTokenizer
     from bertkit.data.corpus import iter_lines
     from bertkit.data.prepare import prepare
-    from bertkit.pretrain import pretrain, resolve_config
+    from bertkit.training.pretrain import pretrain, resolve_config
 
     text = synthetic_corpus(tmp_path / "corpus.txt", documents=12)
     held_out = synthetic_corpus(tmp_path / "held_out.txt", documents=4, seed=1)

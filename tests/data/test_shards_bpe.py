@@ -192,7 +192,7 @@ def test_cli_trains_a_bpe_vocabulary_and_prepares_with_it(docs, wordpiece_dir, t
 
 # ---- pretraining on BPE shards ------------------------------------------------------------------------------
 def test_roberta_pretrains_on_bpe_shards_with_s_and_slash_s(bpe, bpe_dir, tmp_path, monkeypatch):
-    from bertkit import pretrain as pretrain_module
+    from bertkit.training import pretrain as pretrain_module
     from bertkit.inference import fill_mask
     from bertkit.models import IGNORE_INDEX
 
@@ -243,6 +243,6 @@ def test_roberta_pretrains_on_bpe_shards_with_s_and_slash_s(bpe, bpe_dir, tmp_pa
 
 
 def test_random_replacements_are_every_real_bpe_piece(bpe):
-    from bertkit.pretrain import random_token_ids
+    from bertkit.training.pretrain import random_token_ids
 
     assert random_token_ids(bpe).tolist() == sorted(set(range(bpe.vocab_size)) - set(bpe.special_ids))

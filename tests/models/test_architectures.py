@@ -15,7 +15,7 @@ from bertkit.checkpoint import FORMATS
 from bertkit.config import BertConfig, ConfigFile, config_class_for, presets_for
 from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, ROLE_NAMES, architecture,
                                      architecture_of, config_classes, refused_cells)
-from bertkit.objectives import check_objective
+from bertkit.training.objectives import check_objective
 from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED
 
 
@@ -95,7 +95,7 @@ def test_the_table_and_the_matrix_import_without_torch():
     ("xlnet", "modernbert", "the xlnet objective"), ("causal", "elmo", "the elmo objective"),
     ("bert", "modernbert", "sentence-pair head"), ("electra", "modernbert", "roberta, roberta-doc")])
 def test_check_objective_refuses_what_the_row_does_not_take(objective, model_type, named):
-    from bertkit.objectives import check_objective
+    from bertkit.training.objectives import check_objective
 
     with pytest.raises(ValueError, match=named):
         check_objective(objective, model_type)
@@ -119,14 +119,14 @@ def test_every_objective_is_taken_by_some_row():
 @pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_each_objective_row_names_what_its_layers_resolve(name):
     """Every name an objective row holds resolves in the layer that owns it: its trainer task in
-    bertkit.objectives (built from the row), its model class in bertkit.models, its stream and model builder in
-    bertkit.pretrain, its instances in the loader, its special tokens on the tokenizer interface."""
+    bertkit.training.objectives (built from the row), its model class in bertkit.models, its stream and model builder in
+    bertkit.training.pretrain, its instances in the loader, its special tokens on the tokenizer interface."""
     import bertkit.models
-    import bertkit.objectives
-    from bertkit import pretrain
+    import bertkit.training.objectives
+    from bertkit.training import pretrain
     from bertkit.data.loader import OBJECTIVE_INSTANCES
     row = OBJECTIVES[name]
-    task_class = getattr(bertkit.objectives, row.task_class)
+    task_class = getattr(bertkit.training.objectives, row.task_class)
     settings = {"char_table": None} if row.stream == "word-windows" else {}
     assert isinstance(task_class.for_recipe(row, settings), task_class)
     assert getattr(task_class.for_recipe(row, settings), "pair_task", None) == row.pair_task

@@ -297,7 +297,7 @@ def test_frozen_finetune_on_a_released_directory(bilm_dir, tmp_path):
         assert torch.equal(ours, theirs)
     # the directory keeps the released model's whitespace split (its tokenizer.json's pre-tokenizer); predict reads
     # it so, or as --words says
-    from bertkit.finetune import load_predictor
+    from bertkit.tasks.finetune import load_predictor
 
     model_dir = tmp_path / "run" / "model"
     assert load_tokenizer(model_dir).words == "whitespace"

@@ -1,8 +1,8 @@
 """ELMo pretraining through the command line: `bertkit tokenizer train --kind word`, `bertkit prepare`,
 `bertkit pretrain --objective elmo`. Both directions' losses fall and are logged apart, held-out perplexities per
 direction; carrying the state and resetting it are different runs, the carried state travelling with the
-checkpoint (SIGKILL + `--resume` is tests/test_sigkill_families.py's; gloo processes
-tests/test_pretrain_every_row.py's); the model directory reloads with identical features.
+checkpoint (SIGKILL + `--resume` is tests/training/test_sigkill_families.py's; gloo processes
+tests/training/test_pretrain_every_row.py's); the model directory reloads with identical features.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_word_windows_continue_each_lane():
 
 
 def test_elmo_needs_a_word_tokenizer_and_its_own_objective(data, tmp_path, capsys):
-    from bertkit.pretrain import resolve_config
+    from bertkit.training.pretrain import resolve_config
 
     text = corpus(tmp_path / "corpus.txt")
     assert main(["tokenizer", "train", "--files", str(text), "--vocab-size", "60", "--min-frequency", "1",

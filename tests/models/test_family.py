@@ -379,7 +379,7 @@ def test_generator_and_discriminator_share_embeddings_and_save_both(tmp_path):
 
 def test_replaced_token_detection_labels_by_hand():
     """The generator is made certain of token 7; a masked 7 stays 'original', a masked 9 becomes 'replaced'."""
-    from bertkit.objectives import ElectraObjective
+    from bertkit.training.objectives import ElectraObjective
 
     model = electra_pair().eval()
     with torch.no_grad():
@@ -440,7 +440,7 @@ def train_steps(model, objective, batches, steps=30, lr=2e-3):
 
 
 def test_electra_objective_loss_falls():
-    from bertkit.objectives import ElectraObjective
+    from bertkit.training.objectives import ElectraObjective
 
     model = electra_pair(seed=1)
     losses = train_steps(model, ElectraObjective(), synthetic_batches())
@@ -456,8 +456,8 @@ class _Batches(list):
 
 
 def test_electra_runs_in_the_trainer_and_saves_the_discriminator(tmp_path):
-    from bertkit.objectives import ElectraObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import ElectraObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     model = electra_pair(seed=2)
     batches = _Batches(synthetic_batches(count=3))
@@ -529,7 +529,7 @@ def test_causal_lm_needs_a_causal_config():
 
 
 def test_greedy_generation_reproduces_a_memorised_sequence():
-    from bertkit.objectives import CausalLMObjective
+    from bertkit.training.objectives import CausalLMObjective
 
     torch.manual_seed(0)
     config = BertConfig(**TINY, causal=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -557,7 +557,7 @@ def test_greedy_generation_reproduces_a_memorised_sequence():
 def test_generate_cli_continues_a_memorised_text(tmp_path, capsys):
     from bertkit import WordPieceTokenizer
     from bertkit.cli import main
-    from bertkit.objectives import CausalLMObjective
+    from bertkit.training.objectives import CausalLMObjective
 
     tok = WordPieceTokenizer.train(texts=["the cat sat on the mat", "a dog ran in the park"] * 5, vocab_size=60,
                                    min_frequency=1, show_progress=False)
@@ -627,8 +627,8 @@ def test_distilbert_bare_encoder(tmp_path):
     ("roberta-base", "roberta", "RobertaForMaskedLM", False), ("albert-base", "albert", "AlbertForPreTraining", True)])
 def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, architecture, pair, tmp_path):
     from bertkit.models.registry import OBJECTIVES
-    from bertkit.objectives import MaskedLMObjective
-    from bertkit.pretrain import build_pretraining_model, resolve_config
+    from bertkit.training.objectives import MaskedLMObjective
+    from bertkit.training.pretrain import build_pretraining_model, resolve_config
 
     config = resolve_config(recipe, {"preset": "tiny"})
     model = build_pretraining_model(config, vocab_size=120)[0]
@@ -650,7 +650,7 @@ def test_recipes_build_the_family_model_through_pretrain(recipe, model_type, arc
     ("causal-mini", "mini", "BertForCausalLM", "roberta"), ("roberta-base", "base", "BertForPreTraining", "roberta"),
     ("albert-base", "base", "BertForPreTraining", "albert"), ("bert-base", "base", "BertForPreTraining", "bert")])
 def test_paper_and_cpu_recipes_resolve_to_their_model(recipe, preset, cls, model_type):
-    from bertkit.pretrain import build_pretraining_model, resolve_config
+    from bertkit.training.pretrain import build_pretraining_model, resolve_config
 
     config = resolve_config(recipe)
     assert config.preset == preset
@@ -662,8 +662,8 @@ def test_paper_and_cpu_recipes_resolve_to_their_model(recipe, preset, cls, model
 
 def test_electra_recipe_and_builder():
     from bertkit.models import GeneratorDiscriminator
-    from bertkit.objectives import ElectraObjective, build_pretraining
-    from bertkit.pretrain import load_recipe
+    from bertkit.training.objectives import ElectraObjective, build_pretraining
+    from bertkit.training.pretrain import load_recipe
 
     recipe = load_recipe("electra-mini")
     config = BertConfig.preset("tiny", vocab_size=120, **recipe["model"])

@@ -210,7 +210,7 @@ def padded_batch(config, kind: str, left: bool = False, seed: int = 0):
 
 
 def ours_for(directory: Path, kind: str):
-    from bertkit.finetune import load_predictor
+    from bertkit.tasks.finetune import load_predictor
 
     return load_predictor(directory, kind).model.eval()
 
@@ -305,7 +305,7 @@ def check_elmo_reloads(matrix, kind: str, directory: Path) -> None:
     file the run wrote."""
     from bertkit.checkpoint import load_checkpoint
     from bertkit.features import FeatureTaskModel, encoder_hidden_states, load_encoder
-    from bertkit.taskrun import FinetuneConfig, load_task_data, model_outputs
+    from bertkit.tasks.run import FinetuneConfig, load_task_data, model_outputs
 
     model = FeatureTaskModel.from_pretrained(directory).eval()
     assert model.role == {"classify": "sequence", "glue": "sequence", "ner": "token", "squad": "qa"}[kind]
@@ -354,7 +354,7 @@ def check_predict(matrix, family: str, capsys) -> None:
     run("predict", "classify", "--model", directory, "--text", text, "--json")
     answer = json.loads(capsys.readouterr().out)
     if family == "t5":  # text to text: what transformers' greedy decoding writes for the task's input text
-        from bertkit.finetune import load_predictor
+        from bertkit.tasks.finetune import load_predictor
 
         predictor = load_predictor(directory)
         family_object = predictor.family()

@@ -432,8 +432,8 @@ def test_bf16_autocast_training_follows_the_fp32_loss_curve(tmp_path):
     follow the fp32 run's loss curve within bf16 noise (smoothed over 20 steps), and both learn."""
     import json
 
-    from bertkit.objectives import MaskedLMObjective
-    from bertkit.trainer import TrainConfig, train
+    from bertkit.training.objectives import MaskedLMObjective
+    from bertkit.training.trainer import TrainConfig, train
 
     config = tiny_config(**NO_DROPOUT)
     g = torch.Generator().manual_seed(8)

@@ -20,7 +20,7 @@ import torch
 
 from bertkit.cli import main
 from bertkit.tokenizers import load_tokenizer
-from test_every_kind import FINETUNE, corpus_text, same_logits, their_inputs, write_data
+from tasks.test_every_kind import FINETUNE, corpus_text, same_logits, their_inputs, write_data
 
 transformers = pytest.importorskip("transformers")
 
@@ -186,7 +186,7 @@ def test_distill_tasks_with_a_modernbert_teacher(made, tmp_path):
 
 def test_hidden_state_distillation_sees_what_forward_computes(made):
     """logits_and_hidden' hidden path (encoder, then the head's `scores`) gives the logits of the model's forward."""
-    from bertkit.distill import logits_and_hidden
+    from bertkit.training.distill import logits_and_hidden
     from bertkit.models import ModernBertForSequenceClassification, ModernBertForTokenClassification
 
     tok = load_tokenizer(made["model"])
@@ -285,7 +285,7 @@ def test_objectives_modernbert_cannot_train_are_refused_in_one_line(made, tmp_pa
 
 def test_build_pretraining_refuses_modernbert_configs_clearly():
     from bertkit.config import ModernBertConfig
-    from bertkit.objectives import build_pretraining
+    from bertkit.training.objectives import build_pretraining
 
     config = ModernBertConfig.preset("tiny", vocab_size=100, pad_token_id=0)
     for name, named in (("causal", "causal"), ("electra", "electra"), ("bert", "sentence-pair")):
@@ -308,7 +308,7 @@ def test_pretrain_help_lists_both_families_fields(capsys):
 
 def test_the_modernbert_base_recipe_has_the_papers_settings():
     from bertkit.config import ModernBertConfig
-    from bertkit.pretrain import resolve_config
+    from bertkit.training.pretrain import resolve_config
 
     recipe = resolve_config("modernbert-base")
     d, t, m = recipe.data, recipe.train, recipe.model

@@ -22,7 +22,7 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.models.bert import BertModel
-from bertkit.pretrain import resolve_config
+from bertkit.training.pretrain import resolve_config
 
 
 def count(module: torch.nn.Module | None) -> int:

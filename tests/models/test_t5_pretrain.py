@@ -1,7 +1,7 @@
 """T5 span-corruption pretraining: the "spans" stream (every token once across input and target, lengths from
 random_spans_helper, a generator per instance), the inverse-square-root schedule, the recipes, the loss falling on a
 tiny corpus, exact resume, and the errors for a tokenizer without sentinels (gloo processes:
-tests/test_pretrain_every_row.py)."""
+tests/training/test_pretrain_every_row.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from bertkit.data.instances import ListDocuments, SpecialIds
 from bertkit.data.loader import PretrainingStream, StreamOptions
 from bertkit.data.prepare import prepare
 from bertkit.data.spans import random_spans_helper, split_tokens
-from bertkit.pretrain import pretrain, resolve_config, stream_options
+from bertkit.training.pretrain import pretrain, resolve_config, stream_options
 from bertkit.tokenizers import UnigramTokenizer, WordPieceTokenizer
-from bertkit.trainer import TrainConfig, learning_rate
+from bertkit.training.trainer import TrainConfig, learning_rate
 
 WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
          "park runs sleeps sings under over near with and but because").split()
@@ -142,7 +142,7 @@ def test_each_sequence_has_its_own_generator(docs):
 
 
 def test_tokenizers_without_enough_sentinels_are_refused(tmp_path):
-    from bertkit.pretrain import DataConfig
+    from bertkit.training.pretrain import DataConfig
 
     data = DataConfig(objective="t5", max_seq_length=64)
     wordpiece = WordPieceTokenizer.train(WORDS, vocab_size=60, min_frequency=1, show_progress=False)
@@ -183,7 +183,7 @@ def test_recipes_and_the_objective_choose_t5():
     assert mini.model["model_type"] == "t5" and mini.train.schedule == "inverse_sqrt"
     alone = resolve_config(None, {"objective": "t5", "d_model": "64", "num_heads": "2"})
     assert alone.model == {"d_model": 64, "num_heads": 2}
-    from bertkit.pretrain import build_pretraining_model
+    from bertkit.training.pretrain import build_pretraining_model
 
     model = build_pretraining_model(alone, 300)[0]
     assert type(model).__name__ == "T5ForConditionalGeneration" and model.config.d_model == 64

@@ -1,6 +1,6 @@
 """`bertkit pretrain --objective xlnet` through the command line: the permutation-LM loss falls on a tiny corpus;
 shards without <cls>/<sep> are refused by name. Gloo processes and SIGKILL + --resume (its memory carried by the
-checkpoint): tests/test_pretrain_every_row.py, as for every row of the objective table."""
+checkpoint): tests/training/test_pretrain_every_row.py, as for every row of the objective table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from bertkit.cli import main
 
-from test_sigkill_families import corpus, losses
+from training.test_sigkill_families import corpus, losses
 
 TINY = ["--config", "xlnet-mini", "--d-model", "32", "--n-layer", "2", "--n-head", "4", "--d-inner", "48",
         "--max-seq-length", "32", "--reuse-len", "8", "--mem-len", "16", "--max-predictions-per-seq", "5",
@@ -55,7 +55,7 @@ def test_shards_without_cls_are_refused_naming_the_tokenizer(tmp_path, capsys):
 
 def test_the_xlnet_base_recipe_has_the_papers_settings():
     from bertkit.config import XLNetConfig
-    from bertkit.pretrain import resolve_config
+    from bertkit.training.pretrain import resolve_config
 
     config = resolve_config("xlnet-base")
     model = XLNetConfig.preset(config.preset, **{k: v for k, v in config.model.items() if k != "model_type"})
@@ -68,11 +68,11 @@ def test_the_xlnet_base_recipe_has_the_papers_settings():
 
 
 def test_xlnet_objective_and_architecture_go_together(tmp_path, capsys):
-    from bertkit.pretrain import resolve_config
+    from bertkit.training.pretrain import resolve_config
 
     with pytest.raises(ValueError, match="xlnet objective"):
         resolve_config("xlnet-mini", {"objective": "roberta"})
-    from bertkit.pretrain import stream_options
+    from bertkit.training.pretrain import stream_options
 
     config = resolve_config("xlnet-mini", {"model.mem_len": 0})
     with pytest.raises(ValueError, match="mem_len 0 with reuse_len 32: the memory would grow"):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from test_every_kind import FINETUNE, corpus_text, same_logits, their_inputs, write_data
+from tasks.test_every_kind import FINETUNE, corpus_text, same_logits, their_inputs, write_data
 from test_modernbert_verbs import swag_file
 
 transformers = pytest.importorskip("transformers")

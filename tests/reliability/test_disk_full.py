@@ -26,8 +26,8 @@ from bertkit.checkpoint import save_checkpoint
 from bertkit.cli import main
 from bertkit.data.prepare import prepare
 from bertkit.io import DiskFullError, atomic_write
-from bertkit.plots import read_metrics
-from bertkit.pretrain import pretrain, resolve_config
+from bertkit.pipeline.plots import read_metrics
+from bertkit.training.pretrain import pretrain, resolve_config
 
 
 class _FullFile(io.RawIOBase):

@@ -99,7 +99,7 @@ def test_two_pretrain_runs_on_one_directory(data_dir, tmp_path, capsys):
         first.wait()
     steps = sorted(losses(run))
     assert len(steps) >= 2 and steps == list(range(1, len(steps) + 1))  # one writer: every step once, in order
-    # The SIGKILLed run's lock went with it (tests/test_pretrain.py resumes such a run through the command line).
+    # The SIGKILLed run's lock went with it (tests/training/test_pretrain.py resumes such a run through the command line).
     assert (run / LOCK_NAME).exists() and lock_holder(run) is None
 
 

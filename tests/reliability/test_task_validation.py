@@ -18,10 +18,10 @@ from reliability_helpers import one_error_line
 from bertkit import BertForPreTraining
 from bertkit import io as bertkit_io
 from bertkit.cli import main
-from bertkit.distill import DistillConfig
+from bertkit.training.distill import DistillConfig
 from bertkit.errors import DataError
 from bertkit.io import DiskFullError
-from bertkit.taskrun import FinetuneConfig, record_evaluation, resume_history
+from bertkit.tasks.run import FinetuneConfig, record_evaluation, resume_history
 from bertkit.tasks.classify import read_table
 from bertkit.tasks.glue import read_glue
 from bertkit.tasks.ner import read_conll

@@ -21,7 +21,7 @@ from bertkit.cli import main
 from bertkit.config import BertConfig
 from bertkit.data.prepare import prepare
 from bertkit.errors import DataError
-from bertkit.pretrain import pretrain, resolve_config
+from bertkit.training.pretrain import pretrain, resolve_config
 
 
 @pytest.fixture(scope="module")

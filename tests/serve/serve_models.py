@@ -138,7 +138,7 @@ def inputs_for(kind: str, n: int, seed: int, mask: str = "[MASK]") -> list[dict]
 
 
 def as_predict_input(kind: str, item: dict):
-    """The Python input `bertkit.finetune.predict` takes for a JSON input."""
+    """The Python input `bertkit.tasks.finetune.predict` takes for a JSON input."""
     if kind == "classify":
         return item["text"] if item.get("pair") is None else (item["text"], item["pair"])
     if kind == "ner":

@@ -22,7 +22,7 @@ from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import fixed_vocabulary, sentence  # noqa: E402
 
 from bertkit import BertConfig  # noqa: E402
-from bertkit.finetune import predict  # noqa: E402
+from bertkit.tasks.finetune import predict  # noqa: E402
 from bertkit.models import BertForSequenceClassification, BertModel  # noqa: E402
 from bertkit.models.pooling import SentenceEncoder  # noqa: E402
 from bertkit.sentence import DenseSpec, SentenceConfig  # noqa: E402

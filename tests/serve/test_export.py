@@ -183,7 +183,7 @@ def test_modernbert_exports_every_served_head(kind, modernbert, tmp_path):
     if kind in ("classify", "ner", "squad", "swag"):
         from serve_models import as_predict_input, assert_same, inputs_for
 
-        from bertkit.finetune import predict
+        from bertkit.tasks.finetune import predict
         from bertkit.serve import Engine
 
         engine = Engine(directory, kind, backend="onnx", onnx_path=summary["out"])

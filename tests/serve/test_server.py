@@ -28,7 +28,7 @@ from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import as_predict_input, assert_same, build_models, inputs_for  # noqa: E402
 
 from bertkit.features import extract_features  # noqa: E402
-from bertkit.finetune import predict  # noqa: E402
+from bertkit.tasks.finetune import predict  # noqa: E402
 from bertkit.inference import fill_mask  # noqa: E402
 from bertkit.serve import Engine, ServeConfig, create_app  # noqa: E402
 from bertkit.serve.app import _json_bytes  # noqa: E402

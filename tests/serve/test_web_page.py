@@ -26,7 +26,7 @@ if CHROMIUM is None:
 from conftest import uvicorn_in_thread  # noqa: E402
 from serve_models import WORDS, build_models  # noqa: E402
 
-from bertkit.finetune import FinetuneConfig, finetune, predict  # noqa: E402
+from bertkit.tasks.finetune import FinetuneConfig, finetune, predict  # noqa: E402
 from bertkit.inference import fill_mask  # noqa: E402
 from bertkit.serve import Engine, ServeConfig, create_app  # noqa: E402
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from bertkit import BertConfig, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.finetune import FinetuneConfig, finetune, predict, pretrained_lm_head
+from bertkit.tasks.finetune import FinetuneConfig, finetune, predict, pretrained_lm_head
 from bertkit.models import BertForCausalLM, BertForSequenceClassification
 from bertkit.models.heads import last_real_token
 from bertkit.tasks.classify import SequenceClassificationTask

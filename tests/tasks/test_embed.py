@@ -15,7 +15,7 @@ import torch
 from bertkit.errors import DataError
 from bertkit.tasks import family_for
 from bertkit.tasks.embed import MultipleNegativesRankingLoss, read_pairs, retrieval_metrics
-from bertkit.taskrun import FinetuneConfig
+from bertkit.tasks.run import FinetuneConfig
 
 
 class _Embedded:
@@ -111,7 +111,7 @@ def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(t
                                                                                  tiny_tokenizer, one_thread):
     from conftest import tiny_config
 
-    from bertkit.finetune import finetune
+    from bertkit.tasks.finetune import finetune
     from bertkit.models import BertModel
 
     torch.manual_seed(0)
@@ -153,7 +153,7 @@ def _encoder_and_batch(tiny_tokenizer, dropout: float, negatives: bool = True, s
     from bertkit.models import BertModel
     from bertkit.models.pooling import SentenceEncoder
     from bertkit.sentence import SentenceConfig
-    from bertkit.taskrun import collate
+    from bertkit.tasks.run import collate
     from bertkit.tasks.embed import TextPair
 
     torch.manual_seed(seed)
@@ -275,7 +275,7 @@ def test_finetune_embed_cached_matryoshka_prompts_and_mined_negatives(tmp_path, 
     from conftest import tiny_config
 
     from bertkit.features import encode_sentences
-    from bertkit.finetune import finetune
+    from bertkit.tasks.finetune import finetune
     from bertkit.models import BertModel
     from bertkit.sentence import read_sentence_config
 
@@ -316,7 +316,7 @@ def test_dev_retrieval_with_windows_equals_features_window(tmp_path, tiny_tokeni
     from bertkit.models import BertModel
     from bertkit.models.pooling import SentenceEncoder
     from bertkit.sentence import SentenceConfig
-    from bertkit.taskrun import forward_all
+    from bertkit.tasks.run import forward_all
 
     torch.manual_seed(0)
     model = SentenceEncoder(BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)),

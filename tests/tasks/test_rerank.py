@@ -14,7 +14,7 @@ import torch
 from bertkit.errors import DataError
 from bertkit.tasks import family_for
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
-from bertkit.taskrun import FinetuneConfig
+from bertkit.tasks.run import FinetuneConfig
 
 
 def test_ranking_metrics_by_hand():
@@ -69,7 +69,7 @@ def _file(path, rng, queries):
 def test_finetune_rerank_loss_falls_and_predictions_agree(tmp_path, tiny_tokenizer, one_thread, capsys):
     from conftest import tiny_config
 
-    from bertkit.finetune import finetune, predict
+    from bertkit.tasks.finetune import finetune, predict
     from bertkit.models import BertModel
 
     torch.manual_seed(0)

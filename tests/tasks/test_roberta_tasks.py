@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from bertkit import BertConfig, BertForMaskedLM, ByteLevelBPETokenizer
-from bertkit.distill import DistillConfig, distill_task
+from bertkit.training.distill import DistillConfig, distill_task
 from bertkit.features import extract_features
-from bertkit.finetune import FinetuneConfig, finetune, predict
+from bertkit.tasks.finetune import FinetuneConfig, finetune, predict
 from bertkit.models import BertForSequenceClassification, BertModel
 from bertkit.tasks import family_for
 from bertkit.tokenizers import load_tokenizer

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertkit.errors import DataError
-from bertkit.taskrun import FinetuneConfig
+from bertkit.tasks.run import FinetuneConfig
 from bertkit.tasks import family_for
 from bertkit.tasks.classify import Example, read_table
 from bertkit.tasks.embed import read_pairs

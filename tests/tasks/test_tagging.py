@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bertkit import BertConfig, WordPieceTokenizer
 from bertkit.cli import main
 from bertkit.errors import DataError
-from bertkit.finetune import FinetuneConfig
+from bertkit.tasks.finetune import FinetuneConfig
 from bertkit.models import BertForPreTraining
 from bertkit.tasks.base import family_for
 from bertkit.tasks.ner import read_conll, tag_accuracy

@@ -16,7 +16,7 @@ import torch
 from bertkit.cli import main
 from bertkit.config import T5Config
 from bertkit.models import T5ForConditionalGeneration
-from bertkit.taskrun import FinetuneConfig, collate
+from bertkit.tasks.run import FinetuneConfig, collate
 from bertkit.tasks.classify import Example
 from bertkit.tasks.squad import SquadExample
 from bertkit.tasks.text2text import Text2TextFamily

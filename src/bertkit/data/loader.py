@@ -659,7 +659,7 @@ def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefet
     """The items (`pack_batch`ed batches, or shares of one) that `workers` processes make from `dataset`, in
     round-robin order: item k comes from worker k mod `workers` (torch's DataLoader keeps that order). The one way
     batches leave worker processes, for the pretraining stream and the fine-tuning batches
-    (`bertkit.taskrun.EpochBatches`) alike.
+    (`bertkit.tasks.run.EpochBatches`) alike.
 
     A worker that dies ends the iteration with one line (`DataError` naming the rank); what a live worker raises
     comes through as itself. Closing the generator shuts the workers down at once."""

@@ -574,7 +574,7 @@ class BertForReplacedTokenDetection(PreTrainedModel):
 
 @dataclass
 class ElectraOutput:
-    """One replaced-token-detection step; the losses are left to `bertkit.objectives.ElectraObjective`."""
+    """One replaced-token-detection step; the losses are left to `bertkit.training.objectives.ElectraObjective`."""
 
     mlm_logits: torch.Tensor  # (N, V) generator scores at the N masked positions (row-major)
     mlm_labels: torch.Tensor  # (N,) the original tokens there

@@ -4,7 +4,7 @@ and how do I load it for this use?".
 A model directory is config.json + weights + tokenizer files (a released ELMo may instead be bilm-tf's
 options.json + weights.hdf5, read through `bertkit.checkpoint.read_config`), and after fine-tuning also:
 
-    finetune.json      the fine-tuning record: the kind, the GLUE task, lengths, columns (`bertkit.taskrun`)
+    finetune.json      the fine-tuning record: the kind, the GLUE task, lengths, columns (`bertkit.tasks.run`)
     task_model.json    a task model on the encoder's layers (`bertkit.features.FeatureTaskModel`: frozen features,
                        ELMo, `--task-model bilstm`), with task_model.safetensors beside it
 

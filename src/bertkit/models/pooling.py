@@ -81,7 +81,7 @@ class SentenceEncoder(nn.Module):
 
     `forward(input_ids, attention_mask, token_type_ids)` takes (B, T) or (B, C, T) integer tensors and returns a
     TaskOutput whose `logits` are the sentence vectors (B, D) or (B, C, D), so the task run's forward passes
-    (`bertkit.taskrun.forward_all`) read embeddings as they read logits.
+    (`bertkit.tasks.run.forward_all`) read embeddings as they read logits.
     """
 
     head_family = None

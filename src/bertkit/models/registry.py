@@ -64,7 +64,7 @@ class Architecture:
     def objectives(self) -> tuple[str, ...]:
         """The pretraining objectives (rows of OBJECTIVES) a recipe may pair with it, in the table's order. The
         finer rules (electra needs model_type electra, causal needs causal true, a pair task needs the pair head)
-        are the objective row's `requires` and bertkit.objectives.build_pretraining's, checked on the config."""
+        are the objective row's `requires` and bertkit.training.objectives.build_pretraining's, checked on the config."""
         return tuple(o.name for o in OBJECTIVES.values() if self.name in o.architectures)
 
     @property
@@ -147,15 +147,15 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
 @dataclass(frozen=True)
 class Objective:
     """Everything bertkit knows about one pretraining objective. The classes and factories are named, not imported
-    (this floor imports no training code): `task_class` is a class of bertkit.objectives, `model` one of
-    bertkit.models, `stream` and `build` keys of bertkit.pretrain's STREAMS and BUILDERS; the layer that owns each
+    (this floor imports no training code): `task_class` is a class of bertkit.training.objectives, `model` one of
+    bertkit.models, `stream` and `build` keys of bertkit.training.pretrain's STREAMS and BUILDERS; the layer that owns each
     resolves it."""
 
     name: str  # the row's key: DataConfig.objective, `--objective`
     label: str  # what it trains, for messages and `bertkit pretrain --help`
     instances: str  # the instance kind of bertkit.data.loader (OBJECTIVE_INSTANCES), or "words" (ELMo's windows)
     pair_task: str | None  # the sentence-pair task trained beside it ("nsp", "sop"), or None
-    task_class: str  # its trainer task: a class of bertkit.objectives (built by its `for_recipe`)
+    task_class: str  # its trainer task: a class of bertkit.training.objectives (built by its `for_recipe`)
     architectures: tuple[str, ...]  # the ARCHITECTURES rows that pretrain with it
     special_tokens: tuple[str, ...]  # the tokenizer's special tokens its batches need (cls, sep, pad, mask, sentinels)
     model_role: str = "pretraining"  # the architecture's role (a ROLE_NAMES key) it trains (T5: "seq2seq")
@@ -182,7 +182,7 @@ def _mlm(name: str, label: str, instances: str, pair_task: str | None, architect
 
 
 # The one objective table: adding an objective is one row here plus its functions (its trainer task in
-# bertkit.objectives, its instances in bertkit.data); pretrain, distill and the tests read it.
+# bertkit.training.objectives, its instances in bertkit.data); pretrain, distill and the tests read it.
 OBJECTIVES: dict[str, Objective] = {row.name: row for row in (
     _mlm("bert", "MLM + NSP", "nsp", "nsp", _BERT_FAMILY),
     _mlm("albert", "MLM + SOP", "sop", "sop", _BERT_FAMILY),

@@ -15,7 +15,7 @@ An `Engine` serves one task of one model directory:
 
 For the four task kinds the three steps are the task family's own (`bertkit.tasks`): `prediction_features` makes
 the rows (one per input; one per window of a SQuAD passage; one per choice of a multiple-choice input),
-`predictions` turns the rows' logits into exactly the objects `bertkit.finetune.predict` returns, so an answer of
+`predictions` turns the rows' logits into exactly the objects `bertkit.tasks.finetune.predict` returns, so an answer of
 the server equals `predict` on the same input. Every input is prepared and answered on its own (its own family
 object, since families keep state between the two calls), so one invalid input yields one error object and never
 fails its neighbours.
@@ -27,7 +27,7 @@ the real tokens only (`BertModel`'s unpadded path) with the torch backend; the O
 Generation is greedy, as `bertkit generate` at its default temperature 0: a causal model's rows of one prompt
 length share `BertForCausalLM.generate` (equal lengths: no padding, each row what it computes alone up to float
 rounding, cut after its first separator); a T5's rows are padded and generated together
-(`bertkit.taskrun.generate_all`), as the text-to-text task models are. A row carries its input's max_new_tokens.
+(`bertkit.tasks.run.generate_all`), as the text-to-text task models are. A row carries its input's max_new_tokens.
 
 Inputs longer than the model's sequence length are truncated as `predict` truncates them (SQuAD passages are
 covered by windows; its question is cut to max_query_length), and the answer then carries "truncated": true.
@@ -136,7 +136,7 @@ def pad_rows(rows: list[Row], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def _split_outputs(layout: str, out: np.ndarray, rows: list[Row]) -> list[np.ndarray]:
-    """One output per row from a padded batch's output, as `bertkit.taskrun.forward_all` cuts them: (C,) per
+    """One output per row from a padded batch's output, as `bertkit.tasks.run.forward_all` cuts them: (C,) per
     sequence, (T_i, C) per token (padding cut off), (1,) per choice; fill-mask: (M_i, V) at the mask positions.
     layout: a value of ROW_OUTPUTS, or a use (fill-mask, embeddings: per token)."""
     if layout in ("sequence", "choice"):
@@ -148,7 +148,7 @@ def _split_outputs(layout: str, out: np.ndarray, rows: list[Row]) -> list[np.nda
 
 class TorchBackend:
     """The bertkit model itself: padded batches go in, the model runs them on their real tokens only. A
-    text-to-text model (T5) generates instead: greedy token ids per row (`bertkit.taskrun.generate_all`)."""
+    text-to-text model (T5) generates instead: greedy token ids per row (`bertkit.tasks.run.generate_all`)."""
 
     name = "torch"
 
@@ -166,7 +166,7 @@ class TorchBackend:
             with torch.no_grad():
                 return self._generate(rows)
         if self.max_new_tokens is not None:
-            from bertkit.taskrun import generate_all
+            from bertkit.tasks.run import generate_all
 
             features = [{"input_ids": r.input_ids, "token_type_ids": r.token_type_ids} for r in rows]
             with torch.no_grad():
@@ -192,7 +192,7 @@ class TorchBackend:
         """Greedy generations (the new token ids) of the rows; see the module docstring."""
         import torch
 
-        from bertkit.taskrun import generate_all
+        from bertkit.tasks.run import generate_all
 
         out: list[np.ndarray | None] = [None] * len(rows)
         groups: dict[tuple[int, int], list[int]] = {}
@@ -322,7 +322,7 @@ class Engine:
         self.input_fields = self.task.input_fields if self.task is not None else USES[self.kind].input_fields
         layout = ROW_OUTPUTS[self.task.model_role] if self.task is not None else self.kind
         if self.task is not None:  # a task head: the task family's predictor, as `bertkit predict` loads it
-            from bertkit.finetune import load_predictor
+            from bertkit.tasks.finetune import load_predictor
 
             self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device,
                                             words=words)

@@ -9,18 +9,18 @@ inputs, and the predictions file. Each family lives in one file of `bertkit.task
     class TaggingFamily(TaskFamily): ...
 
 and `family_for("ner")` imports that file and returns the class. Adding a task is one file plus one line in
-`TASK_MODULES` below. The drivers (`bertkit.finetune`, `bertkit.distill`, through `bertkit.taskrun`) only speak
+`TASK_MODULES` below. The drivers (`bertkit.tasks.finetune`, `bertkit.training.distill`, through `bertkit.tasks.run`) only speak
 this protocol; running the model is theirs, so families see logits as numpy arrays and import no torch at import
 time (the loss imports it when it runs).
 
-The protocol, in the order a fine-tuning run calls it (the `config` is a `bertkit.taskrun.FinetuneConfig`):
+The protocol, in the order a fine-tuning run calls it (the `config` is a `bertkit.tasks.run.FinetuneConfig`):
 
     read(path, training)                      examples (the training file first: it fixes the labels)
-    features(examples, tokenizer, training)   model inputs: dicts of token-id lists (see `bertkit.taskrun.collate`)
+    features(examples, tokenizer, training)   model inputs: dicts of token-id lists (see `bertkit.tasks.run.collate`)
     model_kwargs()                            the task model's constructor arguments (labels, regression)
     objective()                               the trainer task: summed loss of a micro-batch
     evaluate(examples, features, logits)      (dev metrics, output for write_predictions); logits as
-                                              `bertkit.taskrun.forward_all` returns them, one per feature
+                                              `bertkit.tasks.run.forward_all` returns them, one per feature
     write_predictions(out_dir, examples, output)   the best epoch's dev predictions in the task's format
     task_info()                               what `predict` needs later, saved as MODEL/finetune.json
 and for a fine-tuned model directory:

@@ -208,7 +208,7 @@ def read_table(path: str | os.PathLike[str], text_column: str, pair_column: str 
 
 class SequenceClassificationTask:
     """Trainer task: cross-entropy over labels (or squared error for regression) on the first token's pooled
-    vector; also multiple choice, whose logits are (B, C) scores of the C choices. See `bertkit.trainer`.
+    vector; also multiple choice, whose logits are (B, C) scores of the C choices. See `bertkit.training.trainer`.
 
     lm_weight > 0 (a causal model, `with_language_model`): GPT-1's fine-tuning objective L2 + lm_weight x L1,
     L1 the language-modelling loss on the task's own inputs (every real token after the first predicted from

@@ -22,7 +22,7 @@ them, or the generated text; SQuAD's predictions.json), so `bertkit evaluate` sc
 
 `Text2TextFamily` follows the `bertkit.tasks.base` protocol with one addition: `generates` (True), which tells the
 drivers to give `evaluate` and `predictions` the greedy generations (int arrays of token ids, EOS excluded) instead
-of logits (`bertkit.taskrun.generate_all`). Reading the files and the official metrics are the kind's own family's.
+of logits (`bertkit.tasks.run.generate_all`). Reading the files and the official metrics are the kind's own family's.
 """
 
 from __future__ import annotations
