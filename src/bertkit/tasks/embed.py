@@ -238,19 +238,31 @@ class MultipleNegativesRankingLoss:
         self.mini_batch_size = mini_batch_size
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {"mnrl_loss": float(batch["input_ids"].shape[0])}
+        return {"mnrl_loss": float(batch["windows" if "windows" in batch else "input_ids"].shape[0])}
 
     def embeddings(self, model, batch):
-        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when mini_batch_size is set."""
+        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when
+        mini_batch_size is set; with windows (a (R, T) batch of every text's windows, `collate`'s "windows"), each
+        text's vector pooled from its windows' (`pool_windows`)."""
         ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
-        if self.mini_batch_size is None:
+        windows = batch.get("windows")
+        if self.mini_batch_size is None and windows is None:
             return _widen(model(ids, mask, types).logits)
-        B, C, T = ids.shape
-        lengths = host_lengths(mask)  # (B * C,) in the flat order below
-        flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
-        chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
-        widths = [lengths[rows[0]] for rows in chunks]  # longest first
-        return cached_embeddings(model, *flat, chunks, widths).view(B, C, -1)
+        if windows is None:
+            B, C, T = ids.shape
+            flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
+        else:
+            (B, C), flat = windows.shape, [ids, mask, types]
+        if self.mini_batch_size is None:
+            vectors = _widen(model(*flat).logits)
+        else:
+            lengths = host_lengths(mask)  # one per flat row
+            chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
+            widths = [lengths[rows[0]] for rows in chunks]  # longest first
+            vectors = cached_embeddings(model, *flat, chunks, widths)
+        if windows is not None:
+            vectors = pool_windows(vectors, host_values(windows), host_values(batch["window_pieces"]))
+        return vectors.view(B, C, -1)
 
     def __call__(self, model, batch):
         from bertkit.models.layouts import host_count
@@ -265,6 +277,33 @@ class MultipleNegativesRankingLoss:
         else:
             loss = in_batch_loss(emb, self.scale, self.symmetric)
         return {"mnrl_loss": (loss, host_count(B, loss.device))}
+
+
+def pool_windows(vectors, windows: Sequence[int], pieces: Sequence[int]):
+    """(N, D) text vectors from the (R, D) vectors of their windows, the n-th text's `windows[n]` consecutive
+    rows holding `pieces` text pieces each: the windows' mean weighted by their pieces, as
+    `bertkit.sentence.combine_windows` (unnormalised: the loss takes the cosine); a one-window text's vector is
+    its window's, bit for bit. The gradient flows into every window."""
+    import torch
+
+    owner, weights, start = [], [], 0
+    for n, count in enumerate(windows):
+        share = pieces[start:start + count]
+        total = max(sum(share), 1)
+        owner += [n] * count
+        weights += [1.0] if count == 1 else [k / total for k in share]
+        start += count
+    owner_t = torch.tensor(owner, device=vectors.device)
+    weights_t = torch.tensor(weights, dtype=vectors.dtype, device=vectors.device)
+    return vectors.new_zeros(len(windows), vectors.shape[-1]).index_add_(0, owner_t, vectors * weights_t[:, None])
+
+
+def host_values(x) -> list[int]:
+    """An integer tensor's values, flattened, from its host copy when the loader left one."""
+    from bertkit.models.layouts import host_copy
+
+    host = host_copy(x)
+    return [int(n) for n in (host if host is not None else x).reshape(-1).tolist()]
 
 
 def host_lengths(mask) -> list[int]:
@@ -344,10 +383,13 @@ class EmbedFamily(TaskFamily):
         length = self.config.seq_length
         q, d = (p or "" for p in self.prompts().values())  # sentence-transformers: the prompt, then the text
         if training:
-            columns = [[q + e.anchor for e in examples], [d + e.positive for e in examples]]
+            columns = [([e.anchor for e in examples], q), ([e.positive for e in examples], d)]
             for k in range(len(examples[0].negatives)):
-                columns.append([d + e.negatives[k] for e in examples])
-            encoded = [tokenizer.encode_batch(texts, max_length=length) for texts in columns]
+                columns.append(([e.negatives[k] for e in examples], d))
+            if getattr(self.config, "window", None):
+                return self._windowed_training(tokenizer, columns, len(examples))
+            encoded = [tokenizer.encode_batch([prompt + t for t in texts], max_length=length)
+                       for texts, prompt in columns]
             return [{"input_ids": [enc[i].input_ids for enc in encoded],
                      "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
         if examples[0].score is not None:  # STS: both sentences of every pair, in turn
@@ -356,6 +398,28 @@ class EmbedFamily(TaskFamily):
         return (self._eval_rows(tokenizer, [e.anchor for e in examples], q, "query")
                 + self._eval_rows(tokenizer, corpus, d, "document"))
 
+    def _stride(self, tokenizer) -> int:
+        """--stride, or half the window's room for text."""
+        return self.config.stride or max((self.config.window - tokenizer.num_special_tokens()) // 2, 1)
+
+    def _windowed_training(self, tokenizer, columns: list[tuple[list[str], str]], n: int) -> list[dict[str, Any]]:
+        """Training features with --window: each example's rows are the windows of its texts, column by column
+        (`windowed_encodings`: a text that fits in one window is one row, encoded as without windows), with how
+        many windows each text has ("windows") and each window's text pieces ("window_pieces", its weight)."""
+        out: list[dict[str, Any]] = [{"input_ids": [], "token_type_ids": [], "windows": [], "window_pieces": []}
+                                     for _ in range(n)]
+        for texts, prompt in columns:
+            rows = windowed_encodings(tokenizer, texts, self.config.window, self._stride(tokenizer), prompt)
+            counts = [0] * n
+            for enc, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces):
+                f = out[owner]
+                f["input_ids"].append(list(enc.input_ids)), f["token_type_ids"].append(list(enc.token_type_ids))
+                f["window_pieces"].append(pieces)
+                counts[owner] += 1
+            for f, count in zip(out, counts):
+                f["windows"].append(count)
+        return out
+
     def _eval_rows(self, tokenizer, texts: list[str], prompt: str, role: str) -> list[dict[str, Any]]:
         """The dev features of `texts` (with `prompt` first): one per text cut at the sequence length, or with
         --window one per window, each naming its text (`owner`) and its pieces (`bertkit.sentence`'s windows)."""
@@ -363,8 +427,7 @@ class EmbedFamily(TaskFamily):
         if not window:
             return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": role}
                     for enc in tokenizer.encode_batch([prompt + t for t in texts], max_length=self.config.seq_length)]
-        room = window - tokenizer.num_special_tokens()
-        rows = windowed_encodings(tokenizer, texts, window, self.config.stride or max(room // 2, 1), prompt)
+        rows = windowed_encodings(tokenizer, texts, window, self._stride(tokenizer), prompt)
         return [{"input_ids": list(r.input_ids), "token_type_ids": list(r.token_type_ids), "role": role,
                  "owner": owner, "pieces": pieces} for r, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces)]
 
