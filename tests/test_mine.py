@@ -124,28 +124,40 @@ def encoder_dir(tmp_path_factory):
 @pytest.mark.parametrize("options", [dict(num_negatives=3), dict(num_negatives=2, range_min=2, range_max=10),
                                      dict(num_negatives=2, margin=0.02, range_max=20)])
 def test_mine_equals_sentence_transformers(encoder_dir, tmp_path, options):
-    st = pytest.importorskip("sentence_transformers")
-    datasets = pytest.importorskip("datasets")
-    from sentence_transformers.util import mine_hard_negatives as st_mine
-
     config = MineConfig(**options, device="cpu")
     report = mine_hard_negatives(encoder_dir / "model", encoder_dir / "pairs.csv", tmp_path / "mined.jsonl",
                                  encoder_dir / "corpus.txt", config)
     ours = [json.loads(line) for line in (tmp_path / "mined.jsonl").read_text().splitlines()]
     assert report["rows"] == len(ours) and report["rows"] + report["dropped"] == 10
+    assert _by_pair(ours) == _sentence_transformers_mined(encoder_dir, config)
+
+
+def _by_pair(rows: list[dict]) -> list[dict]:
+    """Rows sorted by (anchor, positive): sentence-transformers groups its rows by query."""
+    return sorted(rows, key=lambda r: (r["anchor"], r["positive"]))
+
+
+def _sentence_transformers_mined(encoder_dir, config: MineConfig, reranker=None) -> list[dict]:
+    """sentence-transformers' mine_hard_negatives on the fixture's pairs and corpus with `config`'s rules (and the
+    reranker directory as its cross_encoder), as our rows, sorted by pair."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers.util import mine_hard_negatives as st_mine
+
     with open(encoder_dir / "pairs.csv") as f:
         pairs = list(csv.DictReader(f))
     dataset = datasets.Dataset.from_dict({"query": [p["query"] for p in pairs],
                                           "positive": [p["positive"] for p in pairs]})
     corpus = (encoder_dir / "corpus.txt").read_text().splitlines()
     model = st.SentenceTransformer(str(encoder_dir / "model"), device="cpu")
-    theirs = st_mine(dataset, model, corpus=corpus, num_negatives=config.num_negatives, range_min=config.range_min,
-                     range_max=options.get("range_max"), absolute_margin=options.get("margin"),
-                     output_format="n-tuple", verbose=False, batch_size=8)
-    theirs = [{"anchor": r["query"], "positive": r["positive"],
-               **{f"negative_{k}": r[f"negative_{k}"] for k in range(1, config.num_negatives + 1)}} for r in theirs]
-    key = lambda r: (r["anchor"], r["positive"])  # noqa: E731 - sentence-transformers groups rows by query
-    assert sorted(ours, key=key) == sorted(theirs, key=key)
+    cross = st.CrossEncoder(str(reranker), device="cpu") if reranker is not None else None
+    theirs = st_mine(dataset, model, corpus=corpus, cross_encoder=cross, num_negatives=config.num_negatives,
+                     range_min=config.range_min, range_max=config.range_max, absolute_margin=config.margin,
+                     relative_margin=config.relative_margin, max_score=config.max_score, output_format="n-tuple",
+                     verbose=False, batch_size=8)
+    return _by_pair([{"anchor": r["query"], "positive": r["positive"],
+                      **{f"negative_{k}": r[f"negative_{k}"] for k in range(1, config.num_negatives + 1)}}
+                     for r in theirs])
 
 
 def test_mine_cli_and_finetune_embed_reads_the_negatives(encoder_dir, tmp_path, capsys):
@@ -228,10 +240,6 @@ def reranker_dir(encoder_dir):
                                      dict(num_negatives=2, max_score=0.6, range_min=1, range_max=15),
                                      dict(num_negatives=3, relative_margin=0.1, range_max=24)])
 def test_mine_with_a_cross_encoder_equals_sentence_transformers(encoder_dir, reranker_dir, tmp_path, options):
-    st = pytest.importorskip("sentence_transformers")
-    datasets = pytest.importorskip("datasets")
-    from sentence_transformers.util import mine_hard_negatives as st_mine
-
     from bertkit.finetune import predict
 
     config = MineConfig(**options, cross_encoder=str(reranker_dir), device="cpu")
@@ -249,21 +257,7 @@ def test_mine_with_a_cross_encoder_equals_sentence_transformers(encoder_dir, rer
             assert config.margin is None or s + config.margin <= scored[0]
             assert config.relative_margin is None or s <= scored[0] - abs(scored[0]) * config.relative_margin
             assert config.max_score is None or s <= config.max_score
-    with open(encoder_dir / "pairs.csv") as f:
-        pairs = list(csv.DictReader(f))
-    dataset = datasets.Dataset.from_dict({"query": [p["query"] for p in pairs],
-                                          "positive": [p["positive"] for p in pairs]})
-    corpus = (encoder_dir / "corpus.txt").read_text().splitlines()
-    model = st.SentenceTransformer(str(encoder_dir / "model"), device="cpu")
-    cross = st.CrossEncoder(str(reranker_dir), device="cpu")
-    theirs = st_mine(dataset, model, corpus=corpus, cross_encoder=cross, num_negatives=config.num_negatives,
-                     range_min=config.range_min, range_max=config.range_max, absolute_margin=config.margin,
-                     relative_margin=config.relative_margin, max_score=config.max_score, output_format="n-tuple",
-                     verbose=False, batch_size=8)
-    theirs = [{"anchor": r["query"], "positive": r["positive"],
-               **{f"negative_{k}": r[f"negative_{k}"] for k in range(1, config.num_negatives + 1)}} for r in theirs]
-    key = lambda r: (r["anchor"], r["positive"])  # noqa: E731 - sentence-transformers groups rows by query
-    assert sorted(ours, key=key) == sorted(theirs, key=key)
+    assert _by_pair(ours) == _sentence_transformers_mined(encoder_dir, config, reranker_dir)
 
 
 def test_mine_cross_encoder_must_be_a_directory(encoder_dir, tmp_path, capsys):
