@@ -240,7 +240,7 @@ def reranker_dir(encoder_dir):
                                      dict(num_negatives=2, max_score=0.6, range_min=1, range_max=15),
                                      dict(num_negatives=3, relative_margin=0.1, range_max=24)])
 def test_mine_with_a_cross_encoder_equals_sentence_transformers(encoder_dir, reranker_dir, tmp_path, options):
-    from bertkit.finetune import predict
+    from bertkit.tasks.finetune import predict
 
     config = MineConfig(**options, cross_encoder=str(reranker_dir), device="cpu")
     report = mine_hard_negatives(encoder_dir / "model", encoder_dir / "pairs.csv", tmp_path / "mined.jsonl",

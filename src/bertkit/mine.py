@@ -47,11 +47,11 @@ import torch
 from bertkit.config import field_with_help
 from bertkit.errors import DataError
 from bertkit.features import encode_sentences
-from bertkit.finetune import predict
 from bertkit.io import atomic_write
 from bertkit.sentence import read_sentence_config
 from bertkit.tasks.classify import records
 from bertkit.tasks.embed import read_pairs
+from bertkit.tasks.finetune import predict
 
 _f = field_with_help
 

@@ -347,7 +347,7 @@ def test_dev_retrieval_with_windows_equals_features_window(tmp_path, tiny_tokeni
 def _window_batches(tiny_tokenizer, lengths, window: int | None, stride: int | None = None, prompt: str = ""):
     """Collated training features of 4 triplets whose texts have `lengths` words (cycled), with or without
     windows."""
-    from bertkit.taskrun import collate
+    from bertkit.tasks.run import collate
     from bertkit.tasks.embed import TextPair
 
     words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
@@ -422,7 +422,7 @@ def test_finetune_embed_trains_on_windows(tmp_path, tiny_tokenizer, one_thread):
     losses."""
     from conftest import tiny_config
 
-    from bertkit.finetune import finetune
+    from bertkit.tasks.finetune import finetune
     from bertkit.models import BertModel
 
     torch.manual_seed(0)
