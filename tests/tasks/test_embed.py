@@ -439,3 +439,18 @@ def test_finetune_embed_trains_on_windows(tmp_path, tiny_tokenizer, one_thread):
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["mnrl_loss"] for r in logged if "mnrl_loss" in r]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+# ---- gathered negatives (torchrun): tests/tasks/test_embed_ddp.py runs two processes -----------------------------
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_ranks_own_losses_add_up_to_the_whole_batch(symmetric):
+    """Each rank's anchors against every rank's candidates (`own`): the ranks' sums are the one-process loss."""
+    from bertkit.tasks.embed import in_batch_loss
+
+    torch.manual_seed(1)
+    emb = torch.randn(7, 3, 16, dtype=torch.float64)
+    whole = in_batch_loss(emb, 20.0, symmetric)
+    parts = [in_batch_loss(emb, 20.0, symmetric, own) for own in ((0, 4), (4, 3))]
+    torch.testing.assert_close(parts[0] + parts[1], whole, rtol=0, atol=1e-12)
+    assert abs(float(parts[0] - whole)) > 1  # a rank's share alone is not the whole

@@ -90,6 +90,9 @@ class SentenceEncoder(nn.Module):
         super().__init__()
         self.encoder, self.sentence = encoder, sentence
         self.dense = nn.ModuleList(Dense(d.in_features, d.out_features, d.bias, d.activation) for d in sentence.dense)
+        pooler = getattr(encoder, "pooler", None)
+        if pooler is not None:  # BERT's pooler: kept for the directory, never read by a sentence vector, so not
+            pooler.requires_grad_(False)  # trained (DistributedDataParallel wants every trained weight in the loss)
 
     @property
     def config(self):

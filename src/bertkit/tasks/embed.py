@@ -13,6 +13,8 @@ s_ij = scale x cos(a_i, c_j) over the candidates c = (p_1..p_B, n_1..n_B), and t
 picking c_i, averaged over the anchors; scale 20 as sentence-transformers' default (a temperature of 0.05). The
 symmetric option adds the positives' side, cross-entropy of picking a_i among the anchors for p_i, and halves the
 sum (MultipleNegativesSymmetricRankingLoss). Every text of a batch goes through the encoder in one forward pass.
+Under torchrun (gather_negatives, the default) every rank's vectors are gathered: a rank's anchors are scored
+against the candidates of the whole global batch, as in one process (`gather_rows`).
 
 Dev files:
     with a score column     STS: Spearman (and Pearson) correlation of the cosine of each pair with its score
@@ -204,22 +206,47 @@ def cached_embeddings(model, ids, mask, types, chunks: list[list[int]], widths: 
     return _Cached.apply(anchor)
 
 
-def in_batch_loss(emb, scale: float, symmetric: bool):
-    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring)."""
+def in_batch_loss(emb, scale: float, symmetric: bool, own: tuple[int, int] | None = None):
+    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring);
+    `own` = (start, count): only the anchors (and, symmetric, the positives) of those rows, against every row's
+    candidates (a rank's share of the gathered batch: `gather_rows`)."""
     import torch
     import torch.nn.functional as F
 
-    B = emb.shape[0]
+    start, count = own if own is not None else (0, emb.shape[0])
     emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
     anchors = emb[:, 0]  # (B, D)
+    mine = anchors[start:start + count] if own is not None else anchors
     candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
-    scores = scale * anchors @ candidates.T  # (B, B * (C-1))
-    target = torch.arange(B, device=emb.device)
+    scores = scale * mine @ candidates.T  # (count, B * (C-1))
+    target = torch.arange(start, start + count, device=emb.device)
     loss = F.cross_entropy(scores, target, reduction="sum")
     if symmetric:
-        backward = scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
+        positives = emb[start:start + count, 1] if own is not None else emb[:, 1]
+        backward = scale * positives @ anchors.T  # (count, B): each positive against every anchor
         loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
     return loss
+
+
+def gather_rows(emb, group=None) -> tuple[Any, tuple[int, int]]:
+    """Every rank's (B_r, C, D) embeddings, concatenated in rank order, the gradient flowing back to each rank's
+    own rows (torch.distributed.nn's all_gather: a rank receives the sum of every rank's gradient for its rows),
+    and this rank's (start, count) in it. Ranks may hold different B_r (the global batch split unevenly): the
+    counts are exchanged first, on the host (`group`: a gloo group; None: the default one), and every rank's rows
+    are padded to the largest for the gather."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_gather
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    counts = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor([emb.shape[0]]), group=group)
+    counts = [int(c) for c in counts]
+    most = max(counts)
+    padded = torch.cat([emb, emb.new_zeros(most - emb.shape[0], *emb.shape[1:])]) if emb.shape[0] < most else emb
+    parts = all_gather(padded)
+    rows = torch.cat([part[:n] for part, n in zip(parts, counts)])
+    return rows, (sum(counts[:rank]), counts[rank])
 
 
 class MultipleNegativesRankingLoss:
@@ -232,10 +259,23 @@ class MultipleNegativesRankingLoss:
     padded tokens, W the batch's widest text: the same loss and gradients, activations held for one chunk."""
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False, matryoshka_dims: Sequence[int] = (),
-                 mini_batch_size: int | None = None) -> None:
+                 mini_batch_size: int | None = None, gather: bool = True) -> None:
         self.scale, self.symmetric = scale, symmetric
         self.matryoshka_dims = tuple(sorted(matryoshka_dims, reverse=True))
         self.mini_batch_size = mini_batch_size
+        self.gather = gather
+        self._host_group: Any = None  # the gloo group that exchanges the ranks' row counts (made on first use)
+
+    def _gathered(self, emb):
+        """(every rank's rows, this rank's (start, count)) under torchrun with gather; else (emb, None)."""
+        import torch.distributed as dist
+
+        if not (self.gather and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return emb, None
+        if self._host_group is None:  # counts travel on the host: a gloo group beside NCCL's
+            self._host_group = (dist.group.WORLD if dist.get_backend() == "gloo"
+                                else dist.new_group(backend="gloo"))
+        return gather_rows(emb, self._host_group)
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"mnrl_loss": float(batch["windows" if "windows" in batch else "input_ids"].shape[0])}
@@ -269,13 +309,14 @@ class MultipleNegativesRankingLoss:
 
         emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
+        emb, own = self._gathered(emb)  # under torchrun: every rank's rows, this rank's anchors
         if self.matryoshka_dims:
             if self.matryoshka_dims[0] > emb.shape[-1]:
                 raise ValueError(f"--matryoshka-dims {self.matryoshka_dims[0]} is more than the model's "
                                  f"{emb.shape[-1]} dimensions")
-            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric) for d in self.matryoshka_dims)
+            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric, own) for d in self.matryoshka_dims)
         else:
-            loss = in_batch_loss(emb, self.scale, self.symmetric)
+            loss = in_batch_loss(emb, self.scale, self.symmetric, own)
         return {"mnrl_loss": (loss, host_count(B, loss.device))}
 
 
@@ -465,7 +506,8 @@ class EmbedFamily(TaskFamily):
         c = self.config
         return MultipleNegativesRankingLoss(getattr(c, "scale", 20.0), bool(getattr(c, "symmetric", False)),
                                             c.dims() if hasattr(c, "dims") else (),
-                                            getattr(c, "mini_batch_size", None))
+                                            getattr(c, "mini_batch_size", None),
+                                            bool(getattr(c, "gather_negatives", True)))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
         from bertkit.tasks.metrics import pearson, spearman

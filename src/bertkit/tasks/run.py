@@ -127,6 +127,8 @@ class FinetuneConfig:
     mini_batch_size: int | None = _f(None, "embed: cached in-batch negatives (GradCache): the loss over the whole "
                                            "batch, activations held for at most N x W padded tokens at a time (W: "
                                            "the batch's longest text), the same gradients")
+    gather_negatives: bool = _f(True, "embed under torchrun: every rank's texts are in-batch negatives of every "
+                                      "anchor, as in one process over the global batch (false: each rank's own)")
     matryoshka_dims: str | None = _f(None, "embed: train these prefixes of the vector too, comma-separated "
                                            "(Matryoshka: 384,256,128,64); saved in the model directory")
     window: int | None = _f(None, "embed: training and dev texts longer than this many tokens are pooled from "
