@@ -339,22 +339,22 @@ def pool_windows(vectors, windows: Sequence[int], pieces: Sequence[int]):
     return vectors.new_zeros(len(windows), vectors.shape[-1]).index_add_(0, owner_t, vectors * weights_t[:, None])
 
 
-def host_values(x) -> list[int]:
-    """An integer tensor's values, flattened, from its host copy when the loader left one."""
+def on_host(x):
+    """x's host copy when the loader left one (reading it reads nothing from the device), else x."""
     from bertkit.models.layouts import host_copy
 
     host = host_copy(x)
-    return [int(n) for n in (host if host is not None else x).reshape(-1).tolist()]
+    return host if host is not None else x
+
+
+def host_values(x) -> list[int]:
+    """An integer tensor's values, flattened, `on_host`."""
+    return [int(n) for n in on_host(x).reshape(-1).tolist()]
 
 
 def host_lengths(mask) -> list[int]:
-    """Real tokens per text of an attention mask (..., T), flattened, read from its host copy when the loader left
-    one (nothing is read from the device then)."""
-    from bertkit.models.layouts import host_copy
-
-    host = host_copy(mask)
-    source = host if host is not None else mask
-    return [int(n) for n in source.ne(0).sum(-1).reshape(-1).tolist()]
+    """Real tokens per text of an attention mask (..., T), flattened, `on_host`."""
+    return [int(n) for n in on_host(mask).ne(0).sum(-1).reshape(-1).tolist()]
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
