@@ -4,6 +4,7 @@ model sentence-transformers loads with the pooling it was trained with."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -439,6 +440,9 @@ def test_finetune_embed_trains_on_windows(tmp_path, tiny_tokenizer, one_thread):
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["mnrl_loss"] for r in logged if "mnrl_loss" in r]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    with pytest.raises(ValueError, match="--window 65 is longer than the model's max_position_embeddings \\(64"):
+        finetune("embed", tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "dev.tsv", tmp_path / "long",
+                 dataclasses.replace(config, window=65))
 
 
 # ---- gathered negatives (torchrun): tests/tasks/test_embed_ddp.py runs two processes -----------------------------

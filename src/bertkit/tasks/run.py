@@ -635,6 +635,9 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     if config.seq_length > positions:
         raise ValueError(f"max_seq_length {config.seq_length} is longer than the {who}'s max_position_embeddings "
                          f"({positions}, {model_dir})")
+    if config.window is not None and config.window > positions:
+        raise ValueError(f"--window {config.window} is longer than the {who}'s max_position_embeddings ({positions}, "
+                         f"{model_dir})")
     family = family_class(config)
     train_examples = family.read(train_path, training=True)
     dev_examples = family.read(dev_path, training=False)
