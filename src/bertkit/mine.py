@@ -51,7 +51,8 @@ from bertkit.io import atomic_write
 from bertkit.sentence import read_sentence_config
 from bertkit.tasks.classify import records
 from bertkit.tasks.embed import read_pairs
-from bertkit.tasks.finetune import predict
+from bertkit.tasks.finetune import load_predictor
+from bertkit.tasks.run import model_outputs
 
 _f = field_with_help
 
@@ -72,7 +73,8 @@ class MineConfig:
     sampling: str = _f("top", "top (the window's best) or random (drawn from the window)")
     seed: int = _f(0, "--sampling random: the seed of the draws")
     batch_size: int = _f(64, "texts per forward pass when encoding")
-    block: int = _f(4096, "queries and corpus texts per block of the cosine top-k")
+    block: int = _f(4096, "queries and corpus texts per block of the cosine top-k (and pairs per block a "
+                          "--cross-encoder tokenizes)")
     query_prompt: str | None = _f(None, "text put before every query (default: the directory's query prompt)")
     document_prompt: str | None = _f(None, "text put before every corpus text (default: the directory's "
                                            "document prompt)")
@@ -193,13 +195,23 @@ def rescore(score_pairs, queries: Sequence[str], corpus: Sequence[str], indices:
     return np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1), low
 
 
-def reranker_scores(model_dir: str | os.PathLike, batch_size: int, device: str):
-    """A `rescore` scorer: the reranker directory's score (sigmoid of its logit) of each (query, text) pair."""
+def reranker_scores(model_dir: str | os.PathLike, batch_size: int, device: str, block: int):
+    """A `rescore` scorer: the reranker directory's score (sigmoid of its logit, as `predict rerank`) of each
+    (query, text) pair, the pairs tokenized `block` at a time (the model loaded once)."""
     if not Path(model_dir).is_dir():
         raise ValueError(f"--cross-encoder {model_dir}: no such directory")
+    predictor = load_predictor(model_dir, "rerank", batch_size=batch_size, device=device)
 
+    @torch.no_grad()
     def score(pairs: list[tuple[str, str]]) -> list[float]:
-        return [p["score"] for p in predict(model_dir, "rerank", pairs, batch_size=batch_size, device=device)]
+        out: list[float] = []
+        for start in range(0, len(pairs), block):
+            chunk = pairs[start:start + block]
+            family = predictor.family()
+            features = family.prediction_features(chunk, predictor.tokenizer)
+            logits = model_outputs(family, predictor.model, features, predictor.tokenizer.pad_id, batch_size)
+            out += [p["score"] for p in family.predictions(chunk, features, logits)]
+        return out
 
     return score
 
@@ -334,8 +346,8 @@ def mine_hard_negatives(model_dir: str | os.PathLike, pairs_path: str | os.PathL
     scores, indices = top_k_blockwise(q, c, k, config.block)
     scores, indices = scores.cpu().numpy(), indices.cpu().numpy()
     if config.cross_encoder is not None:
-        scores, indices, low = rescore(reranker_scores(config.cross_encoder, config.batch_size, device), queries,
-                                       corpus, indices, positives)
+        scorer = reranker_scores(config.cross_encoder, config.batch_size, device, config.block)
+        scores, indices, low = rescore(scorer, queries, corpus, indices, positives)
     else:
         low = [min(float((q[i].float() @ c[j].float())) for j in positives[i]) for i in range(len(queries))]
     chosen = choose_negatives(scores, indices, positives, low, config, np.random.default_rng(config.seed))
