@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertkit.pipeline.plots import METRICS_FILE, collect_series, figure_text, font_context, read_metrics
+from bertkit.pipeline.plots import (METRICS_FILE, collect_series, figure_classes, figure_text, font_context,
+                                    read_metrics)
 
 # (file stem, title) of every figure, in page order.
 FIGURES = {
@@ -41,9 +42,7 @@ FIGURES = {
 def _png(draw: Callable[[Any], None], size: tuple[float, float] = (7.0, 3.8)) -> bytes:
     """PNG bytes of one axes drawn by `draw(ax)` (matplotlib's object API on the Agg canvas: the calling
     process's global backend is left alone)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    Figure, FigureCanvasAgg = figure_classes()
     with font_context():  # any Hangul or CJK text falls back to an installed font that has it
         fig = Figure(figsize=size, layout="constrained")
         FigureCanvasAgg(fig)
