@@ -78,6 +78,8 @@ def source_roots() -> list[Path]:
 
 
 def python_files(root: Path) -> list[Path]:
+    """The .py files under `root` in a stable order (sorted folders and names), test folders, caches, hidden
+    folders and nested site-packages left out."""
     skip = {"test", "tests", "__pycache__", "site-packages", "dist-packages"}  # packages are walked as own roots
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
