@@ -84,12 +84,13 @@ def _check_arguments(task_train: str | None, task_dev: str | None, precision: st
 
 
 class _Clock:
-    """The run's time: its start, the load average then, its deadline (`minutes` after the start), the seconds of
-    each stage (`lap` ends one), and the progress lines (`say`: print, or nothing without progress)."""
+    """The run's time: its start, the load average then, its budget and deadline (`minutes` after the start), the
+    seconds of each stage (`lap` ends one), and the progress lines (`say`: print, or nothing without progress)."""
 
     def __init__(self, progress: bool, minutes: float):
         self.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self.started = self.last = time.perf_counter()
+        self.minutes = minutes  # the budget
         self.deadline = self.started + minutes * 60.0
         self.timings: dict[str, float] = {}
         self.say: Callable[..., None] = print if progress else (lambda *a, **k: None)
@@ -320,7 +321,7 @@ def _setup(out: Path, data_dir: Path, tok_dir: Path, task_info: dict[str, Any], 
            progress: bool, load_at_start: float | None, normalisation: str,
            curve_settings: tuple[tuple[int, ...], int, int, int, float | None], clock: _Clock) -> _Setup:
     """Stage 4: the machine, precision and model size, a few timed steps, the randomly initialised model
-    (OUT/scratch), the task read, the curve's entries and the plan, said in one progress line. task_files: (train,
+    (OUT/scratch), the task read, the curve's entries and the plan, said in a progress line. task_files: (train,
     dev); columns: (text, pair, label); curve_settings: (ladder, frozen_max_labels, min_examples, finetune_seeds,
     train_seconds) as `run_pipeline` takes them."""
     ladder, frozen_max_labels, min_examples, finetune_seeds, train_seconds = curve_settings
@@ -336,6 +337,9 @@ def _setup(out: Path, data_dir: Path, tok_dir: Path, task_info: dict[str, Any], 
     plan, wanted = _plan(arms, task, ft_speed, speed, finetune_seeds, train_seconds, clock)
     clock.say(_plan_line(plan, arms, machine, torch_device, preset, task.length, precision, why, threads_note,
                          normalisation))
+    if plan.short:
+        clock.say(f"   {clock.minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
+                  f"{plan.pretrain_s:.0f} s anyway")
     return _Setup(torch_device, machine, preset, precision, why, speed, speeds, recipe, task, arms, ft_speed, plan,
                   wanted)
 
@@ -600,9 +604,6 @@ def run_pipeline(out_dir: str | Path = "runs/pipeline", corpus: list[str] | None
     setup = _setup(out, data_dir, tok_dir, task_info, (task_info["train"], task_info["dev"]), columns, device,
                    preset, precision, seed, progress, clock.load_at_start, normalisation,
                    (ladder, frozen_max_labels, min_examples, finetune_seeds, train_seconds), clock)
-    if setup.plan.short:
-        clock.say(f"   {minutes:g} minutes are too few for every stage: pretraining gets its minimum of "
-                  f"{setup.plan.pretrain_s:.0f} s anyway")
     clock.lap("plan")
 
     # 5. Pretraining.
