@@ -18,8 +18,8 @@ each rank checkpoints its own.
 
 With `workers` > 0, worker processes (torch DataLoader) make the batches, each a contiguous share of the rank's
 rows, outside the training process; the shares are joined into pinned memory (on a CUDA machine), so the copy to
-the device can be non_blocking. A worker that dies ends the run with one line (`DataError`); `--resume` continues
-from the last checkpoint exactly.
+the device can be non_blocking (`bertkit.data.workers`). A worker that dies ends the run with one line
+(`DataError`); `--resume` continues from the last checkpoint exactly.
 
 T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
 laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
@@ -43,9 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 import bisect
-import gc
 import itertools
-import math
 import threading
 from queue import Full, Queue
 from typing import Any
@@ -59,9 +57,10 @@ from bertkit.data.instances import (
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
-from bertkit.errors import DataError
 from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, span_corruption_rows
 from bertkit.data.permutation import plm_example, row_segments, split_a_b
+# The worker-process wire (`unpack_batch`, `unpack_pinned`, `worker_items`, `pack_batch` importable from here too).
+from bertkit.data.workers import join_shares, pack_batch, unpack_batch, unpack_pinned, worker_items
 
 OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
 LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
@@ -542,7 +541,7 @@ class PretrainingStream:
                 if pin and n == 1:  # one copy of the flat tensor into pinned memory; the fields are views of it
                     batch = unpack_pinned(parts[0])
                 else:
-                    batch = _join([unpack_batch(p) for p in parts], self.lanes, pin)
+                    batch = join_shares([unpack_batch(p) for p in parts], self.lanes, pin)
                 if carried is not None:
                     batch["mems"], carried = carried, None
                 yield batch
@@ -642,164 +641,6 @@ class _WorkerShares(torch.utils.data.IterableDataset):
         share = np.array_split(np.arange(self.stream.micro_batch_size), self.workers)[w]
         for batch in self.stream._batches(range(int(share[0]), int(share[-1]) + 1)):
             yield pack_batch(batch)
-
-
-def _as_is(item: Any) -> Any:
-    return item
-
-
-def _worker_start(worker_id: int) -> None:
-    from bertkit.io import close_inherited_locks
-
-    close_inherited_locks()
-
-
-def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefetch: int, seed: int,
-                 rank: int) -> Iterator[tuple[np.ndarray, list, dict[str, Any]]]:
-    """The items (`pack_batch`ed batches, or shares of one) that `workers` processes make from `dataset`, in
-    round-robin order: item k comes from worker k mod `workers` (torch's DataLoader keeps that order). The one way
-    batches leave worker processes, for the pretraining stream and the fine-tuning batches
-    (`bertkit.tasks.run.EpochBatches`) alike.
-
-    A worker that dies ends the iteration with one line (`DataError` naming the rank); what a live worker raises
-    comes through as itself. Closing the generator shuts the workers down at once."""
-    from torch.utils.data import DataLoader
-
-    # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
-    # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
-    # collate_fn: the items are packed already (`pack_batch`); the default would walk every position list in them
-    # worker_init_fn: a worker holds no copy of the run directory's lock, so a killed run's directory is free
-    # for `--resume` at once (not when its orphaned workers notice, seconds later)
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
-                        prefetch_factor=max(prefetch, 1), persistent_workers=False,
-                        generator=torch.Generator().manual_seed(seed), worker_init_fn=_worker_start)
-    # The workers are forked here. gc.freeze: the objects this process holds move to a generation the children's
-    # garbage collector never walks; walked, every page holding one is copied into the child (copy on write):
-    # measured, a quarter fewer page faults and a fifth less CPU in a worker making 300 NSP batches of 64
-    gc.freeze()
-    try:
-        items = iter(loader)
-    finally:
-        gc.unfreeze()  # this process collects as before
-    try:
-        yield from items
-    except (RuntimeError, ConnectionError, EOFError) as err:
-        # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
-        # the read; what a live worker raises comes through as itself
-        if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
-            raise
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"a data loader worker process of rank {rank} died ({why}); continue from the "
-                        f"last checkpoint with --resume") from None
-    finally:
-        # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
-        # watch over them, which raises wherever the process then is) alive
-        shutdown = getattr(items, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-
-
-def unpack_pinned(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """`unpack_batch` into pinned memory (one block for the whole batch): every field is a pinned view, so the
-    trainer's copy to the GPU (non_blocking) waits for nothing."""
-    return _unpacked(item, pin=True)
-
-
-_NARROW = (torch.int8, torch.int16, torch.int32)  # integer dtypes a field travels in, narrowest first
-
-
-def _wire_dtype(value: torch.Tensor) -> torch.dtype:
-    """The narrowest integer dtype that holds every value of an int64/int32 tensor; bool for a float32 tensor of
-    zeros and ones (XLNet's perm_mask and target_mapping, most of its batch's bytes); its own dtype otherwise."""
-    if value.dtype == torch.float32 and value.numel() > 0:
-        bits = value.reshape(-1).view(torch.int32)  # +0.0 and 1.0 exactly (not -0.0), bit for bit
-        zero_or_one = (bits == 0) | (bits == 0x3F800000)
-        return torch.bool if bool(zero_or_one.all()) else value.dtype
-    if value.dtype not in (torch.int64, torch.int32) or value.numel() == 0:
-        return value.dtype
-    low, high = (int(x) for x in torch.aminmax(value))
-    for dtype in _NARROW:
-        info = torch.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return dtype if dtype.itemsize < value.dtype.itemsize else value.dtype
-    return value.dtype
-
-
-def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int,
-                                                                       torch.dtype]], dict[str, Any]]:
-    """A batch as one flat byte array, its layout (name, dtype, shape, offset, dtype on the wire) and the rest
-    (positions, flags). Integer fields travel in the narrowest dtype that holds their values (token ids in 16
-    or 32 bits, masks in 8) and `unpack_batch` widens them back: the same values and dtypes arrive.
-
-    Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
-    descriptor and mapped again per item (about a millisecond each, measured), which cost more than making the
-    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side), and a
-    narrow one fits the pipe's buffer in one write (a 256-row batch of int64s took a dozen reads, each waiting
-    for the worker's next write)."""
-    tensors = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
-    layout, offset = [], 0
-    for name, value in tensors:
-        wire = _wire_dtype(value)
-        layout.append((name, value.dtype, tuple(value.shape), offset, wire))
-        offset += -(-value.numel() * wire.itemsize // 8) * 8  # 8-byte aligned, so every view is aligned
-    flat = np.empty(offset, dtype=np.uint8)
-    view = torch.from_numpy(flat)
-    for (name, value), (_, dtype, shape, start, wire) in zip(tensors, layout):
-        size = value.numel() * wire.itemsize
-        view[start:start + size].view(wire).copy_(value.reshape(-1))
-    return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
-
-
-def unpack_batch(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """The batch `pack_batch` made, in the original key order: views into its flat tensor where a field travelled
-    in its own dtype, widened copies where it travelled narrower."""
-    return _unpacked(item, pin=False)
-
-
-def _unpacked(item: tuple[np.ndarray, list, dict[str, Any]], pin: bool) -> dict[str, Any]:
-    flat, layout, rest = item
-    flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
-    fields = [(name, flat[start:start + math.prod(shape) * wire.itemsize].view(wire).view(shape), dtype)
-              for name, dtype, shape, start, wire in layout]
-    if not pin and all(value.dtype == dtype for _, value, dtype in fields):
-        out: dict[str, Any] = {name: value for name, value, _ in fields}
-    else:  # widen into one block (pinned when asked), each field a view of it
-        sizes = [-(-value.numel() * dtype.itemsize // 8) * 8 for _, value, dtype in fields]
-        block = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=pin)
-        out, start = {}, 0
-        for (name, value, dtype), size in zip(fields, sizes):
-            target = block[start:start + value.numel() * dtype.itemsize].view(dtype).view(value.shape)
-            if value.dtype == dtype:
-                target.copy_(value)
-            else:  # numpy's cast: torch's copy_ across dtypes took 20 ms for XLNet's (64, 128, 128) perm_mask
-                np.copyto(target.numpy(), value.numpy(), casting="unsafe")
-            out[name], start = target, start + size
-    out.update(rest)
-    return out
-
-
-def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]:
-    """One batch from its shares (in row order): tensors concatenated along the rows (into pinned memory when
-    `pin`), lane positions concatenated."""
-    out: dict[str, Any] = {}
-    for key, value in parts[0].items():
-        if isinstance(value, torch.Tensor):
-            tensors = [p[key] for p in parts]
-            if len(tensors) == 1:
-                joined = tensors[0].pin_memory() if pin else tensors[0]
-            else:
-                shape = (sum(t.shape[0] for t in tensors),) + tuple(tensors[0].shape[1:])
-                joined = torch.empty(shape, dtype=value.dtype, pin_memory=pin)
-                torch.cat(tensors, out=joined)
-            out[key] = joined
-        elif key == "_state":
-            state = dict(value)
-            if lanes:
-                state["lanes"] = [lane for p in parts for lane in p["_state"]["lanes"]]
-            out[key] = state
-        else:
-            out[key] = value
-    return out
 
 
 class LazyRows(Sequence):
