@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit.checkpoint import load_model, save_model
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models import layouts
@@ -342,14 +343,10 @@ class PreTrainedModel(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs):
         """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin."""
-        from bertkit.checkpoint import load_model
-
         return load_model(cls, directory, **kwargs)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
         """Write config.json + model.safetensors (transformers' names), and the tokenizer files when given."""
-        from bertkit.checkpoint import save_model
-
         save_model(self, directory, tokenizer=tokenizer)
 
 

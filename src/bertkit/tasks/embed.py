@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.sentence import combine_windows, windowed_encodings
-from bertkit.tasks.base import TaskFamily, register
+from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
+from bertkit.tasks.base import TaskFamily, read_predictions, register
 from bertkit.tasks.classify import records
+from bertkit.tasks.metrics import pearson, spearman
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
@@ -253,7 +254,7 @@ class MultipleNegativesRankingLoss:
         return cached_embeddings(model, *flat, chunks, widths).view(B, C, -1)
 
     def __call__(self, model, batch):
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
@@ -270,7 +271,7 @@ class MultipleNegativesRankingLoss:
 def host_lengths(mask) -> list[int]:
     """Real tokens per text of an attention mask (..., T), flattened, read from its host copy when the loader left
     one (nothing is read from the device then)."""
-    from bertkit.models.layouts import host_copy
+    from bertkit.models.layouts import host_copy  # torch-free module: only the loss needs torch
 
     host = host_copy(mask)
     source = host if host is not None else mask
@@ -382,8 +383,6 @@ class EmbedFamily(TaskFamily):
                          for rows in groups.values()])
 
     def model_kwargs(self) -> dict[str, Any]:
-        from bertkit.sentence import pooling_modes
-
         if getattr(self.config, "dropout", None) is not None:
             raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
 
@@ -405,8 +404,6 @@ class EmbedFamily(TaskFamily):
                                             getattr(c, "mini_batch_size", None))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
-        from bertkit.tasks.metrics import pearson, spearman
-
         vectors = self._text_vectors(features, logits)
         if features and features[0].get("role") == "sts":
             cos = cosine_rows(vectors[0::2], vectors[1::2])
@@ -436,9 +433,6 @@ class EmbedFamily(TaskFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Spearman and Pearson of a file of one cosine per line against an STS file's scores."""
-        from bertkit.tasks.base import read_predictions
-        from bertkit.tasks.metrics import pearson, spearman
-
         examples = read_pairs(data_path, *self._columns(), **self.table_options())
         if examples[0].score is None:
             raise DataError.at(data_path, None, "the data file has no score column")

@@ -426,6 +426,7 @@ class TokenClassificationTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
+        # torch-free module: only the loss needs torch
         from bertkit.models.layouts import host_count, mark_host, positions
 
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()

@@ -444,7 +444,7 @@ class SpanTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         start, end = batch["start_positions"], batch["end_positions"]
