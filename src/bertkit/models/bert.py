@@ -225,18 +225,24 @@ def _join_qkv(module: SelfAttention, state: dict, prefix: str, local_metadata, s
 
 
 class FeedForward(nn.Module):
-    """H -> intermediate -> H with the configured activation, residual and LayerNorm."""
+    """H -> intermediate -> H with the given activation, residual and LayerNorm. `inner_dropout` also drops out
+    the activations before `down` (XLNet's block: up -> activation -> dropout -> down -> dropout)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, hidden: int, intermediate: int, act: str, dropout: float, eps: float,
+                 inner_dropout: bool = False) -> None:
         super().__init__()
-        self.up = Linear(config.hidden_size, config.intermediate_size)
-        self.down = Linear(config.intermediate_size, config.hidden_size)
-        self.act = activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.up = Linear(hidden, intermediate)
+        self.down = Linear(intermediate, hidden)
+        self.act = activation(act)
+        self.norm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.inner_dropout = inner_dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x + self.dropout(self.down(self.act(self.up(x)))))
+        inner = self.act(self.up(x))  # (B, T, intermediate)
+        if self.inner_dropout:
+            inner = self.dropout(inner)
+        return self.norm(x + self.dropout(self.down(inner)))
 
 
 class Layer(nn.Module):
@@ -245,7 +251,8 @@ class Layer(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.attn = SelfAttention(config)
-        self.ffn = FeedForward(config)
+        self.ffn = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act,
+                               config.hidden_dropout_prob, config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, layout: Padded | Unpadded,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

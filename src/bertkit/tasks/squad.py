@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from bertkit.data.readers import MISSING, Table, field, table_format, text_cell
+from bertkit.data.readers import MISSING, Table, field, table_or_own_format, text_cell
 from bertkit.errors import DataError
 from bertkit.io import read_json_object
 from bertkit.tasks.base import TaskFamily, json_text, register
@@ -95,13 +95,7 @@ class SquadReadStats:
 def squad_table_format(path: str | os.PathLike[str], format: str | None = None) -> str | None:
     """The table format a SQuAD file is read in, or None for SQuAD's own JSON layout (the default for .json;
     format "squad" forces it): JSON Lines, Parquet, Arrow and `datasets` directories are tables of questions."""
-    if format is not None:
-        return None if format == "squad" else table_format(path, format)
-    try:
-        fmt = table_format(path)
-    except ValueError:
-        return None
-    return None if fmt == "json" else fmt
+    return table_or_own_format(path, format, "squad", ("json",))
 
 
 def read_squad_table(path: str | os.PathLike[str], format: str | None = None,
