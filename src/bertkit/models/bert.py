@@ -308,6 +308,18 @@ class TokenDetectionHead(nn.Module):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)  # (B, T, H) -> (B, T)
 
 
+def init_module(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of one module: normal(0, std) weights of a Linear or Embedding, zero biases,
+    LayerNorm weight 1 / bias 0; other modules are left alone."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Models
 # ------------------------------------------------------------------------------------------------------------------
@@ -331,16 +343,9 @@ class PreTrainedModel(nn.Module):
 
     def init_weights(self) -> None:
         """BERT initialisation: normal(0, initializer_range) weights, zero biases, LayerNorm weight 1 / bias 0."""
-        std = self.config.initializer_range
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, MaskedLMHead):
+            init_module(module, self.config.initializer_range)
+            if isinstance(module, MaskedLMHead):
                 nn.init.zeros_(module.bias)
 
     def num_parameters(self) -> int:

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from bertkit.config import XLNetConfig
-from bertkit.models.bert import FeedForward, PreTrainedModel, TaskOutput, sequence_loss, token_loss
+from bertkit.models.bert import FeedForward, PreTrainedModel, TaskOutput, init_module, sequence_loss, token_loss
 from bertkit.models.heads import NamedLabels, last_real_token, span_loss
 from bertkit.models.kernels import Linear, linear
 from bertkit.models.layouts import check_ids, check_ids_in_vocabulary, host_copy, reshape
@@ -305,14 +305,8 @@ class XLNetPreTrainedModel(PreTrainedModel):
     def init_weights(self) -> None:
         std = self.config.initializer_range
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, RelativeAttention):
+            init_module(module, std)
+            if isinstance(module, RelativeAttention):
                 for p in (module.q, module.k, module.v, module.o, module.r, module.r_w_bias, module.r_r_bias,
                           module.r_s_bias, module.seg_embed):
                     nn.init.normal_(p, std=std)
