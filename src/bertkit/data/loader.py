@@ -46,7 +46,7 @@ import bisect
 import itertools
 import threading
 from queue import Full, Queue
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -62,8 +62,8 @@ from bertkit.data.permutation import plm_example, row_segments, split_a_b
 # The worker-process wire (`unpack_batch`, `unpack_pinned`, `worker_items`, `pack_batch` importable from here too).
 from bertkit.data.workers import join_shares, pack_batch, unpack_batch, unpack_pinned, worker_items
 
-OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
-LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
+# The instance kinds (INSTANCE_KINDS, at the end of this module: how each is made), OBJECTIVE_INSTANCES their
+# names, LANE_INSTANCES those made per lane (see above).
 ROW_FIELDS = ("input_ids", "labels", "attention_mask", "token_type_ids")  # a lane chunk's (n, T) fields, in order
 _END = object()  # end-of-stream marker of the prefetch queue
 
@@ -103,7 +103,7 @@ class StreamOptions:
                              f"{self.chunk_docs}")
         if self.instances not in OBJECTIVE_INSTANCES:
             raise ValueError(f"unknown instance kind {self.instances!r}; choose one of {OBJECTIVE_INSTANCES}")
-        if self.isolate_documents and self.instances != "full-sentences":
+        if self.isolate_documents and not INSTANCE_KINDS[self.instances].cross_documents:
             raise ValueError(f"isolate_documents applies to rows that pack several documents (full-sentences), "
                              f"not to {self.instances!r} instances")
         if self.instances == "spans":
@@ -153,7 +153,7 @@ class PretrainingStream:
         if workers < 0:
             raise ValueError(f"workers must be 0 (batches made in this process) or more, got {workers}")
         # Lane kinds read documents through a small cache (NSP's random next segments, a lane chunk's neighbours)
-        self.docs = CachedDocuments(docs) if options.instances in LANE_INSTANCES else docs
+        self.docs = CachedDocuments(docs) if INSTANCE_KINDS[options.instances].lanes else docs
         self.options, self.special = options, special
         self.vocab_size, self.micro_batch_size = vocab_size, micro_batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
@@ -161,10 +161,15 @@ class PretrainingStream:
         self.max_epochs = max_epochs
         self.prefetch = prefetch  # batches made ahead by a background thread (0: make them on demand)
         self.workers = min(workers, micro_batch_size)  # each worker makes a share of at least one row
-        self.lanes = options.instances in LANE_INSTANCES
+        self.lanes = INSTANCE_KINDS[options.instances].lanes
         self.carried_mems = None
         self.position = self._start()
         self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def kind(self) -> InstanceKind:
+        """How this stream's instances are made (its row of INSTANCE_KINDS)."""
+        return INSTANCE_KINDS[self.options.instances]
 
     @property
     def group(self) -> int:
@@ -221,16 +226,11 @@ class PretrainingStream:
         members = self.lane_documents(lane, m, G)
         static = o.dupe_factor is not None
         units: list[tuple[int, int, list[int]]] = []  # (first row, end row, masking seed words) per masking unit
-        if o.instances in ("nsp", "sop", "sentence-pair"):
+        if self.kind.pairs is not None:
             pairs: list[tuple[np.ndarray, np.ndarray, int]] = []
             for d, e in members:
                 ce = self._creation_epoch(e)
-                rng = np.random.default_rng([self.seed, 2, ce, d])
-                if o.instances == "sentence-pair":
-                    made = sentence_pairs(self.docs, d, o.max_seq_length, rng)
-                else:
-                    create = nsp_pairs if o.instances == "nsp" else sop_pairs
-                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng)
+                made = self.kind.pairs(self.docs, d, o, np.random.default_rng([self.seed, 2, ce, d]))
                 if made:
                     units.append((len(pairs), len(pairs) + len(made), [self.seed, 6, ce if static else e, d]))
                     pairs.extend(made)
@@ -238,7 +238,7 @@ class PretrainingStream:
         else:
             e = members[0][1]
             arrays = packed_rows([self.docs.flat(d) for d, _ in members], o.max_seq_length, self.special,
-                                 cross_documents=o.instances == "full-sentences")
+                                 cross_documents=self.kind.cross_documents)
             if arrays is not None:
                 n = len(arrays["input_ids"])
                 units.append((0, n, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
@@ -292,10 +292,13 @@ class PretrainingStream:
         # The chunk's documents end to end, read by ranges (`EndToEnd`): every rank cuts the whole chunk but uses
         # only its own rows, so it reads only the tokens of those (the documents' lengths place them)
         text = EndToEnd(self.docs, members, self._document_lengths())
-        if o.instances == "xlnet":
-            return _xlnet_rows(text, o.max_seq_length, o.reuse_len, self.group, rows)
-        if o.instances != "spans":
+        if self.kind.chunk is None:
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
+        return self.kind.chunk(self, text, rng, rows)
+
+    def _span_sequences(self, text: EndToEnd, rng: np.random.Generator, rows: range | None) -> Sequence[Instance]:
+        """Spans: the chunk's documents end to end (`text`) cut into sequences of `span_lengths[0]` tokens."""
+        o = self.options
         # Cut into uncorrupted sequences (corruption happens at collation), in a seeded order, each made when asked
         # for (`LazyRows`): a rank's work per batch does not grow with the world size.
         length = o.span_lengths[0]
@@ -551,11 +554,9 @@ class PretrainingStream:
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
                 rows: slice = slice(None)) -> dict[str, Any]:
         """Spans and xlnet: corrupt or permute the `rows` of a group of (instance, epoch, index), as tensors."""
-        if self.options.instances == "spans":
-            return self._collate_spans(items, state, rows)
-        if self.options.instances == "xlnet":
-            return self._collate_xlnet(items, state, rows)
-        raise ValueError(f"{self.options.instances!r} rows are collated by collate_rows")
+        if self.kind.collate is None:
+            raise ValueError(f"{self.options.instances!r} rows are collated by collate_rows")
+        return self.kind.collate(self, items, state, rows)
 
     def _collate_spans(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None,
                        rows: slice) -> dict[str, Any]:
@@ -798,3 +799,41 @@ def fixed_batches(stream: PretrainingStream, max_instances: int, batch_size: int
             break
         items.append((inst, epoch, index))
     return [stream.collate(items[i:i + batch_size]) for i in range(0, len(items), batch_size)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The instance kinds: how the stream makes each (an objective's row in bertkit.models.registry.OBJECTIVES names one)
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InstanceKind:
+    """One kind of instance: made per lane (sentence pairs per document, or packed rows per lane chunk), or per
+    whole-corpus chunk (`chunk` makes its rows, `collate` corrupts or permutes them into a batch)."""
+
+    # sentence pairs: (docs, document, options, rng) -> the document's pairs (bertkit.data.instances)
+    pairs: Callable[[Any, int, StreamOptions, np.random.Generator], list] | None = None
+    cross_documents: bool = False  # packed rows: a row may hold several documents (FULL-SENTENCES)
+    # whole-corpus chunks: (stream, documents end to end, the chunk's rng, this process's rows) -> instances
+    chunk: Callable[[PretrainingStream, EndToEnd, np.random.Generator, range | None], Sequence[Instance]] | None = None
+    collate: Callable[..., dict[str, Any]] | None = None  # (stream, items, state, rows) -> a batch of tensors
+
+    @property
+    def lanes(self) -> bool:
+        return self.chunk is None
+
+
+def _xlnet_chunk(stream: PretrainingStream, text: EndToEnd, rng: np.random.Generator,
+                 rows: range | None) -> Sequence[XLNetSegment]:
+    return _xlnet_rows(text, stream.options.max_seq_length, stream.options.reuse_len, stream.group, rows)
+
+
+INSTANCE_KINDS: dict[str, InstanceKind] = {
+    "nsp": InstanceKind(pairs=lambda docs, d, o, rng: nsp_pairs(docs, d, o.max_seq_length, o.short_seq_prob, rng)),
+    "sop": InstanceKind(pairs=lambda docs, d, o, rng: sop_pairs(docs, d, o.max_seq_length, o.short_seq_prob, rng)),
+    "sentence-pair": InstanceKind(pairs=lambda docs, d, o, rng: sentence_pairs(docs, d, o.max_seq_length, rng)),
+    "full-sentences": InstanceKind(cross_documents=True),
+    "doc-sentences": InstanceKind(),
+    "spans": InstanceKind(chunk=PretrainingStream._span_sequences, collate=PretrainingStream._collate_spans),
+    "xlnet": InstanceKind(chunk=_xlnet_chunk, collate=PretrainingStream._collate_xlnet),
+}
+OBJECTIVE_INSTANCES = tuple(INSTANCE_KINDS)
+LANE_INSTANCES = tuple(name for name, kind in INSTANCE_KINDS.items() if kind.lanes)
