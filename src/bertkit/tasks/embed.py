@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.sentence import combine_windows, windowed_encodings
-from bertkit.tasks.base import TaskFamily, register
+from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
+from bertkit.tasks.base import TaskFamily, read_predictions, register
 from bertkit.tasks.classify import records
+from bertkit.tasks.metrics import pearson, spearman
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
@@ -305,7 +306,7 @@ class MultipleNegativesRankingLoss:
         return vectors.view(B, C, -1)
 
     def __call__(self, model, batch):
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
@@ -341,7 +342,7 @@ def pool_windows(vectors, windows: Sequence[int], pieces: Sequence[int]):
 
 def on_host(x):
     """x's host copy when the loader left one (reading it reads nothing from the device), else x."""
-    from bertkit.models.layouts import host_copy
+    from bertkit.models.layouts import host_copy  # torch-free module: only the loss needs torch
 
     host = host_copy(x)
     return host if host is not None else x
@@ -486,8 +487,6 @@ class EmbedFamily(TaskFamily):
                          for rows in groups.values()])
 
     def model_kwargs(self) -> dict[str, Any]:
-        from bertkit.sentence import pooling_modes
-
         if getattr(self.config, "dropout", None) is not None:
             raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
 
@@ -510,8 +509,6 @@ class EmbedFamily(TaskFamily):
                                             bool(getattr(c, "gather_negatives", True)))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
-        from bertkit.tasks.metrics import pearson, spearman
-
         vectors = self._text_vectors(features, logits)
         if features and features[0].get("role") == "sts":
             cos = cosine_rows(vectors[0::2], vectors[1::2])
@@ -541,9 +538,6 @@ class EmbedFamily(TaskFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Spearman and Pearson of a file of one cosine per line against an STS file's scores."""
-        from bertkit.tasks.base import read_predictions
-        from bertkit.tasks.metrics import pearson, spearman
-
         examples = read_pairs(data_path, *self._columns(), **self.table_options())
         if examples[0].score is None:
             raise DataError.at(data_path, None, "the data file has no score column")
