@@ -1,4 +1,4 @@
-"""Adafactor (bertkit.training.trainer.Adafactor), T5's optimizer: factored second moments, the decay 1 - t^-0.8, update
+"""Adafactor (bertkit.training.optim.Adafactor), T5's optimizer: factored second moments, the decay 1 - t^-0.8, update
 clipping and the relative step, against values worked out by hand and against transformers' implementation; the
 trainer builds it from `optimizer: adafactor`."""
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.training.trainer import Adafactor, TrainConfig, make_optimizer
+from bertkit.training.optim import Adafactor
+from bertkit.training.trainer import TrainConfig, make_optimizer
 
 
 def one_step(w: list, g: list, lr: float = 0.01, optimizer: Adafactor | None = None, **kwargs) -> torch.Tensor:

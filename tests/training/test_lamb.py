@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.training.trainer import Lamb, TrainConfig, make_optimizer, train
+from bertkit.training.optim import Lamb
+from bertkit.training.trainer import TrainConfig, make_optimizer, train
 from test_trainer import Regression, Stream, linear, regression_batches
 
 LR, WD, EPS = 0.1, 0.01, 1e-6  # betas (0.9, 0.999) throughout
