@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.checkpoint import HeadMismatchError
+from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
+from bertkit.io import atomic_write, writer_lock
+from bertkit.models import BertForCausalLM
 from bertkit.models.modeldir import TASK_FILE, ModelDir
-from bertkit.tasks.run import FinetuneConfig, load_task_data, load_task_model, model_outputs, run_task
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
+from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
+from bertkit.tasks.metrics import confusion_matrix
+from bertkit.tasks.run import FinetuneConfig, load_task_data, load_task_model, model_outputs, resolved_combine, run_task
+from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
 from bertkit.tokenizers.word import apply_words
+from bertkit.training.trainer import seed_everything, setup_distributed
 
 __all__ = ["FinetuneConfig", "Predictor", "evaluate_predictions", "finetune", "finetune_sweep", "load_predictor",
            "predict", "pretrained_lm_head", "score_best"]
@@ -89,12 +98,7 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         classify) also "confusion_matrix" {"labels", "dev", file stem: rows = gold, columns = predicted}, written
         to OUT/confusion_matrix.json too.
     """
-    import time
-
     started = time.perf_counter()
-    from bertkit.io import writer_lock
-    from bertkit.training.trainer import seed_everything, setup_distributed
-
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -114,8 +118,6 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
         # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
         # the only task models of an architecture without task heads of its own (ELMo).
-        from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
-
         if not (config.frozen or config.task_model == "bilstm"):
             raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
                              f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
@@ -172,9 +174,6 @@ def pretrained_lm_head(model_dir: str | os.PathLike):
     """The LM head a causal model directory was pretrained with (`BertForCausalLM.mlm`: dense, activation,
     LayerNorm, bias; its decoder, the tied embeddings, left out), or None when the directory holds no LM head (a
     task model's directory): GPT-1's auxiliary loss then scores with the bare tied embeddings."""
-    from bertkit.checkpoint import HeadMismatchError
-    from bertkit.models import BertForCausalLM
-
     try:
         head = BertForCausalLM.from_pretrained(model_dir).mlm
     except HeadMismatchError:
@@ -189,10 +188,6 @@ def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike]
     evaluation file, and for a classifier the confusion matrices (dev and every file; also confusion_matrix.json).
     feature_cache: the run's frozen-encoder layers (`FeatureCache`), which the model read back uses as its own.
     """
-    from bertkit.io import atomic_write
-    from bertkit.tasks.run import model_outputs
-    from bertkit.tasks.metrics import confusion_matrix
-
     family, tokenizer, batch = data.family, data.tokenizer, data.config.eval_batch_size
     classifier = (data.kind in ("glue", "classify") and not getattr(family, "regression", True)
                   and not getattr(family, "generates", False))
@@ -233,8 +228,6 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
     out_dir (`bertkit.tasks.card.run_dir_name`: seedS, or lrX/seedS), then the card (out_dir/card.json, card.md; see
     bertkit.tasks.card). A run directory that already holds a finished run is kept as it is, so an interrupted sweep
     continues where it stopped when called again. Returns the card."""
-    from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
-
     config = config or FinetuneConfig(kind=kind)
     if not seeds:
         raise ValueError("--seeds: give at least one seed")
@@ -264,8 +257,6 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
 def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
     """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
     only changes how a run is shown or checkpointed does not count)."""
-    from bertkit.tasks.run import resolved_combine
-
     ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size", "workers")
     if "combine" in done:  # compared resolved: an unset combine is its default
         done = {**done, "combine": resolved_combine(done["combine"], done.get("task_model", "linear"))}
@@ -393,8 +384,6 @@ def _feature_task_predictor(model_dir: ModelDir, kind: str | None, max_seq_lengt
     """`load_predictor` for a task model on encoder layers (what a `--frozen` or `--task-model bilstm` run keeps:
     the encoder directory with task_model.json and task_model.safetensors beside it, `bertkit.features`); the kind
     it was fine-tuned for comes from its finetune.json, the labels from task_model.json."""
-    from bertkit.features import FeatureTaskModel
-
     if model_dir.trained_kind is None:
         raise ValueError(f"{model_dir}: a task model on encoder layers without its {TASK_FILE} (the kind it was "
                          f"fine-tuned for); use the model directory a bertkit finetune run wrote")
@@ -410,8 +399,6 @@ def _text_to_text_predictor(model_dir: ModelDir, kind: str | None, max_seq_lengt
     """`load_predictor` for an encoder-decoder (T5) fine-tuned as text to text: the kind, the GLUE task, the
     columns and lengths it was fine-tuned with come from its finetune.json; it predicts as that kind (a GLUE model
     as classify), greedily."""
-    from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
-
     if kind is not None:
         text_to_text_family(kind, model_dir.model_type, "predict")  # the kinds text to text refuses
     info = model_dir.info

@@ -31,12 +31,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
+from bertkit.checkpoint import HeadMismatchError, latest_checkpoint, resume_state_step, unwrap
 from bertkit.config import IGNORE_INDEX, check_finite, field_with_help
+from bertkit.data.loader import pack_batch, unpack_batch, unpack_pinned, worker_items
 from bertkit.io import atomic_write, disk_full_as_error, read_json_lines
 from bertkit.models.modeldir import TASK_FILE, ModelDir  # TASK_FILE: what `predict` needs besides the weights
-from bertkit.tasks.base import KINDS, TaskFamily, family_for
-from bertkit.training.trainer import end_distributed
+from bertkit.sentence import pooling_modes
+from bertkit.tasks.base import KINDS, TaskFamily, family_for, matrix_family, refusal
+from bertkit.tasks.metrics import canonical_task
+from bertkit.tasks.text2text import text_to_text_family
+from bertkit.training.trainer import TrainConfig, end_distributed, train
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
@@ -149,8 +155,6 @@ class FinetuneConfig:
         if self.kind == "glue" and self.task is None:
             raise ValueError("glue fine-tuning needs the task name (--task cola, sst2, mrpc, ...)")
         if self.task is not None and self.kind == "glue":
-            from bertkit.tasks.metrics import canonical_task
-
             canonical_task(self.task)  # raises with the list of tasks
         positive = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "batch_size",
                     "eval_batch_size", "grad_accumulation", "log_every")
@@ -215,8 +219,6 @@ class FinetuneConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if self.pooling is not None:
-            from bertkit.sentence import pooling_modes
-
             pooling_modes(self.pooling)  # raises naming the choices
         if self.bucket_window < 0:
             raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
@@ -459,8 +461,6 @@ class EpochBatches:
             made.close()  # worker processes end with the iteration
 
     def _from_workers(self) -> Iterator[dict[str, Any]]:
-        from bertkit.data.loader import unpack_batch, unpack_pinned, worker_items
-
         items = worker_items(_WorkerBatches(self), self.workers, self.prefetch, self.seed, self.rank)
         try:
             for item in items:
@@ -478,8 +478,6 @@ class _WorkerBatches(torch.utils.data.IterableDataset):
         self.stream = stream
 
     def __iter__(self) -> Iterator[tuple]:
-        from bertkit.data.loader import pack_batch
-
         info = torch.utils.data.get_worker_info()
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         for k, (indices, position) in enumerate(self.stream.planned()):
@@ -556,8 +554,6 @@ def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout
     The checkpoint code explains a head that does not fit (another number of labels, say); the message is kept
     and told how to replace the head from the command line too.
     """
-    from bertkit.checkpoint import HeadMismatchError
-
     try:
         model = cls.from_pretrained(model_dir, new_heads=new_heads, **kwargs)
     except HeadMismatchError as err:
@@ -644,15 +640,11 @@ def task_family(kind: str, model_dir: str | os.PathLike | ModelDir, verb: str = 
     (T5) the text-to-text family (`bertkit.tasks.text2text`), which takes glue, classify and squad; ValueError
     naming the verb, the kind and the model type for another kind, and for the matrix's refused cells
     (`bertkit.tasks.base.REFUSED`), before any task file is read."""
-    from bertkit.tasks.base import matrix_family, refusal
-
     model_dir = ModelDir.open(model_dir)
     message = refusal(matrix_family(model_dir.raw), kind, f"bertkit {verb} {kind}")
     if message is not None:
         raise ValueError(message)
     if model_dir.text_to_text:
-        from bertkit.tasks.text2text import text_to_text_family
-
         if verb == "distill":
             raise ValueError(f"bertkit distill {kind}: {model_dir} holds a {model_dir.model_type} model (model_type "
                              f"{model_dir.model_type}); distillation takes encoder models (BERT, ModernBERT)")
@@ -663,8 +655,6 @@ def task_family(kind: str, model_dir: str | os.PathLike | ModelDir, verb: str = 
 def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
     """The trainer's settings for a task run: `config.epochs` epochs of `steps_per_epoch` steps, evaluated (and
     checkpointed, unless `save_every` says otherwise) at every epoch's end. Shared by fine-tuning and distillation."""
-    from bertkit.training.trainer import TrainConfig
-
     return TrainConfig(
         max_steps=max(1, round(config.epochs * steps_per_epoch)), learning_rate=config.learning_rate,
         warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay, optimizer=config.optimizer,
@@ -686,8 +676,6 @@ def task_workers(workers: int | None, device: torch.device) -> int:
 def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(evaluations so far, the best of them) for a resumed run: eval.jsonl up to the newest checkpoint's step;
     nothing for a fresh run."""
-    from bertkit.checkpoint import latest_checkpoint, resume_state_step
-
     checkpoint = latest_checkpoint(run_dir) if resume else None
     path = run_dir / "eval.jsonl"
     if checkpoint is None or not path.is_file():
@@ -711,8 +699,6 @@ def train_and_report(model, objective, stream, train_config, run_dir: Path, eval
                      device, timing: dict[str, float], write_results) -> None:
     """The shared training loop for a task run, then the run's throughput (evaluation time excluded) into
     results.json through `write_results`; ends the process group of a distributed run."""
-    from bertkit.training.trainer import train
-
     started = time.perf_counter()
     result = train(model, objective, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
                    dist_info=dist_info, device=device)
@@ -757,8 +743,6 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         "max_steps", "epochs" (every evaluation), "best", "data" (the readers' counts), "config", and at the end
         the run's steps and throughput.
     """
-    from bertkit.checkpoint import unwrap
-
     run_dir = Path(run_dir)
     config, family, tokenizer, metric = data.config, data.family, data.tokenizer, data.metric
     evaluated = evaluated or (lambda m: m)
@@ -816,8 +800,6 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
     if dist_info.is_main:
-        import yaml
-
         run_dir.mkdir(parents=True, exist_ok=True)
         written = {**(resolved or {}), "world_size": dist_info.world_size,
                    **({"train_config": dataclasses.asdict(train_config)} if train_config is not None else {})}

@@ -52,14 +52,25 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
+from bertkit.checkpoint import unwrap
 from bertkit.config import PRESETS, BertConfig, check_finite, field_with_help, presets_for
+from bertkit.data.instances import SpecialIds
+from bertkit.data.loader import PretrainingStream, fixed_batches
+from bertkit.data.shards import ShardedCorpus
 from bertkit.errors import DataError
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, writer_lock
 from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
                             ModelDir)
 from bertkit.models.layouts import mark_host, positions
+from bertkit.models.registry import OBJECTIVES
+from bertkit.tasks.ner import encode_words, split_words
+from bertkit.tasks.run import forward_all, load_task_data, load_task_model, run_task, with_dropout
+from bertkit.training.objectives import MaskedLMObjective, evaluate_pretraining
+from bertkit.training.pretrain import data_workers, random_token_ids, stream_options
+from bertkit.training.trainer import end_distributed, seed_everything, setup_distributed, train
 
 TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
@@ -479,8 +490,6 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
     len(layers) layers; A = H/64 heads and 4H intermediate for a BERT preset, as `BertConfig.preset`; a ModernBERT
     teacher's student takes MODERNBERT_PRESETS' shapes (its rotary, window and attention pattern stay the
     teacher's). overrides: config fields of the student (a `model_type` among them must be the teacher's)."""
-    from bertkit.tasks.run import with_dropout
-
     model_type = overrides.pop("model_type", teacher_config.model_type)
     if model_type != teacher_config.model_type:
         raise ValueError(f"the recipe's model section is a {model_type!r} model but the teacher is a "
@@ -521,8 +530,6 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
 
 
 def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: dict[str, Any]):
-    from bertkit.tasks.run import load_task_model
-
     student = ModelDir.open(student_dir)
     # The student directory may hold another architecture than the teacher (a ModernBERT student of a BERT teacher,
     # say): the class for the same use, of the student's architecture.
@@ -620,8 +627,6 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
                 config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
                 resume: bool = False, eval_at_start: bool = True):
     """`_distill_mlm` with run_dir locked by rank 0 (`bertkit.io.lock_directory`: a second writer fails at once)."""
-    from bertkit.io import writer_lock
-
     with writer_lock(run_dir, int(os.environ.get("RANK", "0")) == 0):
         return _distill_mlm(teacher_dir, data_dir, run_dir, config, distill, student_dir, resume, eval_at_start)
 
@@ -638,17 +643,6 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     Writes RUN_DIR/model (a BertForMaskedLM directory), metrics.jsonl, checkpoints/, config.yaml, results.json
     (held-out MLM metrics of the student, and of the teacher for reference). Returns the TrainResult.
     """
-    import yaml
-
-    from bertkit.checkpoint import unwrap
-    from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, fixed_batches
-    from bertkit.data.shards import ShardedCorpus
-    from bertkit.models.registry import OBJECTIVES
-    from bertkit.training.objectives import MaskedLMObjective, evaluate_pretraining
-    from bertkit.training.pretrain import data_workers, random_token_ids, stream_options
-    from bertkit.training.trainer import end_distributed, seed_everything, setup_distributed, train
-
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
     d = config.data
     if not OBJECTIVES[d.objective].masked_lm:
@@ -729,8 +723,6 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
         your CSV/TSV/JSONL with the text and pair columns) whose labels, if any, are ignored.
     ner: a .txt file of sentences, one per line, split into words and punctuation like `bertkit predict ner`.
     """
-    from bertkit.tasks.ner import encode_words, split_words
-
     path = Path(path)
     c = finetune_config
     lines = None
@@ -789,10 +781,6 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     Returns:
         The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
     """
-    from bertkit.io import writer_lock
-    from bertkit.tasks.run import forward_all, load_task_data, run_task
-    from bertkit.training.trainer import seed_everything, setup_distributed
-
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
     distill = distill or DistillConfig()

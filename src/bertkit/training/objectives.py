@@ -17,10 +17,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import bertkit.models as models
 from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
 from bertkit.models.layouts import mark_host, positions
 from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, OBJECTIVES, Objective, architecture, objective
+
 
 def _count(n: int, like: torch.Tensor) -> torch.Tensor:
     """A host count as a float32 () tensor beside `like`, written by a fill kernel: `new_tensor(n)` would copy it
@@ -352,8 +354,6 @@ def build_pretraining(name: str, config, **settings: Any):
     model, ELMo's biLM); the objective is the row's class built by its `for_recipe` from `settings` (the recipe's
     data fields: sparse_prediction, rtd_weight, generator_fraction, lstm_state; ELMo's char_table).
     """
-    import bertkit.models as models
-
     row = objective(name)
     if row.requires is not None:
         field_name, value, why = row.requires

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
+import shutil
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,12 +30,24 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from safetensors.torch import save_file
 
-from bertkit.config import FAMILIES, BertConfig, check_finite, config_class_for, field_with_help, presets_for
-from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, objective
+from bertkit.checkpoint import (CONFIG_NAME, LEGACY_WEIGHTS_NAME, RESUME_DIR, WEIGHTS_NAME, CheckpointError,
+                                config_from_dict, latest_checkpoint, read_weights, refuse_oversized)
+from bertkit.config import (FAMILIES, BertConfig, ElmoConfig, T5Config, check_finite, config_class_for, field_with_help,
+                            presets_for)
+from bertkit.data.instances import SpecialIds
+from bertkit.data.lmstream import WordWindowStream, fixed_windows
+from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
+from bertkit.data.shards import ShardedCorpus
+from bertkit.io import atomic_write, remove_stale_temporaries, writer_lock
+from bertkit.models import ElmoLanguageModel, ModelDir, model_class, pretraining_class
+from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, architecture_of,
+                                     objective)
+from bertkit.tokenizers import load_tokenizer
 from bertkit.training.objectives import build_pretraining, check_objective, evaluate_pretraining
 from bertkit.training.trainer import (TrainConfig, TrainResult, end_distributed, seed_everything, setup_distributed,
-                             train)
+                                      train)
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -278,8 +293,6 @@ def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the t
 
     Span corruption (objective t5) takes its sentinels from `tokenizer` (`source` names it in errors).
     """
-    from bertkit.data.loader import StreamOptions
-
     instances = objective(data.objective).instances
     spans = {}
     if instances == "xlnet":
@@ -338,8 +351,6 @@ def span_sentinels(tokenizer, source: str | Path) -> dict[str, int]:
 def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, Any]:
     """The config fields the tokenizer's special ids set: pad_token_id (RoBERTa's <pad> is 1, and its positions
     count from it), and bos/eos_token_id where the family writes them (RoBERTa <s>/</s>, ALBERT [CLS]/[SEP])."""
-    from bertkit.config import FAMILIES
-
     fields: dict[str, Any] = {"pad_token_id": tokenizer.pad_id}
     family = FAMILIES.get(model_fields.get("model_type", "bert"))
     if family is not None and "bos_token_id" in family.keys:
@@ -369,8 +380,6 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
 def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """`build_pretraining_model` for the encoders (the BERT family, the causal LM, ModernBERT, XLNet): the preset
     with the recipe's model fields over it, or `init_from`'s weights."""
-    from bertkit.models import model_class
-
     d = config.data
     row = objective(d.objective)
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
@@ -391,8 +400,6 @@ def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer
         else:
             # The directory's pretraining heads when it has them whole (a later stage continues them), fresh ones
             # where it has none or only part (an encoder, or an MLM head without BERT's NSP head).
-            from bertkit.checkpoint import CheckpointError
-
             cls = model_class(init_from, row.model_role)  # BertForPreTraining, or the architecture's MLM model
             try:
                 model = cls.from_pretrained(init_from)
@@ -409,9 +416,6 @@ def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer
 def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """(ElmoLanguageModel, BiLMObjective) for the elmo objective: the preset's sizes, the word tokenizer's
     vocabulary, characters and word width (`init_from`: continue an ELMo directory)."""
-    from bertkit.config import ElmoConfig
-    from bertkit.models import ElmoLanguageModel
-
     if tokenizer is not None and getattr(tokenizer, "kind", None) != "word":
         raise ValueError(f"the elmo objective reads words and their characters: prepare the corpus with a word "
                          f"tokenizer (bertkit tokenizer train --kind word), not a {tokenizer.kind} one")
@@ -438,8 +442,6 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
     the paper's long-context stage, the window, dropout) replace the directory's. A model with a position table
     (the BERT family) shorter than max_seq_length is refused, pointing at `bertkit extend-context`.
     """
-    from bertkit.models.registry import architecture_of
-
     length = config.data.max_seq_length
     current = model.config
     if architecture_of(current).positions != "rotary":
@@ -469,8 +471,6 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
 def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """`build_pretraining_model` for T5: the preset's encoder-decoder (padding, EOS and decoder start ids from the
     tokenizer: T5 starts the decoder with the padding id), or `init_from`'s weights."""
-    from bertkit.config import T5Config
-
     fields: dict[str, Any] = {"vocab_size": vocab_size}
     if tokenizer is not None:
         fields.update(_special_token_fields(tokenizer, {"model_type": "t5"}))
@@ -491,10 +491,6 @@ def check_same_vocabulary(model_dir: str | Path, tokenizer, model=None, vocab_si
     """ValueError when `model` (loaded from `model_dir`) has another vocab_size than the prepared data's, or the
     tokenizer files of `model_dir` hold another vocabulary than `tokenizer` (same size or not: ids would mean other
     tokens; None: not compared). A directory without tokenizer files cannot be checked; that is said."""
-    import sys
-
-    from bertkit.tokenizers import load_tokenizer
-
     if model is not None and model.config.vocab_size != vocab_size:
         raise ValueError(f"{model_dir}: vocab_size {model.config.vocab_size} does not match the prepared data's "
                          f"tokenizer ({vocab_size})")
@@ -522,9 +518,6 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     LM, ModernBERT's masked LM, T5's encoder-decoder, XLNet's LM head model, ELMo's biLM (a word tokenizer); the
     padding and framing ids (ELMo: the characters) are the tokenizer's. overrides: config fields over the preset.
     """
-    from bertkit.models import pretraining_class
-    from bertkit.tokenizers import load_tokenizer
-
     try:
         row = architecture(model_type)
     except ValueError as err:
@@ -559,8 +552,6 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     Written as the pretraining model (BERT: BertForPreTraining, a causal config: BertForCausalLM, ModernBERT: its
     masked LM, T5: the encoder-decoder), so every verb that takes the source takes the copy.
     """
-    from bertkit.models import ModelDir, pretraining_class
-
     try:
         source = ModelDir.open(source_dir)
     except FileNotFoundError as err:
@@ -621,14 +612,6 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
     out_dir must not exist or be empty; it is written completely or not at all. Returns {"model_type", "method",
     "positions_before", "positions_after"}.
     """
-    import shutil
-
-    from safetensors.torch import save_file
-
-    from bertkit.checkpoint import CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_weights
-    from bertkit.models import ModelDir, model_class
-    from bertkit.models.registry import architecture_of
-
     source = ModelDir.open(model_dir)
     model_dir, out_dir = source.path, Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -714,9 +697,6 @@ def _instance_stream(corpus, held_out, tokenizer, config: PretrainConfig, rank: 
                      workers: int):
     """(this rank's PretrainingStream, fixed held-out batches or None): the objective's masked instances (or
     spans, or permutation segments) from the shards."""
-    from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, fixed_batches
-
     d = config.data
     options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
     check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
@@ -735,8 +715,6 @@ def _word_window_stream(corpus, held_out, tokenizer, config: PretrainConfig, ran
                         workers: int):
     """(this rank's WordWindowStream, fixed held-out windows or None): word windows in lanes
     (bertkit.data.lmstream), not masked instances; made in the training process (`workers` unused)."""
-    from bertkit.data.lmstream import WordWindowStream, fixed_windows
-
     d = config.data
     check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
     stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
@@ -769,8 +747,6 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     verify_data: check every shard file's SHA-256 before training (otherwise a shard's index files are checked at
         open and its token files just before its first use; see `bertkit.data.shards.ShardedCorpus`).
     """
-    from bertkit.io import writer_lock
-
     run_dir = Path(run_dir)
     dist_info, device = setup_distributed(config.train.device)
     # DDP ranks of one job are one writer: rank 0 holds the lock, the others write nothing of their own.
@@ -799,8 +775,6 @@ def data_workers(workers: int | None, device, dist_info) -> int:
 def data_fingerprint(corpus) -> dict[str, Any]:
     """What identifies a prepared training split: its vocabulary and its shards' checksums (not its path, so a
     moved data directory resumes)."""
-    import hashlib
-
     shards = [{k: shard[k] for k in ("name", "documents", "sentences", "tokens", "files")}
               for shard in corpus.manifest.split(corpus.split)["shards"]]
     digest = hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()[:16]
@@ -841,12 +815,6 @@ def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: bool, init_from, eval_at_start: bool,
               verify_data: bool, dist_info, device) -> TrainResult:
-    import sys
-
-    from bertkit.checkpoint import RESUME_DIR, latest_checkpoint, refuse_oversized
-    from bertkit.data.shards import ShardedCorpus
-    from bertkit.io import atomic_write, remove_stale_temporaries
-
     def say(message: str) -> None:
         if dist_info.is_main:
             print(message, file=sys.stderr, flush=True)
