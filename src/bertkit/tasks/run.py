@@ -696,15 +696,15 @@ def record_evaluation(run_dir: Path, history: list[dict[str, Any]], record: dict
 
 
 def train_and_report(model, objective, stream, train_config, run_dir: Path, evaluate, resume: bool, dist_info,
-                     device, timing: dict[str, float], write_results) -> None:
+                     device, runs: _Evaluations) -> None:
     """The shared training loop for a task run, then the run's throughput (evaluation time excluded) into
-    results.json through `write_results`; ends the process group of a distributed run."""
+    results.json through `runs.write_results`; ends the process group of a distributed run."""
     started = time.perf_counter()
     result = train(model, objective, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
                    dist_info=dist_info, device=device)
-    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
+    train_seconds = max(time.perf_counter() - started - runs.eval_s, 1e-9)
     if dist_info.is_main:
-        write_results({"steps": result.step, "stopped_by": result.stopped_by,
+        runs.write_results({"steps": result.step, "stopped_by": result.stopped_by,
                        "train_seconds": round(train_seconds, 3),
                        "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
                        "train_tokens_per_s": stream.tokens_yielded * dist_info.world_size / train_seconds,
@@ -744,61 +744,18 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         the run's steps and throughput.
     """
     run_dir = Path(run_dir)
-    config, family, tokenizer, metric = data.config, data.family, data.tokenizer, data.metric
-    evaluated = evaluated or (lambda m: m)
+    config = data.config
     if fit is None:
-        stream = EpochBatches([*data.train_features, *extra_features], tokenizer.pad_id, config.batch_size,
+        stream = EpochBatches([*data.train_features, *extra_features], data.tokenizer.pad_id, config.batch_size,
                               config.seed, config.grad_accumulation, dist_info.rank, dist_info.world_size,
                               stop_after_steps, bucket_window=config.bucket_window,
                               workers=task_workers(config.workers, device), pin_memory=device.type == "cuda")
-        steps_per_epoch = stream.steps_per_epoch
-        train_config = epoch_train_config(config, steps_per_epoch)
-        max_steps = train_config.max_steps
+        train_config = epoch_train_config(config, stream.steps_per_epoch)
+        steps_per_epoch, max_steps = stream.steps_per_epoch, train_config.max_steps
     else:  # a fit at once: no batches, no steps
         stream, train_config, steps_per_epoch, max_steps = None, None, 0, 0
-    history, best = resume_history(run_dir, resume, metric)
-    timing = {"eval_s": 0.0}
-    results: dict[str, Any] = {}
-    shown = list(family.metric_names)
-
-    def write_results(extra: dict[str, Any] | None = None) -> None:
-        results.clear()
-        results.update({
-            **(summary or {}), "labels": family.labels, "metric": metric,
-            "train_examples": len(data.train_examples), "train_features": len(data.train_features),
-            "dev_examples": len(data.dev_examples), "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
-            "epochs": history, "best": best, **({"data": family.stats} if family.stats else {}),
-            "config": config.to_dict(), **(extra or {})})
-        atomic_write(run_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
-
-    def evaluate(m) -> dict[str, float]:
-        step = stream.steps_done
-        if step % steps_per_epoch and step != max_steps:
-            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
-        return evaluate_at(m, step, round(step / steps_per_epoch, 4))
-
-    def evaluate_at(m, step: int, epoch: float) -> dict[str, float]:
-        nonlocal best, history
-        started = time.perf_counter()
-        plain = evaluated(unwrap(m))
-        logits = model_outputs(family, plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
-        metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
-        if extra_metrics is not None:
-            more = extra_metrics(output)
-            shown.extend(k for k in more if k not in shown)
-            metrics.update(more)
-        record = {"epoch": epoch, "step": step, **metrics}
-        history = record_evaluation(run_dir, history, record)
-        if best is None or record[metric] > best[metric] or best["step"] == step:
-            best = record
-            save_best(family, run_dir, data.dev_examples, output, plain, tokenizer)
-        write_results()
-        timing["eval_s"] += time.perf_counter() - started
-        if dist_info.is_main:
-            line = ", ".join(f"{k} {record[k]:.4f}" for k in shown if k in record)
-            print(f"epoch {record['epoch']:g} (step {step}): {line}", flush=True)
-        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-
+    runs = _Evaluations(data, run_dir, evaluated or (lambda m: m), extra_metrics, summary or {}, dist_info.is_main,
+                        stream, steps_per_epoch, max_steps, *resume_history(run_dir, resume, data.metric))
     if dist_info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         written = {**(resolved or {}), "world_size": dist_info.world_size,
@@ -806,16 +763,81 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         atomic_write(run_dir / "config.yaml", yaml.safe_dump(written, sort_keys=False))
         if banner is not None:
             print(banner(max_steps, steps_per_epoch), flush=True)
-
     if fit is None:
-        train_and_report(model, objective, stream, train_config, run_dir, evaluate, resume, dist_info, device,
-                         timing, write_results)
+        train_and_report(model, objective, stream, train_config, run_dir, runs.at_epoch_end, resume, dist_info,
+                         device, runs)
     else:
         started = time.perf_counter()
         facts = fit(model.to(device))
         fit_seconds = time.perf_counter() - started
         if dist_info.is_main:
-            evaluate_at(model, 0, 1)
-            write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3), "fit": facts})
+            runs.evaluate_at(model, 0, 1)
+            runs.write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3),
+                                "fit": facts})
         end_distributed()
-    return dict(results)
+    return dict(runs.results)
+
+
+@dataclass
+class _Evaluations:
+    """A task run's dev evaluations (eval.jsonl, the best epoch's model directory and predictions) and its
+    results.json, rewritten after each; see `run_task`."""
+
+    data: TaskData
+    run_dir: Path
+    evaluated: Callable[[torch.nn.Module], torch.nn.Module]  # the trained model -> the task model to evaluate
+    extra_metrics: Callable[[Any], dict[str, float]] | None
+    summary: dict[str, Any]  # the fields results.json starts with
+    is_main: bool
+    stream: EpochBatches | None  # None for a fit at once
+    steps_per_epoch: int
+    max_steps: int
+    history: list[dict[str, Any]]  # every evaluation so far
+    best: dict[str, Any] | None
+    eval_s: float = 0.0  # seconds spent evaluating (left out of the throughput)
+    results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    shown: list[str] = dataclasses.field(default_factory=list)  # the metrics printed, the family's first
+
+    def __post_init__(self) -> None:
+        self.shown = list(self.data.family.metric_names)
+
+    def write_results(self, extra: dict[str, Any] | None = None) -> None:
+        data, family = self.data, self.data.family
+        self.results = {
+            **self.summary, "labels": family.labels, "metric": data.metric,
+            "train_examples": len(data.train_examples), "train_features": len(data.train_features),
+            "dev_examples": len(data.dev_examples), "steps_per_epoch": self.steps_per_epoch,
+            "max_steps": self.max_steps, "epochs": self.history, "best": self.best,
+            **({"data": family.stats} if family.stats else {}), "config": data.config.to_dict(), **(extra or {})}
+        atomic_write(self.run_dir / "results.json", json.dumps(self.results, indent=2, default=float) + "\n")
+
+    def at_epoch_end(self, m) -> dict[str, float]:
+        """The trainer's `evaluate`: whole epochs (and the end) only."""
+        step = self.stream.steps_done
+        if step % self.steps_per_epoch and step != self.max_steps:
+            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
+        return self.evaluate_at(m, step, round(step / self.steps_per_epoch, 4))
+
+    def evaluate_at(self, m, step: int, epoch: float) -> dict[str, float]:
+        """Evaluate on dev, record it (the best epoch's model and predictions saved), print its line; the record's
+        finite numbers."""
+        data, family, metric = self.data, self.data.family, self.data.metric
+        started = time.perf_counter()
+        plain = self.evaluated(unwrap(m))
+        logits = model_outputs(family, plain, data.dev_features, data.tokenizer.pad_id, data.config.eval_batch_size)
+        metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
+        if self.extra_metrics is not None:
+            more = self.extra_metrics(output)
+            self.shown.extend(k for k in more if k not in self.shown)
+            metrics.update(more)
+        record = {"epoch": epoch, "step": step, **metrics}
+        self.history = record_evaluation(self.run_dir, self.history, record)
+        if self.best is None or record[metric] > self.best[metric] or self.best["step"] == step:
+            self.best = record
+            save_best(family, self.run_dir, data.dev_examples, output, plain, data.tokenizer)
+        self.write_results()
+        self.eval_s += time.perf_counter() - started
+        if self.is_main:
+            line = ", ".join(f"{k} {record[k]:.4f}" for k in self.shown if k in record)
+            print(f"epoch {record['epoch']:g} (step {step}): {line}", flush=True)
+        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
