@@ -58,7 +58,6 @@ import torch
 from bertkit.checkpoint import HeadMismatchError
 from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
 from bertkit.io import atomic_write, writer_lock
-from bertkit.models import BertForCausalLM
 from bertkit.models.modeldir import TASK_FILE, ModelDir
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
 from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
@@ -102,39 +101,12 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    names = [Path(p).stem for p in eval_files]
-    if len(set(names)) < len(names) or "dev" in names:
-        raise ValueError(f"--eval-file: the files' names must differ from each other and from 'dev' ({names})")
-    for path in eval_files:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--eval-file {path}: no such file")
+    _check_eval_files(eval_files)
     data = load_task_data(kind, model_dir, train_path, dev_path, config)
     config, family, tokenizer = data.config, data.family, data.tokenizer
-    directory = data.model_dir
-
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
-    feature_facts, fit = None, None
-    if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
-        # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
-        # the only task models of an architecture without task heads of its own (ELMo).
-        if not (config.frozen or config.task_model == "bilstm"):
-            raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
-                             f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
-                             f"ELMo paper's task models)")
-        kwargs = family.model_kwargs()
-        model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
-                                                num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
-                                                regression=kwargs.get("regression", False),
-                                                train_inputs=[*data.train_features, *data.dev_features])
-        cls = FeatureTaskModel  # what reads the best epoch's directory back
-        if config.task_model == "logistic":  # fitted at once on the cached layers instead of trained
-            def fit(m):
-                return fit_logistic_head(m, data.train_features, tokenizer.pad_id, config.eval_batch_size,
-                                         config.logistic_c)
-    else:
-        cls = directory.model_class(family.model_role, kind)  # the architecture's: BertFor..., ModernBertFor...
-        model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
+    model, cls, feature_facts, fit = _task_model(data, model_dir, new_heads)
     if feature_facts is None and tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
@@ -170,12 +142,49 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                           feature_cache=model.cache if feature_facts is not None else None)
 
 
+def _check_eval_files(eval_files: Sequence[str | os.PathLike]) -> None:
+    """--eval-file: the files exist and their names differ from each other and from 'dev' (results.json's keys)."""
+    names = [Path(p).stem for p in eval_files]
+    if len(set(names)) < len(names) or "dev" in names:
+        raise ValueError(f"--eval-file: the files' names must differ from each other and from 'dev' ({names})")
+    for path in eval_files:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--eval-file {path}: no such file")
+
+
+def _task_model(data, model_dir: Path, new_heads: bool):
+    """(model, the class that reads the best epoch's directory back, the feature task model's facts or None, the
+    fit at once or None) for a fine-tuning run: the architecture's task model with the family's head, or a task
+    model on the encoder's layers (bertkit.features: frozen or trained with them; the only task models of an
+    architecture without task heads of its own, ELMo)."""
+    config, family, tokenizer, directory = data.config, data.family, data.tokenizer, data.model_dir
+    if not (config.frozen or config.task_model == "bilstm" or not directory.has_task_heads):
+        cls = directory.model_class(family.model_role, data.kind)  # the architecture's: BertFor..., ModernBertFor...
+        model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
+        return model, cls, None, None
+    if not (config.frozen or config.task_model == "bilstm"):
+        raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
+                         f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
+                         f"ELMo paper's task models)")
+    kwargs = family.model_kwargs()
+    model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
+                                            num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
+                                            regression=kwargs.get("regression", False),
+                                            train_inputs=[*data.train_features, *data.dev_features])
+    if config.task_model != "logistic":
+        return model, FeatureTaskModel, feature_facts, None
+
+    def fit(m):  # --task-model logistic: fitted at once on the cached layers instead of trained
+        return fit_logistic_head(m, data.train_features, tokenizer.pad_id, config.eval_batch_size, config.logistic_c)
+    return model, FeatureTaskModel, feature_facts, fit
+
+
 def pretrained_lm_head(model_dir: str | os.PathLike):
     """The LM head a causal model directory was pretrained with (`BertForCausalLM.mlm`: dense, activation,
     LayerNorm, bias; its decoder, the tied embeddings, left out), or None when the directory holds no LM head (a
     task model's directory): GPT-1's auxiliary loss then scores with the bare tied embeddings."""
     try:
-        head = BertForCausalLM.from_pretrained(model_dir).mlm
+        head = ModelDir.open(model_dir).load("causal").mlm
     except HeadMismatchError:
         return None
     head.word_embeddings = None  # the task model decodes with its own embeddings; drop the loaded copy

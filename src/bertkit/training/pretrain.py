@@ -41,7 +41,7 @@ from bertkit.data.lmstream import WordWindowStream, fixed_windows
 from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
 from bertkit.data.shards import ShardedCorpus
 from bertkit.io import atomic_write, remove_stale_temporaries, writer_lock
-from bertkit.models import ElmoLanguageModel, ModelDir, model_class, pretraining_class
+from bertkit.models import ElmoLanguageModel, ModelDir, pretraining_class
 from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, architecture_of,
                                      objective)
 from bertkit.tokenizers import load_tokenizer
@@ -400,11 +400,11 @@ def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer
         else:
             # The directory's pretraining heads when it has them whole (a later stage continues them), fresh ones
             # where it has none or only part (an encoder, or an MLM head without BERT's NSP head).
-            cls = model_class(init_from, row.model_role)  # BertForPreTraining, or the architecture's MLM model
+            directory = ModelDir.open(init_from)  # BertForPreTraining, or the architecture's MLM model
             try:
-                model = cls.from_pretrained(init_from)
+                model = directory.load(row.model_role)
             except CheckpointError:
-                model = cls.from_pretrained(init_from, new_heads=True)
+                model = directory.load(row.model_role, new_heads=True)
         check_same_vocabulary(init_from, tokenizer, model, vocab_size)
         if row.pair_task is not None and getattr(model, "nsp", None) is None:
             raise ValueError(f"{init_from}: the {d.objective} objective trains a sentence-pair head, which a "
@@ -669,7 +669,7 @@ def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir:
         save_file({k: v.contiguous().clone() for k, v in weights.items()}, str(staging / WEIGHTS_NAME),
                   metadata={"format": "pt"})
         # The result must load: the encoder through bertkit's strict tables, at the new length.
-        model_class(staging, "encoder").from_pretrained(staging)
+        ModelDir.open(staging).load("encoder")
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
         os.replace(staging, out_dir)
