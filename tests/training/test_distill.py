@@ -487,6 +487,7 @@ def test_mlm_distillation_on_the_pretraining_stream(tmp_path, capsys):
 
 def test_mlm_distillation_reads_the_stream_as_pretraining_does_isolate_documents_included(tmp_path, monkeypatch):
     import bertkit.data.loader as loader
+    import bertkit.training.distill as distill_module
     from bertkit.data.instances import SpecialIds
     from bertkit.data.prepare import prepare
     from bertkit.data.shards import ShardedCorpus
@@ -506,7 +507,7 @@ def test_mlm_distillation_reads_the_stream_as_pretraining_does_isolate_documents
             seen.append(options)
             super().__init__(corpus, options, *args, **kwargs)
 
-    monkeypatch.setattr(loader, "PretrainingStream", Recording)
+    monkeypatch.setattr(distill_module, "PretrainingStream", Recording)  # the name distill_mlm reads
     config = resolve_config(None, {"objective": "roberta", "isolate_documents": True, "max_seq_length": 64,
                                    "max_predictions_per_seq": 5, "batch_size": 4, "max_steps": 2, "save_every": 2,
                                    "eval_instances": 0, "progress": False})
