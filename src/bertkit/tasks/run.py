@@ -148,6 +148,14 @@ class FinetuneConfig:
     progress: bool = _f(True, "show a progress bar")
 
     def __post_init__(self) -> None:
+        # Each check raises ValueError naming the field (the option): the kind and task, the numbers, the choices,
+        # then the embed family's options.
+        self._check_kind()
+        self._check_numbers()
+        self._check_choices()
+        self._check_embed()
+
+    def _check_kind(self) -> None:
         if self.kind is not None and self.kind not in KINDS:
             raise ValueError(f"unknown fine-tuning kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         if self.words not in (None, "whitespace", "bert"):
@@ -156,6 +164,8 @@ class FinetuneConfig:
             raise ValueError("glue fine-tuning needs the task name (--task cola, sst2, mrpc, ...)")
         if self.task is not None and self.kind == "glue":
             canonical_task(self.task)  # raises with the list of tasks
+
+    def _check_numbers(self) -> None:
         positive = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "batch_size",
                     "eval_batch_size", "grad_accumulation", "log_every")
         for name in positive:
@@ -181,6 +191,8 @@ class FinetuneConfig:
         if self.column is not None and (isinstance(self.column, bool) or not isinstance(self.column, int)
                                         or self.column < 1):
             raise ValueError(f"column must be a tag column of at least 1 (column 0 is the word), got {self.column!r}")
+
+    def _check_choices(self) -> None:
         if self.scheme not in ("auto", "none"):
             raise ValueError(f"scheme must be auto or none, got {self.scheme!r}")
         if self.optimizer not in ("adamw", "lamb"):
@@ -204,6 +216,8 @@ class FinetuneConfig:
             raise ValueError(f"lstm_hidden must be at least 1, got {self.lstm_hidden}")
         if self.feature_cache is not None and not self.frozen:
             raise ValueError("--feature-cache keeps a frozen encoder's layers; add --frozen")
+
+    def _check_embed(self) -> None:
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"scale must be a positive number, got {self.scale!r}")
         if self.mini_batch_size is not None and (isinstance(self.mini_batch_size, bool)
