@@ -638,6 +638,37 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
         return _distill_mlm(teacher_dir, data_dir, run_dir, config, distill, student_dir, resume, eval_at_start)
 
 
+def _mlm_teacher(teacher_dir: Path, corpus, data_dir: Path, max_seq_length: int, device: torch.device):
+    """(the masked-LM class, the teacher on `device` in eval mode) for MLM distillation; ValueError when the shards
+    were prepared with another tokenizer or the teacher has fewer positions than the inputs."""
+    directory = ModelDir.open(teacher_dir)
+    if directory.tokenizer("teacher").vocab_hash() != corpus.manifest.vocab_hash:
+        raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
+                         f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
+    teacher = directory.load("mlm").eval().to(device)
+    _check_positions(teacher, max_seq_length, "teacher", teacher_dir)
+    return directory.model_class("mlm"), teacher  # BertForMaskedLM, ModernBertForMaskedLM, ...
+
+
+def _mlm_batches(corpus, data_dir: Path, tokenizer, config, dist_info, device: torch.device):
+    """(this rank's training stream, the fixed held-out batches or None) of MLM distillation: the recipe's data
+    section read exactly as pretraining reads it; held-out batches on rank 0 when the shards have an eval split
+    and eval_instances > 0."""
+    d = config.data
+    options = stream_options(d)
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    random_ids = random_token_ids(tokenizer)
+    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
+                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids,
+                               workers=data_workers(d.workers, device, dist_info))
+    if "eval" not in corpus.manifest.splits or not dist_info.is_main or d.eval_instances <= 0:
+        return stream, None
+    eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval").require_documents(),
+                                    dataclasses.replace(options, dupe_factor=None), special,
+                                    tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+    return stream, fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+
+
 def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run_dir: str | os.PathLike,
                  config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
                  resume: bool = False, eval_at_start: bool = True):
@@ -659,13 +690,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     dist_info, device = setup_distributed(config.train.device)
     corpus = ShardedCorpus(data_dir, "train").require_documents()
     tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with
-    teacher_model_dir = ModelDir.open(teacher_dir)
-    if teacher_model_dir.tokenizer("teacher").vocab_hash() != corpus.manifest.vocab_hash:
-        raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
-                         f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
-    mlm_class = teacher_model_dir.model_class("mlm")  # BertForMaskedLM, ModernBertForMaskedLM, ...
-    teacher = teacher_model_dir.load("mlm").eval().to(device)
-    _check_positions(teacher, d.max_seq_length, "teacher", teacher_dir)
+    mlm_class, teacher = _mlm_teacher(teacher_dir, corpus, data_dir, d.max_seq_length, device)
     seed_everything(config.train.seed)
     student = build_student(mlm_class, teacher, distill, student_dir, teacher_dir, overrides=dict(config.model))
     _check_positions(student, d.max_seq_length, "student", student_dir or "its config")
@@ -673,20 +698,10 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     model = DistillationStudent(student, pairs, teacher.config.hidden_size)
     task = DistillationTask(teacher, distill, "mlm", pairs)
 
-    options = stream_options(d)  # the recipe's data section read exactly as pretraining reads it
-    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
-    random_ids = random_token_ids(tokenizer)
-    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
-                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids,
-                               workers=data_workers(d.workers, device, dist_info))
-
-    eval_batches, teacher_eval = None, {}
+    stream, eval_batches = _mlm_batches(corpus, data_dir, tokenizer, config, dist_info, device)
+    teacher_eval = {}
     objective = MaskedLMObjective(pair_task=None)
-    if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval").require_documents(),
-                                        dataclasses.replace(options, dupe_factor=None), special,
-                                        tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
-        eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+    if eval_batches is not None:
         with torch.no_grad():
             teacher_eval = evaluate_pretraining(teacher, objective, eval_batches)
 
