@@ -485,7 +485,7 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
         # busy cores): here, with the set-up, rather than inside the first step, whose time the first log reports
         linear_choice()
     optimizer = make_optimizer(model, config)
-    start = _resume(run_dir, model, optimizer, batches, dist_info) if resume else None
+    start = _resume(run_dir, model, optimizer, batches, dist_info) if resume else _Start()
     if config.compile:
         compile_layers(model)
     wrapped: nn.Module = model
@@ -493,15 +493,13 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
         wrapped = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     run = _Run(model, optimizer, config, run_dir, dist_info, device, use_bf16(config.precision, device),
-               MetricsLog(run_dir, start.step if start else None, dist_info.is_main), evaluate, on_save,
-               start.step if start else 0, start.tokens if start else 0, start.elapsed if start else 0.0,
-               start.data if start else None, _Window(device, start.window if start else None))
+               MetricsLog(run_dir, start.step if start.resumed else None, dist_info.is_main), evaluate, on_save,
+               start.step, start.tokens, start.elapsed, start.data, _Window(device, start.window))
     progress = _Progress(config, run.step, run.elapsed_before, dist_info.is_main)
     # Counts are host numbers (they come from the batch, before the step); across ranks they are summed over a gloo
     # group, so NCCL runs never read the GPU for them.
     host_group = _host_group(dist_info)
     stream = iter(batches)
-    grad_norm = torch.zeros((), device=device)
     eval_metrics: dict[str, float] = {}
     last: dict[str, float] = {}
     stopped_by = "max_steps"
@@ -521,13 +519,7 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
         for group in optimizer.param_groups:
             group["lr"] = lr
         sums = _forward_backward(task, wrapped, micro, global_counts, run)
-        # The norm stays a device tensor: clip_grad_norm_ scales by min(1, max / norm) on the device.
-        if config.max_grad_norm > 0:
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        else:
-            grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        grad_norm = _optimizer_step(model, optimizer, config.max_grad_norm)
         run.step += 1
         run.tokens += step_tokens
         # Step metrics over the global batch, summed on the device (an all-reduce is queued, nothing is read).
@@ -571,26 +563,28 @@ RESUME_KEYS = ("step", "tokens", "elapsed", "model", "optimizer", "data", "rng",
 
 @dataclass
 class _Start:
-    """Where a resumed run starts: the counters, this rank's data position and the open metrics window."""
+    """Where a run starts: a fresh run at 0, a resumed one at its checkpoint's counters, data position and open
+    metrics window."""
 
-    step: int
-    tokens: int
-    elapsed: float
-    data: Any
-    window: dict[str, Any]
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    data: Any = None
+    window: dict[str, Any] | None = None
+    resumed: bool = False
 
 
 def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, batches: Any,
-            dist_info: Distributed) -> _Start | None:
+            dist_info: Distributed) -> _Start:
     """Load the newest checkpoint of run_dir into the model, the optimizer, the data stream (this rank's position)
-    and the RNG; None (with a note) when there is none. CheckpointError naming the file when it lacks a field of
+    and the RNG; a fresh start (with a note) when there is none. CheckpointError naming the file when it lacks a field of
     RESUME_KEYS (a resume state of another program, or of a bertkit before the metrics window was saved)."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         if dist_info.is_main:
             print(f"bertkit: resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh "
                   f"run", file=sys.stderr, flush=True)
-        return None
+        return _Start()
     state = load_checkpoint(checkpoint)
     missing = [key for key in RESUME_KEYS if key not in state]
     if not missing and not isinstance(state["window"].get("losses"), dict):
@@ -606,7 +600,7 @@ def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, b
     set_rng_state(state["rng"][dist_info.rank])
     if dist_info.is_main:
         print(f"resuming from {checkpoint} (step {state['step']})", flush=True)
-    return _Start(state["step"], state["tokens"], state["elapsed"], state["data"], state["window"])
+    return _Start(state["step"], state["tokens"], state["elapsed"], state["data"], state["window"], resumed=True)
 
 
 class _Window:
@@ -771,6 +765,18 @@ def _forward_backward(task: Task, wrapped: nn.Module, micro: list[dict[str, Any]
             pair = torch.stack([_device_scalar(value, device), _device_scalar(count, device)])
             sums[k] = sums[k] + pair if k in sums else pair
     return sums
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    """Clip the gradients to max_grad_norm (0: no clipping), step and clear them; the gradient norm before
+    clipping, which stays a device tensor (clip_grad_norm_ scales by min(1, max / norm) on the device)."""
+    if max_grad_norm > 0:
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    else:
+        grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
 
 
 class _Progress:
