@@ -62,7 +62,8 @@ from bertkit.models.modeldir import TASK_FILE, ModelDir
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
 from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
 from bertkit.tasks.metrics import confusion_matrix
-from bertkit.tasks.run import FinetuneConfig, load_task_data, load_task_model, model_outputs, resolved_combine, run_task
+from bertkit.tasks.run import (FinetuneConfig, load_task_data, load_task_model, model_outputs, resolved_combine,
+                               run_task)
 from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
 from bertkit.tokenizers.word import apply_words
 from bertkit.training.trainer import seed_everything, setup_distributed

@@ -577,8 +577,8 @@ class _Start:
 def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, batches: Any,
             dist_info: Distributed) -> _Start:
     """Load the newest checkpoint of run_dir into the model, the optimizer, the data stream (this rank's position)
-    and the RNG; a fresh start (with a note) when there is none. CheckpointError naming the file when it lacks a field of
-    RESUME_KEYS (a resume state of another program, or of a bertkit before the metrics window was saved)."""
+    and the RNG; a fresh start (with a note) when there is none. CheckpointError naming the file when it lacks a
+    field of RESUME_KEYS (a resume state of another program, or of a bertkit before the metrics window was saved)."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         if dist_info.is_main:
