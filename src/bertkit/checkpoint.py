@@ -30,9 +30,12 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
-from bertkit.io import disk_full_as_error, fsync_dir, read_json_object, temporary_name
+# config_from_dict and CONFIG_NAME are config.py's (re-exported: the old import path keeps working)
+from bertkit.config import CONFIG_NAME, BertConfig, ElmoConfig, T5Config, config_from_dict  # noqa: F401
+from bertkit.errors import CheckpointError
+from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 from bertkit.tokenizers import TOKENIZER_FILES
+from bertkit.tokenizers.word import BILM_WEIGHTS, is_bilm_directory
 
 def _linear(theirs: str, ours: str) -> dict[str, str]:
     """The weight and bias rows of one Linear or LayerNorm."""
@@ -302,18 +305,8 @@ _XLNET = Format(
 FORMATS: dict[str, Format] = {**_BERT_FAMILY, "modernbert": _MODERNBERT, "t5": _T5, "elmo": _ELMO, "xlnet": _XLNET}
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
-    """A config.json dict as the config class of its `model_type` (BertConfig for the BERT family)."""
-    return config_class_for(raw.get("model_type") or "bert").from_dict(raw, source=source)
-
-
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
-CONFIG_NAME = "config.json"
-
-
-class CheckpointError(ValueError):
-    """A model directory that cannot be loaded as asked; the message names the file or tensor."""
 
 
 class WeightsMismatchError(CheckpointError):
@@ -422,8 +415,9 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
 # ------------------------------------------------------------------------------------------------------------------
 # Reading and writing model directories
 # ------------------------------------------------------------------------------------------------------------------
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict stored in a model directory, from safetensors or (weights only) a PyTorch .bin."""
+def read_weights(directory: Path, config: Any = None) -> dict[str, torch.Tensor]:
+    """The state dict stored in a model directory, from safetensors or (weights only) a PyTorch .bin; a released
+    ELMo's weights.hdf5 read as its `config` (the ElmoConfig its options.json makes) says."""
     safetensors_path, bin_path = directory / WEIGHTS_NAME, directory / LEGACY_WEIGHTS_NAME
     if safetensors_path.is_file():
         try:
@@ -438,15 +432,16 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
         if not isinstance(state, dict):
             raise CheckpointError(f"{bin_path}: expected a state dict, found {type(state).__name__}")
         return state
-    from bertkit.tokenizers.word import is_bilm_directory
-
-    if is_bilm_directory(directory):
-        return read_bilm_weights(directory)
+    if is_bilm_directory(directory) and isinstance(config, ElmoConfig):
+        return read_bilm_weights(directory, config)
     raise CheckpointError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME} in this model directory")
 
 
-def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **model_kwargs: Any):
-    """Build `cls` from a model directory, strictly.
+def load_model(cls, directory: str | os.PathLike, raw: dict[str, Any], config: Any, new_heads: bool = False,
+               **model_kwargs: Any):
+    """Build `cls` from a model directory, strictly, given its config.json as read (`raw`) and as its config class
+    (`config`): `bertkit.models.ModelDir.load` reads them once and passes them down (every `from_pretrained` goes
+    through it), so config.json is parsed once per load.
 
     A task model (classifier, QA, ...) loaded from a directory without its head starts that head fresh, as
     fine-tuning from a pretrained encoder needs; `BertForPreTraining` refuses a bare encoder unless
@@ -456,8 +451,6 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a model directory")
-    raw = read_config(directory)
-    config = config_from_dict(raw, source=str(directory / CONFIG_NAME))
     family, prefix = cls.head_family, cls.encoder_prefix
     fmt = FORMATS[config.model_type]
     if not isinstance(config, getattr(cls, "config_class", BertConfig)):  # a model class names its config class
@@ -466,7 +459,7 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
     if family and family not in fmt.heads:
         raise CheckpointError(f"{directory}: a {fmt.label} model directory cannot hold a {cls.__name__} "
                               f"(transformers has no {fmt.label} model with a {family!r} head)")
-    weights = read_weights(directory)
+    weights = read_weights(directory, config)
     if fmt.adapt is not None:
         config, weights = fmt.adapt(cls, config, weights, str(directory))
     state, found, origin = hf_to_bertkit(weights, family, prefix, source=str(directory), model_type=config.model_type)
@@ -636,17 +629,6 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             return model
 
 
-def read_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """config.json of a model directory as a dict (for `bertkit info`); CheckpointError naming the file when it
-    is not a JSON object."""
-    from bertkit.tokenizers.word import is_bilm_directory
-
-    path = Path(directory) / CONFIG_NAME
-    if not path.is_file() and is_bilm_directory(directory):
-        return bilm_config(directory)  # a released ELMo: its options.json read as an ElmoConfig
-    return read_json_object(path, "config file", CheckpointError)
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # What each stored tensor is (for `bertkit info`): the family tables above, read without building a model
 # ------------------------------------------------------------------------------------------------------------------
@@ -788,55 +770,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------------------
 # Released ELMo models: allenai/bilm-tf's options.json + weights.hdf5 (what AllenNLP's Elmo reads)
 # ------------------------------------------------------------------------------------------------------------------
-def _options_field(options: dict, path: str, source: Path, kind: type | tuple = int) -> Any:
-    value: Any = options
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            raise CheckpointError(f"{source}: no {path}")
-        value = value[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CheckpointError(f"{source}: {path} must be {getattr(kind, '__name__', kind)}, got {value!r}")
-    return value
-
-
-def bilm_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """The ElmoConfig dict (config.json's fields) of a released ELMo: its options.json in bertkit's names.
-
-    bilm-tf's fields: char_cnn {filters, n_highway, embedding.dim, max_characters_per_token, n_characters,
-    activation (relu only: the char CNN here is relu's)}, lstm {projection_dim, dim, n_layers, cell_clip, proj_clip,
-    use_skip_connections}. vocab_size is the word list's (vocab.txt beside it; the softmax is not in the weights).
-    CheckpointError naming options.json and the field otherwise."""
-    from bertkit.tokenizers.word import BILM_OPTIONS, BILM_VOCAB, read_bilm_vocab
-
-    path = Path(directory) / BILM_OPTIONS
-    options = read_json_object(path, "bilm-tf options file", CheckpointError)
-    activation = _options_field(options, "char_cnn.activation", path, str)
-    if activation != "relu":
-        raise CheckpointError(f"{path}: char_cnn.activation {activation!r} is not supported (bertkit's ELMo "
-                              f"character CNN is relu's, as the released models)")
-    clips = {}
-    for name in ("cell_clip", "proj_clip"):
-        value = options["lstm"].get(name) if isinstance(options.get("lstm"), dict) else None
-        clips[name] = None if value in (None, 0) else _options_field(options, f"lstm.{name}", path, (int, float))
-    raw = {"model_type": "elmo",
-           "vocab_size": len(read_bilm_vocab(Path(directory) / BILM_VOCAB)),
-           "char_vocab_size": _options_field(options, "char_cnn.n_characters", path),
-           "max_characters": _options_field(options, "char_cnn.max_characters_per_token", path),
-           "char_embedding_dim": _options_field(options, "char_cnn.embedding.dim", path),
-           "filters": _options_field(options, "char_cnn.filters", path, list),
-           "num_highway": options["char_cnn"].get("n_highway") or 0,
-           "projection_dim": _options_field(options, "lstm.projection_dim", path),
-           "lstm_dim": _options_field(options, "lstm.dim", path),
-           "num_layers": _options_field(options, "lstm.n_layers", path),
-           "residual": _options_field(options, "lstm.use_skip_connections", path, bool),
-           **clips}
-    try:
-        ElmoConfig.from_dict(raw, source=str(path))
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
-    return raw
-
-
 def _gates_tf_to_torch(w: np.ndarray, cells: int) -> np.ndarray:
     """Rows of (4H, ...) gate weights from TF's LSTMCell order (i, j, f, o) to torch's (i, f, g, o): j is the
     candidate (torch's g), so the second and third blocks swap."""
@@ -844,8 +777,9 @@ def _gates_tf_to_torch(w: np.ndarray, cells: int) -> np.ndarray:
     return np.concatenate([i, f, j, o], axis=0)
 
 
-def read_bilm_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A released ELMo's weights.hdf5 as the state dict of bertkit's ElmoModel (its names on disk).
+def read_bilm_weights(directory: str | os.PathLike, config: ElmoConfig) -> dict[str, torch.Tensor]:
+    """A released ELMo's weights.hdf5 as the state dict of bertkit's ElmoModel (its names on disk), `config` the
+    ElmoConfig its options.json makes (`bertkit.models.modeldir.bilm_config`).
 
     bilm-tf's datasets -> bertkit:
       char_embed (n_characters - 1, E)        char_cnn.embedding.weight, a zero row 0 first (a padding word)
@@ -862,14 +796,11 @@ def read_bilm_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
                                                 bias 1.0 added; weight_hr = W_P_0^T
     h5py reads the file as data. A missing dataset or a shape that disagrees with options.json is a CheckpointError
     naming the file and the dataset; a missing h5py is one line naming the extra to install."""
-    from bertkit.tokenizers.word import BILM_WEIGHTS
-
-    try:
+    try:  # optional: the elmo extra (a released ELMo's weights are HDF5)
         import h5py
     except ImportError:
         raise CheckpointError(f"{Path(directory) / BILM_WEIGHTS}: reading a released ELMo needs h5py: "
                               f"pip install 'bertkit[elmo]'") from None
-    config = ElmoConfig.from_dict(bilm_config(directory))
     path = Path(directory) / BILM_WEIGHTS
     P, H = config.projection_dim, config.lstm_dim
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, ClassVar
 from bertkit.io import read_json_object
 
 # Activations the feed-forward block and the MLM head understand, by their transformers names.
+CONFIG_NAME = "config.json"  # a model directory's config file (the one place its name is written)
 IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -1047,3 +1048,8 @@ def config_class_for(model_type: str | None) -> type:
 def presets_for(model_type: str | None) -> dict[str, tuple]:
     """The size presets `config_class_for(model_type).preset` knows."""
     return config_class_for(model_type).PRESETS
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
+    """A config.json dict as the config class of its `model_type` (BertConfig for the BERT family)."""
+    return config_class_for(raw.get("model_type") or "bert").from_dict(raw, source=source)

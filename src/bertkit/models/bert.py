@@ -341,10 +341,11 @@ class PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs):
-        """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin."""
-        from bertkit.checkpoint import load_model
+        """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin,
+        through `ModelDir` (`ModelDir.open(directory).load(cls, **kwargs)`: config.json read once)."""
+        from bertkit.models.modeldir import ModelDir
 
-        return load_model(cls, directory, **kwargs)
+        return ModelDir.open(directory).load(cls, **kwargs)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
         """Write config.json + model.safetensors (transformers' names), and the tokenizer files when given."""
