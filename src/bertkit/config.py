@@ -71,12 +71,14 @@ class Family:
     pooler: bool = True  # the bare encoder has a pooler (ELECTRA and DistilBERT have none)
     head_act: str | None = None  # the MLM head's activation when the family hard-codes one (else hidden_act)
     projection_always: bool = False  # embedding_size is always projected, even when equal to hidden_size (ALBERT)
+    aliases: frozenset[str] = frozenset()  # BERT's names of renamed keys, which transformers also accepts (read)
+    writes_model_type: bool = True  # config.json names its model_type (BERT's, the default, is left out)
 
 
 _SAME = {f: f for f in _BERT_FIELDS}
 FAMILIES: dict[str, Family] = {
     "bert": Family(keys=_SAME, optional={"causal": "is_decoder", "classifier_pooling": "classifier_pooling"},
-                   pair_head=True,
+                   pair_head=True, writes_model_type=False,
                    written={"position_embedding_type": "absolute", "tie_word_embeddings": True}),
     # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
     "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
@@ -106,6 +108,8 @@ FAMILIES: dict[str, Family] = {
                          fixed={"type_vocab_size": 0, "layer_norm_eps": 1e-12},
                          written={"sinusoidal_pos_embds": False, "tie_word_embeddings": True},
                          required={"sinusoidal_pos_embds": False}, pooler=False,
+                         # transformers aliases these to dim / n_heads / n_layers
+                         aliases=frozenset({"hidden_size", "num_attention_heads", "num_hidden_layers"}),
                          ignored=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"})),
 }
 
@@ -443,7 +447,7 @@ class BertConfig(ConfigFile):
             data["embedding_size"] = self.embedding_width  # ELECTRA writes E = H when there is no projection
         if "num_hidden_groups" in family.keys:
             data["num_hidden_groups"] = self.num_layer_weights
-        if self.model_type != "bert":
+        if family.writes_model_type:
             data["model_type"] = self.model_type
         return data
 
@@ -464,9 +468,8 @@ class BertConfig(ConfigFile):
             if key in data and data[key] != want:
                 raise ValueError(f"{source}: {key}={data[key]!r} is not supported by bertkit (only {want!r})")
         keys = {**family.keys, **family.optional}
-        known = set(keys.values()) | set(family.written) | set(required) | family.ignored | _IGNORED_KEYS
-        if model_type == "distilbert":  # transformers aliases these to dim/n_heads/n_layers
-            known |= {"hidden_size", "num_attention_heads", "num_hidden_layers"}
+        known = (set(keys.values()) | set(family.written) | set(required) | family.ignored | family.aliases
+                 | _IGNORED_KEYS)
         unknown = sorted(k for k in data if k not in known)
         if unknown:
             raise ValueError(f"{source}: unknown config keys {unknown}")

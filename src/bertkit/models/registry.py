@@ -54,6 +54,13 @@ class Architecture:
     # no absolute positions), "none" (ELMo's LSTMs).
     positions: str = "learned"
     config_fields: dict[str, Any] = field(default_factory=dict)  # fields its config holds beyond the preset's
+    # Config fields a fresh model takes from its tokenizer beyond pad_token_id: config field -> tokenizer attribute
+    # (RoBERTa's bos/eos <s> </s>, ModernBERT's four framing ids, T5's decoder start, ELMo's character alphabet).
+    tokenizer_fields: dict[str, str] = field(default_factory=dict)
+    # How fill-mask asks its LM: "mask-token" (a masked-LM head reads the mask token), "permutation" (XLNet: the
+    # query stream, every mask position hidden from every token).
+    mask_prediction: str = "mask-token"
+    marked_by: str = ""  # how config.json says a model is of this row, for messages ("": its model_type)
 
     @property
     def presets(self) -> dict[str, tuple]:
@@ -77,10 +84,16 @@ class Architecture:
         """transformers' model_type of its config.json ("causal" models are BERT-family ones: "bert")."""
         return "bert" if self.name == "causal" else self.name
 
-    def refusal(self, kind: str) -> str | None:
-        """Why the kind (a MATRIX_KINDS entry: a fine-tuning kind, "predict" or "export") is refused; None where
-        it works."""
-        return self.onnx_refusal if kind == "export" else self.refused.get(kind)
+    @property
+    def marker(self) -> str:
+        """How messages say which config.json field makes a model this row's ("model_type xlnet", "is_decoder")."""
+        return self.marked_by or f"model_type {self.name}"
+
+    def tokenizer_ids(self, tokenizer: Any) -> dict[str, Any]:
+        """The config fields a fresh model of this row takes from `tokenizer`: pad_token_id, and its
+        `tokenizer_fields`."""
+        return {"pad_token_id": tokenizer.pad_id,
+                **{name: getattr(tokenizer, attribute) for name, attribute in self.tokenizer_fields.items()}}
 
 
 # The task models every BERT-family encoder and ModernBERT has, by role; the BERT family shares one set of classes.
@@ -92,6 +105,9 @@ _BERT_ROLES = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM", "e
 _T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
 
 
+_FRAMING = {"bos_token_id": "cls_id", "eos_token_id": "sep_id"}  # RoBERTa's <s> </s>, ALBERT's [CLS] [SEP]
+
+
 def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any) -> Architecture:
     return Architecture(name, label, BertConfig, _BERT_ROLES, tokenizer=tokenizer, **facts)
 
@@ -99,23 +115,26 @@ def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any)
 # The one architecture table. Its order is the docs' order (the family matrix's rows).
 ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
     _bert_row("bert", "BERT"),
-    _bert_row("roberta", "RoBERTa", tokenizer="bpe"),
-    _bert_row("albert", "ALBERT", tokenizer="unigram", config_fields={"embedding_size": 128}),  # the paper's E
+    _bert_row("roberta", "RoBERTa", tokenizer="bpe", tokenizer_fields=_FRAMING),
+    _bert_row("albert", "ALBERT", tokenizer="unigram", config_fields={"embedding_size": 128},  # the paper's E
+              tokenizer_fields=_FRAMING),
     _bert_row("electra", "ELECTRA"),
     _bert_row("distilbert", "DistilBERT"),
     # A BERT-family config with causal true (is_decoder in config.json): a GPT-style LM that also fine-tunes.
     Architecture("causal", "causal (GPT-style) BERT", BertConfig, {**_BERT_ROLES, "pretraining": "BertForCausalLM"},
-                 config_fields={"causal": True}, generates=True, tokenizer="bpe"),
+                 config_fields={"causal": True}, generates=True, tokenizer="bpe", marked_by="is_decoder"),
     Architecture("modernbert", "ModernBERT", ModernBertConfig,
                  {"pretraining": "ModernBertForMaskedLM", "mlm": "ModernBertForMaskedLM", "encoder": "ModernBertModel",
                   **{r: f"ModernBertFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))},
                   "embedding": "SentenceEncoder"},
-                 tokenizer="bpe", positions="rotary"),
+                 tokenizer="bpe", positions="rotary",
+                 tokenizer_fields={"cls_token_id": "cls_id", "sep_token_id": "sep_id", **_FRAMING}),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
                  pretraining_role="seq2seq", generates=True, text_to_text=True,
                  tokenizer="unigram", positions="relative",
+                 tokenizer_fields={"eos_token_id": "sep_id", "decoder_start_token_id": "pad_id"},  # decoder starts at pad
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
                               "with the torch backend",
@@ -128,7 +147,7 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                  {"pretraining": "XLNetLMHeadModel", "encoder": "XLNetModel",
                   **{r: f"XLNetFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))}},
-                 tokenizer="unigram", positions="relative",
+                 tokenizer="unigram", positions="relative", mask_prediction="permutation",
                  onnx_refusal="bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
                               "torch.export cannot follow, and no exported graph is checked against it); serve XLNet "
                               "with the torch backend"),
@@ -136,6 +155,7 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
     # models.
     Architecture("elmo", "ELMo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
                  tokenizer="word", positions="none",
+                 tokenizer_fields={"char_vocab_size": "char_vocab_size", "max_characters": "max_characters"},
                  onnx_refusal="an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the "
                               "torch backend; ONNX export covers the BERT family and ModernBERT",
                  refused={"swag": "ELMo's layers feed frozen-feature task models for sequences, tokens and answer "
