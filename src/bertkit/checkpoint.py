@@ -11,8 +11,10 @@ Weights are data, never code: `.safetensors` is read with safetensors and a lega
 `torch.load(weights_only=True)`, a released ELMo's `weights.hdf5` with h5py (`read_bilm_weights`).
 
 A released ELMo (allenai/bilm-tf's `options.json` + `weights.hdf5`, the layout AllenNLP reads) is a model directory
-too: `read_config` reads its options.json as an ElmoConfig and `read_weights` its hdf5 file as bertkit's tensors,
-so every verb that takes an ELMo directory takes it as it is distributed.
+too: `bertkit.models.modeldir.read_config` reads its options.json as an ElmoConfig and `read_weights` its hdf5 file
+as bertkit's tensors, so every verb that takes an ELMo directory takes it as it is distributed.
+
+config.json is read by `bertkit.models.ModelDir` (once per load); `load_model` here takes the config it parsed.
 """
 
 from __future__ import annotations
@@ -30,16 +32,22 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-# config_from_dict and CONFIG_NAME are config.py's (re-exported: the old import path keeps working)
+# config_from_dict and CONFIG_NAME are bertkit.config's (re-exported here: the old import path keeps working)
 from bertkit.config import CONFIG_NAME, BertConfig, ElmoConfig, T5Config, config_from_dict  # noqa: F401
 from bertkit.errors import CheckpointError
 from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 from bertkit.tokenizers import TOKENIZER_FILES
 from bertkit.tokenizers.word import BILM_WEIGHTS, is_bilm_directory
 
+
 def _linear(theirs: str, ours: str) -> dict[str, str]:
     """The weight and bias rows of one Linear or LayerNorm."""
     return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
+
+
+def _mlm_head(dense: str, norm: str, bias: str) -> dict[str, str]:
+    """A family's masked-LM head (transform, LayerNorm, output bias; the decoder is tied to the word embeddings)."""
+    return {**_linear(dense, "mlm.dense"), **_linear(norm, "mlm.norm"), bias: "mlm.bias"}
 
 
 # The embedding rows every BERT-family encoder shares (DistilBERT without token types).
@@ -72,15 +80,8 @@ ENCODER_KEYS: dict[str, str] = {
 # which family it has (`head_family`); tensors of the other families are dropped on load (a pretraining
 # checkpoint's MLM head when fine-tuning, say), anything else unknown is an error.
 HEAD_KEYS: dict[str, dict[str, str]] = {
-    "pretraining": {
-        "cls.predictions.transform.dense.weight": "mlm.dense.weight",
-        "cls.predictions.transform.dense.bias": "mlm.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight": "mlm.norm.weight",
-        "cls.predictions.transform.LayerNorm.bias": "mlm.norm.bias",
-        "cls.predictions.bias": "mlm.bias",
-        "cls.seq_relationship.weight": "nsp.weight",
-        "cls.seq_relationship.bias": "nsp.bias",
-    },
+    "pretraining": {**_mlm_head("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                                "cls.predictions.bias"), **_linear("cls.seq_relationship", "nsp")},
     # BertForSequenceClassification, BertForTokenClassification and BertForMultipleChoice share these names.
     "classifier": {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"},
     "qa": {"qa_outputs.weight": "qa.weight", "qa_outputs.bias": "qa.bias"},
@@ -95,9 +96,10 @@ REDUNDANT_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.weight", "
 _LEGACY_SUFFIXES = ((".gamma", ".weight"), (".beta", ".bias"))
 
 
+
+
 # RoBERTa: BERT's encoder names; the LM head is lm_head.* (decoder tied to the word embeddings, bias lm_head.bias).
-_ROBERTA_LM = {**_linear("lm_head.dense", "mlm.dense"), **_linear("lm_head.layer_norm", "mlm.norm"),
-               "lm_head.bias": "mlm.bias"}
+_ROBERTA_LM = _mlm_head("lm_head.dense", "lm_head.layer_norm", "lm_head.bias")
 # ALBERT: one layer per group (inner_group_num 1), so the group index is our weight-set index.
 _ALBERT_LAYER = "encoder.albert_layer_groups.{}.albert_layers.0."
 ALBERT_ENCODER_KEYS: dict[str, str] = {
@@ -107,16 +109,14 @@ ALBERT_ENCODER_KEYS: dict[str, str] = {
                                  "ffn ffn_output full_layer_layer_norm"),
     **_linear("pooler", "pooler.dense"),
 }
-_ALBERT_MLM = {**_linear("predictions.dense", "mlm.dense"), **_linear("predictions.LayerNorm", "mlm.norm"),
-               "predictions.bias": "mlm.bias"}
+_ALBERT_MLM = _mlm_head("predictions.dense", "predictions.LayerNorm", "predictions.bias")
 # ELECTRA: BERT's layers, no pooler, the E -> H projection as embeddings_project.
 ELECTRA_ENCODER_KEYS: dict[str, str] = {
     **{k: v for k, v in ENCODER_KEYS.items() if not k.startswith("pooler.")},
     **_linear("embeddings_project", "project"),
 }
-_ELECTRA_GENERATOR = {**_linear("generator_predictions.dense", "mlm.dense"),
-                      **_linear("generator_predictions.LayerNorm", "mlm.norm"),
-                      "generator_lm_head.bias": "mlm.bias"}
+_ELECTRA_GENERATOR = _mlm_head("generator_predictions.dense", "generator_predictions.LayerNorm",
+                               "generator_lm_head.bias")
 # DistilBERT: other names for the same post-LN layer; no token types, no pooler.
 _DISTIL_LAYER = "transformer.layer.{}."
 DISTILBERT_ENCODER_KEYS: dict[str, str] = {
@@ -124,8 +124,7 @@ DISTILBERT_ENCODER_KEYS: dict[str, str] = {
     **_layer_keys(_DISTIL_LAYER, "attention.q_lin attention.k_lin attention.v_lin attention.out_lin sa_layer_norm "
                                  "ffn.lin1 ffn.lin2 output_layer_norm"),
 }
-_DISTIL_MLM = {**_linear("vocab_transform", "mlm.dense"), **_linear("vocab_layer_norm", "mlm.norm"),
-               "vocab_projector.bias": "mlm.bias"}
+_DISTIL_MLM = _mlm_head("vocab_transform", "vocab_layer_norm", "vocab_projector.bias")
 _TASK_HEADS = {"classifier": HEAD_KEYS["classifier"], "qa": HEAD_KEYS["qa"]}
 # RoBERTa's and ELECTRA's sequence classifiers have a dense head of their own (`classifier.dense`,
 # `classifier.out_proj`) where BERT has pooler + linear; their token classifiers keep the plain `classifier`.
@@ -204,7 +203,7 @@ _MODERNBERT_CLASSIFIER = {**_linear("head.dense", "head.dense"), **_linear("head
                           **_linear("classifier", "classifier")}
 _MODERNBERT = Format(
     "model.", MODERNBERT_ENCODER_KEYS,
-    {"mlm": {**_linear("head.dense", "mlm.dense"), **_linear("head.norm", "mlm.norm"), "decoder.bias": "mlm.bias"},
+    {"mlm": _mlm_head("head.dense", "head.norm", "decoder.bias"),
      "classifier": _MODERNBERT_CLASSIFIER, "qa": _MODERNBERT_CLASSIFIER},
     ("decoder.weight",), "ModernBert", label="ModernBERT", pooler=False,
     fresh={"classifier": ("classifier.",), "qa": ("classifier.",)})

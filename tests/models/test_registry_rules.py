@@ -81,4 +81,4 @@ def test_config_json_is_named_in_one_module():
     models = sorted(str(path.relative_to(PACKAGE)) for path in (PACKAGE / "models").rglob("*.py")
                     if any(isinstance(node, ast.Constant) and node.value == CONFIG_NAME
                            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
-    assert naming + models == ["config.py"], "use bertkit.config.CONFIG_NAME"
+    assert naming + models == ["config/base.py"], "use bertkit.config.CONFIG_NAME"

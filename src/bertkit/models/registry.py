@@ -134,7 +134,8 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
     Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
                  pretraining_role="seq2seq", generates=True, text_to_text=True,
                  tokenizer="unigram", positions="relative",
-                 tokenizer_fields={"eos_token_id": "sep_id", "decoder_start_token_id": "pad_id"},  # decoder starts at pad
+                 # T5 starts the decoder with the padding id
+                 tokenizer_fields={"eos_token_id": "sep_id", "decoder_start_token_id": "pad_id"},
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
                               "with the torch backend",

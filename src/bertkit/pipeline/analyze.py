@@ -70,12 +70,13 @@ def layer_distances(model_dir: str | os.PathLike, texts: Sequence[str], max_seq_
     Returns {"model": model_dir, "model_type", "layers": L, "tokens": tokens measured, "l2": [...],
     "cosine_distance": [...], "angle_degrees": [...]} (lists of L floats, layer 1 first).
     """
-    from bertkit.features import extract_features, load_encoder
-    from bertkit.tokenizers import load_tokenizer
+    from bertkit.features import extract_features
+    from bertkit.models import ModelDir
 
     if not texts:
         raise ValueError("layer_distances needs at least one text")
-    model, tokenizer = load_encoder(model_dir), load_tokenizer(model_dir)
+    directory = ModelDir.open(model_dir)
+    model, tokenizer = directory.load("encoder"), directory.tokenizer()  # an ELMo's words with open vocabulary
     config = model.config
     n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers")
     states, _ = extract_features(model, texts, layers=list(range(n_layers + 1)), combine="none",
