@@ -33,7 +33,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 # config_from_dict and CONFIG_NAME are bertkit.config's (re-exported here: the old import path keeps working)
-from bertkit.config import CONFIG_NAME, BertConfig, ElmoConfig, T5Config, config_from_dict  # noqa: F401
+from bertkit.config import (CONFIG_NAME, BertConfig, ElmoConfig, T5Config, config_from_dict,  # noqa: F401
+                            label_of, with_article)
 from bertkit.errors import CheckpointError
 from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 from bertkit.tokenizers import TOKENIZER_FILES
@@ -149,7 +150,6 @@ class Format:
     redundant: tuple[str, ...]  # tensors dropped on load: buffers and tied copies
     class_prefix: str  # "Bert" in our architecture names becomes this ("Roberta")
     architectures: dict[str, str] = field(default_factory=dict)  # our architecture -> theirs, where not a rename
-    label: str = "BERT"  # how error messages name the family
     pooler: bool = True  # the bare encoder class takes `add_pooler` (BERT's pooler; ModernBERT has none)
     # head family -> our tensor prefixes that start fresh when the file holds that family's other tensors
     # (a ModernBERT classifier on an MLM directory reuses its prediction head, as transformers does)
@@ -169,7 +169,7 @@ _BERT_FAMILY: dict[str, Format] = {
     "albert": Format("albert.", ALBERT_ENCODER_KEYS,
                      {"pretraining": {**_ALBERT_MLM, **_linear("sop_classifier.classifier", "nsp")},
                       "mlm": _ALBERT_MLM, **_TASK_HEADS},
-                     (*_BUFFERS, "predictions.decoder.weight", "predictions.decoder.bias"), "Albert", label="ALBERT"),
+                     (*_BUFFERS, "predictions.decoder.weight", "predictions.decoder.bias"), "Albert"),
     "electra": Format("electra.", ELECTRA_ENCODER_KEYS,
                       {"discriminator": {**_linear("discriminator_predictions.dense", "rtd.dense"),
                                          **_linear("discriminator_predictions.dense_prediction", "rtd.out")},
@@ -205,7 +205,7 @@ _MODERNBERT = Format(
     "model.", MODERNBERT_ENCODER_KEYS,
     {"mlm": _mlm_head("head.dense", "head.norm", "decoder.bias"),
      "classifier": _MODERNBERT_CLASSIFIER, "qa": _MODERNBERT_CLASSIFIER},
-    ("decoder.weight",), "ModernBert", label="ModernBERT", pooler=False,
+    ("decoder.weight",), "ModernBert", pooler=False,
     fresh={"classifier": ("classifier.",), "qa": ("classifier.",)})
 
 
@@ -263,7 +263,7 @@ _T5 = Format(
     # tied copies of the shared embeddings, and a cross-attention position table old checkpoints carry unused
     ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
      "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
-    "T5", label="T5", pooler=False, adapt=_t5_adapt)
+    "T5", pooler=False, adapt=_t5_adapt)
 
 
 # ELMo (bertkit.models.elmo): transformers has no ELMo, so the names on disk are bertkit's own (no prefix); the word
@@ -275,7 +275,7 @@ _ELMO_ENCODER = {name: name for name in (
     *(f"bilm.{side}_layers.{{}}.lstm.{tensor}_l0" for side in ("forward", "backward")
       for tensor in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")))}
 _ELMO = Format("", _ELMO_ENCODER, {"lm": {"softmax.weight": "softmax.weight", "softmax.bias": "softmax.bias"}},
-               (), "Elmo", label="ELMo", pooler=False)
+               (), "Elmo", pooler=False)
 
 
 # XLNet (transformers' XLNetModel, XLNetLMHeadModel, XLNetFor*): its own config class, the encoder under
@@ -298,7 +298,7 @@ _XLNET = Format(
     {"lm": {"lm_loss.bias": "lm_bias"},
      "sequence": {**_linear("sequence_summary.summary", "summary.dense"), **_linear("logits_proj", "classifier")},
      "token": _linear("classifier", "classifier"), "qa": _linear("qa_outputs", "qa")},
-    ("lm_loss.weight",), "XLNet", label="XLNet", pooler=False)
+    ("lm_loss.weight",), "XLNet", pooler=False)
 
 # model_type -> its mapping table: the one place the on-disk names of every architecture meet.
 FORMATS: dict[str, Format] = {**_BERT_FAMILY, "modernbert": _MODERNBERT, "t5": _T5, "elmo": _ELMO, "xlnet": _XLNET}
@@ -363,7 +363,6 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
     file, and for each renamed tensor the name it had in the file (for error messages). Raises CheckpointError
     naming any tensor the tables do not know.
     """
-    fmt = FORMATS[model_type]
     head_rules = _role_rules(model_type)[1]
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
@@ -382,8 +381,8 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
                 out[target], origin[target] = tensor, stored
     if unknown:
         shown = ", ".join(unknown[:8]) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
-        article = "an" if fmt.label[0] in "AE" else "a"
-        raise CheckpointError(f"{source}: tensors that are not part of {article} {fmt.label} model: {shown}")
+        raise CheckpointError(f"{source}: tensors that are not part of {with_article(label_of(model_type))} model: "
+                              f"{shown}")
     return out, found, origin
 
 
@@ -393,7 +392,8 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
     fmt = FORMATS[model_type]
     encoder_rules = _compile(_invert(fmt.encoder))
     if head_family and head_family not in fmt.heads:
-        raise CheckpointError(f"the {fmt.label} format has no {head_family!r} head; transformers has no such model")
+        raise CheckpointError(f"the {label_of(model_type)} format has no {head_family!r} head; transformers has no "
+                              f"such model")
     head_rules = _compile(_invert(fmt.heads[head_family])) if head_family else []
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
@@ -406,7 +406,8 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
                 continue
         target = _rename(name, head_rules)
         if target is None:
-            raise CheckpointError(f"no transformers name for bertkit tensor {name!r} in the {fmt.label} format")
+            raise CheckpointError(f"no transformers name for bertkit tensor {name!r} in the {label_of(model_type)} "
+                              f"format")
         out[target] = tensor
     return out
 
@@ -451,13 +452,13 @@ def load_model(cls, directory: str | os.PathLike, raw: dict[str, Any], config: A
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a model directory")
     family, prefix = cls.head_family, cls.encoder_prefix
-    fmt = FORMATS[config.model_type]
+    fmt, label = FORMATS[config.model_type], label_of(config.model_type)
     if not isinstance(config, getattr(cls, "config_class", BertConfig)):  # a model class names its config class
-        raise CheckpointError(f"{directory} holds a {fmt.label} model (model_type {config.model_type!r}), which "
-                              f"{cls.__name__} cannot load")
+        raise CheckpointError(f"{directory} holds {with_article(label)} model (model_type {config.model_type!r}), "
+                              f"which {cls.__name__} cannot load")
     if family and family not in fmt.heads:
-        raise CheckpointError(f"{directory}: a {fmt.label} model directory cannot hold a {cls.__name__} "
-                              f"(transformers has no {fmt.label} model with a {family!r} head)")
+        raise CheckpointError(f"{directory}: {with_article(label)} model directory cannot hold a {cls.__name__} "
+                              f"(transformers has no {label} model with a {family!r} head)")
     weights = read_weights(directory, config)
     if fmt.adapt is not None:
         config, weights = fmt.adapt(cls, config, weights, str(directory))

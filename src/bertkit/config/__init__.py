@@ -28,14 +28,14 @@ from bertkit.config.architectures import (ELMO_PRESETS, MODERNBERT_POOLING, MODE
                                           XLNET_PRESETS, XLNET_SUMMARY_ACTIVATIONS, XLNET_SUMMARY_TYPES, ElmoConfig,
                                           ModernBertConfig, T5Config, XLNetConfig)
 from bertkit.config.base import (ACTIVATIONS, CONFIG_NAME, IGNORE_INDEX, MAX_SIZE, ConfigFile, check_choice,
-                                 check_fields, check_finite, check_token_ids, field_with_help)
+                                 check_fields, check_finite, check_token_ids, field_with_help, with_article)
 from bertkit.config.bert import FAMILIES, PRESETS, BertConfig, Family
 
 __all__ = ["ACTIVATIONS", "CONFIG_NAME", "ELMO_PRESETS", "FAMILIES", "IGNORE_INDEX", "MAX_SIZE", "MODERNBERT_POOLING",
            "MODERNBERT_PRESETS", "PRESETS", "T5_PRESETS", "XLNET_PRESETS", "XLNET_SUMMARY_ACTIVATIONS",
            "XLNET_SUMMARY_TYPES", "BertConfig", "ConfigFile", "ElmoConfig", "Family", "ModernBertConfig", "T5Config",
            "XLNetConfig", "check_choice", "check_fields", "check_finite", "check_token_ids", "config_class_for",
-           "config_from_dict", "field_with_help", "presets_for"]
+           "config_from_dict", "field_with_help", "label_of", "presets_for", "with_article"]
 
 
 def config_class_for(model_type: str | None) -> type:
@@ -46,6 +46,13 @@ def config_class_for(model_type: str | None) -> type:
         if model_type in cls.model_types():
             return cls
     return BertConfig
+
+
+def label_of(model_type: str | None) -> str:
+    """How messages and the docs name a model of `model_type` ("RoBERTa", "T5"): the one display label of each
+    architecture (`ConfigFile.label_of`); the model_type itself for one bertkit does not read."""
+    cls = config_class_for(model_type)
+    return cls.label_of(model_type or "bert") if (model_type or "bert") in cls.model_types() else str(model_type)
 
 
 def presets_for(model_type: str | None) -> dict[str, tuple]:

@@ -46,7 +46,7 @@ class ModernBertConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "modernbert"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "a ModernBERT"
+    LABEL: ClassVar[str] = "ModernBERT"
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"layer_types", "rope_parameters"})
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "tie_word_embeddings": (True, "the MLM decoder is the token-embedding matrix: only true"),
@@ -209,7 +209,7 @@ class T5Config(ConfigFile):
     """
 
     model_type: ClassVar[str] = "t5"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "a T5"
+    LABEL: ClassVar[str] = "T5"
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"dense_act_fn", "is_gated_act"})
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "is_decoder": (False, "a T5 directory holds an encoder or an encoder-decoder: only false")}
@@ -359,7 +359,7 @@ class XLNetConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "xlnet"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "an XLNet"
+    LABEL: ClassVar[str] = "XLNet"
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "tie_word_embeddings": (True, "the LM head is the token-embedding matrix: only true"),
         "summary_proj_to_labels": (False, "the summary projects to d_model: only false")}
@@ -489,7 +489,7 @@ class ElmoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (bilm-tf's options.json, in bertkit's names)."""
 
     model_type: ClassVar[str] = "elmo"  # the on-disk family (bertkit's own: transformers has no ELMo)
-    LABEL: ClassVar[str] = "an ELMo"
+    LABEL: ClassVar[str] = "ELMo"
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset({"model_type", "architectures"})
     PRESETS: ClassVar[dict[str, tuple]] = ELMO_PRESETS  # the size presets `preset` builds
     PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("filters", "num_highway", "projection_dim", "lstm_dim", "num_layers")

@@ -96,11 +96,16 @@ def field_with_help(default: Any, help: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": help})
 
 
+def with_article(label: str) -> str:
+    """"a T5", "an XLNet", "an ELMo": a display label with the article its first letter's sound takes."""
+    return f"{'an' if label[:1] in 'AEIOX' else 'a'} {label}"
+
+
 class ConfigFile:
     """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`,
     its `model_type` and its size `PRESETS`."""
 
-    LABEL: ClassVar[str] = ""  # how errors name the architecture, with its article ("a T5", "an XLNet")
+    LABEL: ClassVar[str] = ""  # how messages and the docs name it ("T5"; see `label_of`, `with_article`)
     # config.json keys read besides the fields (and checked by from_dict), and keys read and dropped
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset()
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset()
@@ -111,6 +116,12 @@ class ConfigFile:
     def model_types(cls) -> tuple[str, ...]:
         """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
         return (cls.model_type,)
+
+    @classmethod
+    def label_of(cls, model_type: str) -> str:
+        """How messages and the docs name a model of `model_type` (one of `model_types()`): the one display label of
+        each architecture (the registry's rows, checkpoint's messages and the config's own read it here)."""
+        return cls.LABEL
 
     # the fields a row of PRESETS gives, in its order
     PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -124,7 +135,7 @@ class ConfigFile:
         if overrides.pop("model_type", cls.model_type) != cls.model_type:
             raise ValueError(f"{cls.__name__}.preset builds model_type {cls.model_type!r} only")
         if name not in cls.PRESETS:
-            raise ValueError(f"unknown {cls.LABEL.split(' ', 1)[-1]} size preset {name!r}; choose one of "
+            raise ValueError(f"unknown {cls.LABEL} size preset {name!r}; choose one of "
                              f"{', '.join(cls.PRESETS)}")
         return cls(**{**dict(zip(cls.PRESET_FIELDS, cls.PRESETS[name])), **overrides})
 
@@ -147,7 +158,8 @@ class ConfigFile:
         neither a field nor one of EXTRA_KEYS / IGNORED_KEYS / REQUIRED, and a REQUIRED key of another value, are
         refused naming it and `source` (the file)."""
         if data.get("model_type") != cls.model_type:
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not {cls.LABEL} config")
+            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not "
+                             f"{with_article(cls.LABEL)} config")
         names = {f.name for f in dataclasses.fields(cls)}
         known = names | cls.EXTRA_KEYS | cls.IGNORED_KEYS | set(cls.REQUIRED)
         unknown = sorted(k for k in data if k not in known)

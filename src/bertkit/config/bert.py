@@ -24,6 +24,7 @@ _BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
 class Family:
     """How one transformers model family spells a config, and the few architectural facts it fixes."""
 
+    label: str  # how messages and the docs name the family ("RoBERTa")
     keys: dict[str, str]  # BertConfig field -> config.json key, always written
     optional: dict[str, str] = dataclasses.field(default_factory=dict)  # same, written only when not the default
     fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # fields this family pins to one value
@@ -40,15 +41,17 @@ class Family:
 
 _SAME = {f: f for f in _BERT_FIELDS}
 FAMILIES: dict[str, Family] = {
-    "bert": Family(keys=_SAME, optional={"causal": "is_decoder", "classifier_pooling": "classifier_pooling"},
+    "bert": Family("BERT", keys=_SAME,
+                   optional={"causal": "is_decoder", "classifier_pooling": "classifier_pooling"},
                    pair_head=True, writes_model_type=False,
                    written={"position_embedding_type": "absolute", "tie_word_embeddings": True}),
     # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
-    "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
+    "roberta": Family("RoBERTa", keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
                       optional={"causal": "is_decoder"}, fixed={"padding_offset_positions": True},
                       written={"tie_word_embeddings": True}, head_act="gelu"),
     # ALBERT: factorised embeddings and shared layers; one layer per group (inner_group_num 1) is all we build.
-    "albert": Family(keys={**_SAME, "embedding_size": "embedding_size", "num_hidden_groups": "num_hidden_groups",
+    "albert": Family("ALBERT",
+                     keys={**_SAME, "embedding_size": "embedding_size", "num_hidden_groups": "num_hidden_groups",
                            "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
                      written={"inner_group_num": 1, "tie_word_embeddings": True},
                      # Google's released configs carry switches of never-released variants, all off.
@@ -57,12 +60,13 @@ FAMILIES: dict[str, Family] = {
                      ignored=frozenset({"classifier_dropout_prob"}), pair_head=True, projection_always=True),
     # ELECTRA: the embedding projection exists only when embedding_size differs from hidden_size; no pooler. The
     # multiple-choice head is the sequence summary transformers' defaults describe (bertkit.models.heads).
-    "electra": Family(keys={**_SAME, "embedding_size": "embedding_size"}, optional={"causal": "is_decoder"},
+    "electra": Family("ELECTRA", keys={**_SAME, "embedding_size": "embedding_size"}, optional={"causal": "is_decoder"},
                       written={"tie_word_embeddings": True}, pooler=False, head_act="gelu",
                       required={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
                       ignored=frozenset({"summary_last_dropout", "summary_first_dropout"})),
     # DistilBERT: other key names, no token types, LayerNorm epsilon hard-coded to 1e-12, no pooler.
-    "distilbert": Family(keys={"vocab_size": "vocab_size", "hidden_size": "dim", "num_hidden_layers": "n_layers",
+    "distilbert": Family("DistilBERT",
+                         keys={"vocab_size": "vocab_size", "hidden_size": "dim", "num_hidden_layers": "n_layers",
                                "num_attention_heads": "n_heads", "intermediate_size": "hidden_dim",
                                "hidden_act": "activation", "hidden_dropout_prob": "dropout",
                                "attention_probs_dropout_prob": "attention_dropout",
@@ -93,6 +97,7 @@ PRESETS: dict[str, tuple[int, int]] = {
 class BertConfig(ConfigFile):
     """Hyper-parameters of a BERT-family encoder; names and defaults are those of BERT-base in transformers."""
 
+    LABEL: ClassVar[str] = "BERT"  # a model_type's own label: `label_of` (FAMILIES)
     PRESETS: ClassVar[dict[str, tuple]] = PRESETS  # the size presets `preset` builds
 
     vocab_size: int = _f(30522, 'rows of the word-embedding matrix (and of the MLM output layer)')
@@ -180,6 +185,10 @@ class BertConfig(ConfigFile):
     @classmethod
     def model_types(cls) -> tuple[str, ...]:
         return tuple(FAMILIES)
+
+    @classmethod
+    def label_of(cls, model_type: str) -> str:
+        return FAMILIES[model_type].label
 
     @property
     def family(self) -> Family:
