@@ -44,7 +44,7 @@ import torch
 from bertkit.config import BertConfig, ModernBertConfig
 from bertkit.errors import needs_extra
 from bertkit.models import ModelDir, set_fast_paths
-from bertkit.tasks.base import KINDS, SERVED_KINDS, default_kind, matrix_family, refusal
+from bertkit.tasks.base import KINDS, SERVED_KINDS, default_kind, refusal
 from bertkit.tasks.finetune import load_predictor
 
 OPSET = 18
@@ -71,7 +71,7 @@ class _Head(torch.nn.Module):
 def load_for_export(model_dir: str | os.PathLike, kind: str | None = None) -> tuple[torch.nn.Module, str]:
     """(the model directory's model for `kind`, the kind), loaded as the server loads it (`bertkit.serve`)."""
     directory = ModelDir.open(model_dir)
-    message = refusal(matrix_family(directory.raw), "export", "bertkit export onnx")  # bertkit.tasks.base.REFUSED
+    message = refusal(directory.row.name, "export", "bertkit export onnx")  # bertkit.tasks.base.REFUSED
     if message is not None:
         raise ValueError(f"{message} ({model_dir})")
     kind = kind or default_kind(directory)

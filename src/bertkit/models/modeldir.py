@@ -58,7 +58,7 @@ TASK_MODEL_FILE = "task_model.json"  # a task model on the encoder's layers (ber
 
 # The head a config.json architecture names, by its suffix in any family's spelling (BertForTokenClassification,
 # RobertaForTokenClassification, ...; XLNet's span model is transformers' XLNetForQuestionAnsweringSimple) -> the
-# role of `bertkit.models.ROLE_CLASSES` that loads it ("causal": BertForCausalLM, which the role table lacks).
+# role that loads it (a key of its registry row's roles; "causal": BertForCausalLM, the causal row's "pretraining").
 HEAD_SUFFIXES = (("ForSequenceClassification", "sequence"), ("ForTokenClassification", "token"),
                  ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "choice"), ("ForPreTraining", "pretraining"),
                  ("ForMaskedLM", "mlm"), ("ForCausalLM", "causal"), ("ForConditionalGeneration", "seq2seq"))
