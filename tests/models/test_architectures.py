@@ -186,3 +186,19 @@ def test_one_label_per_architecture_from_its_config_class():
             assert row.label == label_of(row.model_type) == row.config_class.label_of(row.model_type)
     assert [with_article(label_of(t)) for t in ("t5", "xlnet", "elmo", "albert", "bert")] == [
         "a T5", "an XLNet", "an ELMo", "an ALBERT", "a BERT"]
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_matrix_family_of_each_rows_config_json_is_the_row(name):
+    """tasks.base.matrix_family reads the row from the registry (no tuple of family names of its own): a config.json
+    of each row's architecture, as bertkit writes it, is that row's (a causal BERT-family one: "causal")."""
+    from bertkit.tasks.base import matrix_family
+
+    row = ARCHITECTURES[name]
+    if row.config_class is BertConfig:
+        config = BertConfig.for_family(row.model_type, **row.config_fields)
+    else:
+        config = row.config_class.preset(next(iter(row.presets)), **row.config_fields)
+    assert matrix_family(config.json_dict()) == name
+    if name in ("roberta", "electra"):  # their causal variants (is_decoder true) are the causal row too
+        assert matrix_family(BertConfig.for_family(name, causal=True).json_dict()) == "causal"
