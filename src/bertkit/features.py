@@ -39,11 +39,12 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 
 from bertkit.checkpoint import LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, load_state_strict
-from bertkit.config import CONFIG_NAME
+from bertkit.config import CONFIG_NAME, ConfigFile
 from bertkit.io import atomic_write
 from bertkit.models import ElmoModel, ModelDir, TaskOutput
 from bertkit.models.layouts import host_copy
 from bertkit.models.pooling import SentenceEncoder
+from bertkit.models.registry import architecture_of
 from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
 from bertkit.tasks.run import collate
 from bertkit.tokenizers.word import BILM_OPTIONS, BILM_WEIGHTS, apply_words
@@ -306,12 +307,12 @@ def encoder_hidden_states(encoder, input_ids: torch.Tensor, attention_mask: torc
             raise ValueError("an ELMo encoder reads characters: give it its word tokenizer (the model directory's)")
         chars = torch.from_numpy(tokenizer.char_ids_of(input_ids.cpu().numpy())).to(input_ids.device)
         return encoder(chars, attention_mask).hidden_states
-    name = getattr(getattr(encoder, "config", None), "model_type", None) or type(encoder).__name__
+    config = getattr(encoder, "config", None)
+    name = getattr(config, "model_type", None) or type(encoder).__name__
+    # whether the architecture reads segments is its registry row's (T5's encoder takes none); another module: it does
+    types = (token_type_ids,) if not isinstance(config, ConfigFile) or architecture_of(config).token_types else ()
     try:
-        if name == "t5":
-            out = encoder(input_ids, attention_mask, output_hidden_states=True)
-        else:
-            out = encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        out = encoder(input_ids, attention_mask, *types, output_hidden_states=True)
     except TypeError:  # a forward without the output_hidden_states switch
         out = None
     hidden = getattr(out, "hidden_states", None)

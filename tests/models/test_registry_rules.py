@@ -37,14 +37,23 @@ def _names_a_subject(node: ast.AST) -> bool:
     return False
 
 
+def _tainted(tree: ast.AST) -> set[str]:
+    """Names a module assigns from a model_type or a family (`name = config.model_type or ...`): comparing one of
+    them is comparing the model_type."""
+    return {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _names_a_subject(node.value)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
 def branches(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, comparison) for each comparison in `tree` of a model_type / family against an architecture's name."""
+    tainted = _tainted(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             named = set().union(*map(_literals, sides)) & set(ARCHITECTURES)
-            if named and any(_names_a_subject(side) for side in sides if not _literals(side)):
+            if named and any(_names_a_subject(side) or isinstance(side, ast.Name) and side.id in tainted
+                             for side in sides if not _literals(side)):
                 found.append((node.lineno, ast.unparse(node)))
     return found
 
@@ -61,8 +70,10 @@ def test_the_scan_sees_each_spelling_of_a_branch():
             "b = raw.get('model_type') in ('bert', 'roberta')\n"
             "c = family != 'causal'\n"
             "d = words == 'bert'\n"
-            "e = kind == 'ner'\n")
-    assert [line for line, _ in branches(ast.parse(code))] == [1, 2, 3]
+            "e = kind == 'ner'\n"
+            "name = getattr(encoder.config, 'model_type', None) or 'module'\n"
+            "f = name == 't5'\n")
+    assert [line for line, _ in branches(ast.parse(code))] == [1, 2, 3, 7]
 
 
 def test_no_model_type_branch_outside_models():

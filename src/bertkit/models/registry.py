@@ -59,6 +59,7 @@ class Architecture:
     # How fill-mask asks its LM: "mask-token" (a masked-LM head reads the mask token), "permutation" (XLNet: the
     # query stream, every mask position hidden from every token).
     mask_prediction: str = "mask-token"
+    token_types: bool = True  # its encoder reads token_type_ids (segments); T5's takes none
     marked_by: str = ""  # how config.json says a model is of this row, for messages ("": its model_type)
     named: str = ""  # how messages name it where its config class does not say (the causal row)
 
@@ -139,7 +140,7 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                  tokenizer_fields={"cls_token_id": "cls_id", "sep_token_id": "sep_id", **_FRAMING}),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
     Architecture("t5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
-                 pretraining_role="seq2seq", generates=True, text_to_text=True,
+                 pretraining_role="seq2seq", generates=True, text_to_text=True, token_types=False,
                  tokenizer="unigram", positions="relative",
                  # T5 starts the decoder with the padding id
                  tokenizer_fields={"eos_token_id": "sep_id", "decoder_start_token_id": "pad_id"},
