@@ -432,7 +432,7 @@ def read_weights(directory: Path, config: Any = None) -> dict[str, torch.Tensor]
         if not isinstance(state, dict):
             raise CheckpointError(f"{bin_path}: expected a state dict, found {type(state).__name__}")
         return state
-    if is_bilm_directory(directory) and isinstance(config, ElmoConfig):
+    if is_bilm_directory(directory) and config is not None:
         return read_bilm_weights(directory, config)
     raise CheckpointError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME} in this model directory")
 
