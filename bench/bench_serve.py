@@ -81,7 +81,8 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
     from bertkit import BertConfig
     from bertkit.tasks.run import load_task_model
     from bertkit.models import BertForSequenceClassification, BertModel
-    from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
+    from bertkit.models import ModelDir
+    from bertkit.tokenizers import WordPieceTokenizer
 
     torch.manual_seed(seed)
     source = minilm_dir() if random_vocab is None else out.parent / "random-minilm"
@@ -90,7 +91,7 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
         config = BertConfig(vocab_size=len(tokenizer), hidden_size=384, num_hidden_layers=6,
                             num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512)
         BertModel(config).save_pretrained(source, tokenizer=tokenizer)
-    tokenizer = load_tokenizer(source)
+    tokenizer = ModelDir.open(source).tokenizer()
     model = load_task_model(BertForSequenceClassification, source, new_heads=True, num_labels=2,
                             labels=["negative", "positive"])
     model.save_pretrained(out, tokenizer=tokenizer)

@@ -349,19 +349,9 @@ def span_sentinels(tokenizer, source: str | Path) -> dict[str, int]:
 
 def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, Any]:
     """The config fields the tokenizer's special ids set: pad_token_id (RoBERTa's <pad> is 1, and its positions
-    count from it), and bos/eos_token_id where the family writes them (RoBERTa <s>/</s>, ALBERT [CLS]/[SEP])."""
-    fields: dict[str, Any] = {"pad_token_id": tokenizer.pad_id}
-    family = FAMILIES.get(model_fields.get("model_type", "bert"))
-    if family is not None and "bos_token_id" in family.keys:
-        fields.update(bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
-    if model_fields.get("model_type") == "modernbert":  # ModernBERT's config.json names all four framing ids
-        fields.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
-                      eos_token_id=tokenizer.sep_id)
-    if model_fields.get("model_type") == "t5":  # T5 starts the decoder with the padding id
-        fields.update(eos_token_id=tokenizer.sep_id, decoder_start_token_id=tokenizer.pad_id)
-    if model_fields.get("model_type") == "elmo":  # the character CNN's alphabet and word width
-        fields.update(char_vocab_size=tokenizer.char_vocab_size, max_characters=tokenizer.max_characters)
-    return fields
+    count from it), and those the architecture's registry row names (`tokenizer_fields`: RoBERTa's and ALBERT's
+    bos/eos, ModernBERT's four framing ids, T5's decoder start, ELMo's character alphabet)."""
+    return architecture(model_fields.get("model_type")).tokenizer_ids(tokenizer)
 
 
 def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None,
@@ -451,7 +441,7 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
                              f"--max-position-embeddings {length} --out NEW_DIR) and continue from NEW_DIR")
         return model
     fields = {}
-    if config.model.get("model_type") == "modernbert":
+    if config.model.get("model_type") == current.model_type:  # the recipe's fields are this architecture's
         fields = {k: v for k, v in config.model.items() if k != "model_type" and getattr(current, k) != v}
     if current.max_position_embeddings < length:
         fields["max_position_embeddings"] = max(length, fields.get("max_position_embeddings", length))
