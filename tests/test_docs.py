@@ -189,6 +189,9 @@ BENCH_PATH = re.compile(r"(?<![\w/.-])bench/[\w./-]*[\w/]")
 BENCH_OWN_NAME = re.compile(r"(?<![\w/.-])((?:experiments|gpu)/[\w.-]+\.(?:py|sh)|bench_\w+\.py)\b")
 
 
+BARE_SHELL_SCRIPT = re.compile(r"`([\w.-]+\.sh)\b")  # `pretrain_vs_scratch.sh`: an experiment named in a table
+
+
 def _figure_pages() -> list[Path]:
     """The pages whose figures a reader is sent to rerun: README.md, bench/README.md and every page of docs/."""
     return [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted(DOCS.rglob("*.md"))]
@@ -211,9 +214,15 @@ def test_bench_paths_parser():
                                                  "bench/experiments/seed_draws.py", "bench/bench_xlnet.py"}
 
 
+def test_bare_shell_script_names_parser():
+    assert BARE_SHELL_SCRIPT.findall("| `t5_sst2.sh`, `xlnet_sst2.sh` | `bash bench/gpu/run.sh` | run.sh |") == [
+        "t5_sst2.sh", "xlnet_sst2.sh"]
+
+
 def test_every_bench_command_a_page_names_exists():
     """Every script under bench/ that README.md, bench/README.md or a page of docs/ sends a reader to (the command
-    behind a figure) is in the repository: a renamed or deleted script fails here, not in a reader's shell."""
+    behind a figure) is in the repository, and so is every experiment a page names by its bare name (`bert_sizes.sh`):
+    a renamed or deleted script fails here, not in a reader's shell."""
     named = 0
     for page in _figure_pages():
         paths = bench_paths(page.read_text(encoding="utf-8"), own_names=page.parent.name == "bench")
@@ -221,6 +230,10 @@ def test_every_bench_command_a_page_names_exists():
         missing = sorted(p for p in paths if not (ROOT / p).exists())
         assert not missing, f"{page.relative_to(ROOT)} names {', '.join(missing)}, which the repository lacks"
     assert named >= 80  # 92 (page, path) pairs when this test was written
+    scripts = {path.name for path in (ROOT / "bench").rglob("*.sh")}
+    for page in _figure_pages():
+        missing = sorted(set(BARE_SHELL_SCRIPT.findall(page.read_text(encoding="utf-8"))) - scripts)
+        assert not missing, f"{page.relative_to(ROOT)} names {', '.join(missing)}, which bench/ lacks"
 
 
 # ---------------------------------------------------------------------------------------------------------------
