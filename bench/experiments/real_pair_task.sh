@@ -15,8 +15,9 @@
 # 256 and 512 pairs (the main job's `stratified_order`, seeds 1-3) and on all 5,749, with the main job's
 # fine-tuning recipe (lr 3e-4, batch 16, dropout 0.1, length 64, at least 1,000 examples seen: a small set is
 # repeated; all labels: 3 passes; dev scored once, at the end). Up to 512 labels the main job's frozen recipe runs
-# too (a logistic regression on the frozen encoder's last layer) for both. Takes about 25 minutes on one core of
-# a 2-core machine with PRETRAIN_S=600; finished runs are reused when the command is repeated.
+# too (a logistic regression on the frozen encoder's last layer) for both. With PRETRAIN_S=600 it took 44 minutes
+# on a 2-core machine shared with other work (load average 1.6 to 12; the fine-tuning runs are most of it); finished
+# runs are reused when the command is repeated. Its figures: docs/getting-started/main-job.md, "Runs".
 #
 # Prints one JSON line for the pretraining (steps, held-out masked-token accuracy), then one per (recipe, label
 # count, starting point): each seed's dev accuracy and their median, with the dev set's majority-class accuracy.
