@@ -48,7 +48,7 @@ python bench/experiments/korsts_pipeline_data.py --data "$DATA/korsts" --out "$O
 python - "$OUT/korsts/train.jsonl" "$OUT/sets" "$LABELS" "$SEEDS" <<'PY'
 import json, sys
 from pathlib import Path
-from bertkit.pipeline import passes_for, stratified_order
+from bertkit.pipeline.curve import passes_for, stratified_order
 rows = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
 labels = [json.loads(r)["label"] for r in rows]
 sets = Path(sys.argv[2])
