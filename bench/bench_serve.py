@@ -28,7 +28,7 @@ weights: ~1.0).
         [--device cuda] [--data DIR] [--random-model VOCAB] [--quantize int8] [--quick | --short]
 
 --quick: 8 clients, 48 requests, one round: a plumbing check, not a figure. --short: 16 clients, 64 requests, 2
-rounds, one torch thread: the serving targets' setting, about 2 minutes per server on a quiet 2-core machine.
+rounds: the embedding targets' 16 clients in about a minute per server and round trip on a quiet 2-core machine.
 
 --quantize int8 adds a third server, `bertkit serve --quantize int8`, loaded in the same interleaved rounds (the
 order rotates every round): the JSON then also has "int8" (its summary), int8_over_fp32 (throughput of the int8
@@ -324,7 +324,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests, one round: a plumbing check")
     parser.add_argument("--short", action="store_true",
-                        help="16 clients, 64 requests, 2 rounds, 1 thread: the serving targets' setting, short")
+                        help="16 clients, 64 requests, 2 rounds: the embedding targets' 16 clients, short")
     parser.add_argument("--device", default="cpu", help="torch device of both servers (default cpu; cuda on a GPU)")
     parser.add_argument("--data", type=Path, default=DATA, help="the folder with glue/ and wikitext-2/ "
                         "(default ../shared/data)")
@@ -351,7 +351,7 @@ def main() -> None:
     if args.quick:
         args.clients, args.requests, args.rounds = 8, 48, 1
     elif args.short:
-        args.clients, args.requests, args.rounds, args.threads = 16, 64, 2, 1
+        args.clients, args.requests, args.rounds = 16, 64, 2
     if args.clients > 256 or args.requests * args.rounds > 20000 or args.rounds < 1:
         raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests per server, 1 round or more")
     if args.random_model is not None and not args.random_model.is_file():
