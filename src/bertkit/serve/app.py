@@ -1,4 +1,5 @@
-"""The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`.
+"""The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`. The routes'
+handlers are methods of `Server` (the served state) and answer a `Reply`; only `create_app` knows Starlette.
 
 Routes:
     POST /v1/predict    {"inputs": [input, ...], "top_k"?: int, "pooling"?: str, "max_new_tokens"?: int} or
