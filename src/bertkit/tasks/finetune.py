@@ -58,6 +58,7 @@ import torch
 from bertkit.checkpoint import HeadMismatchError
 from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
 from bertkit.io import atomic_write, writer_lock
+from bertkit.models import BertForCausalLM
 from bertkit.models.modeldir import TASK_FILE, ModelDir
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
 from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
@@ -185,7 +186,7 @@ def pretrained_lm_head(model_dir: str | os.PathLike):
     LayerNorm, bias; its decoder, the tied embeddings, left out), or None when the directory holds no LM head (a
     task model's directory): GPT-1's auxiliary loss then scores with the bare tied embeddings."""
     try:
-        head = ModelDir.open(model_dir).load("causal").mlm
+        head = ModelDir.open(model_dir).load(BertForCausalLM).mlm
     except HeadMismatchError:
         return None
     head.word_embeddings = None  # the task model decodes with its own embeddings; drop the loaded copy
