@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.cli.finetune import add_kind_options, finetune_config
-from bertkit.cli.options import add_config_options, given, print_summary, print_train_result
+from bertkit.cli.options import add_config_options, given_fields, print_summary, print_train_result
 from bertkit.cli.pretrain import add_pretrain_options, pretrain_epilog, recipe_overrides
 from bertkit.config import PRESETS
 from bertkit.tasks.base import FEATURE_MODEL_OPTIONS
@@ -15,7 +15,7 @@ from bertkit.training.pretrain import DEFAULT_RECIPE, resolve_config
 
 
 def _distill_config(args: argparse.Namespace):
-    return DistillConfig(**given(args, distill_fields()))
+    return DistillConfig(**given_fields(args, distill_fields()))
 
 
 def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:

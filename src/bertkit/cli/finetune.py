@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from bertkit.cli.options import add_config_options, add_input_table_options, add_words_option, given, print_summary
+from bertkit.cli.options import (add_config_options, add_input_table_options, add_words_option, given_fields,
+                                 print_summary)
 from bertkit.data.readers import is_table_input
 from bertkit.pipeline.plots import plot_card, plot_confusion
 from bertkit.tasks.base import KINDS, TASK_OPTIONS, family_for, prediction_kind
@@ -20,10 +21,10 @@ from bertkit.tasks.run import FinetuneConfig, config_fields
 
 def finetune_config(args: argparse.Namespace):
     """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
-    given = given(args, config_fields(), skip=("kind",))
+    settings = given_fields(args, config_fields(), skip=("kind",))
     if args.quiet:
-        given["progress"] = False
-    return dataclasses.replace(FinetuneConfig(), kind=args.kind, **given)
+        settings["progress"] = False
+    return dataclasses.replace(FinetuneConfig(), kind=args.kind, **settings)
 
 
 def cmd_finetune(args: argparse.Namespace) -> None:

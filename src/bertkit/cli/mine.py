@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from bertkit.cli.options import add_config_options, given
+from bertkit.cli.options import add_config_options, given_fields
 from bertkit.io import lock_directory
 from bertkit.mine import MineConfig, config_fields, mine_hard_negatives
 
 def cmd_mine(args: argparse.Namespace) -> None:
-    config = MineConfig(**given(args, config_fields()))
+    config = MineConfig(**given_fields(args, config_fields()))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with lock_directory(out.parent, name=f".{out.name}.lock"):

@@ -30,7 +30,7 @@ def add_config_options(group, fields, skip: tuple[str, ...] = (), aliases: dict[
             group.add_argument(*flags, dest=name, type=base, default=None, metavar=metavar, help=text + shown)
 
 
-def given(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict:
+def given_fields(args: argparse.Namespace, fields, skip: tuple[str, ...] = ()) -> dict:
     """The fields of a config (`config_fields()` rows) that the command line set."""
     return {name: getattr(args, name) for name, *_ in fields
             if name not in skip and getattr(args, name, None) is not None}

@@ -6,14 +6,14 @@ import argparse
 import json
 import os
 
-from bertkit.cli.options import add_config_options, add_words_option, given
+from bertkit.cli.options import add_config_options, add_words_option, given_fields
 from bertkit.export import OPSET, export_onnx
 from bertkit.serve import ServeConfig, serve
 from bertkit.serve.app import config_fields
 from bertkit.serve.engine import POOLINGS, SERVED_KINDS
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    config = ServeConfig(**given(args, config_fields()))
+    config = ServeConfig(**given_fields(args, config_fields()))
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,
           config=config, max_seq_length=args.max_seq_length, top_k=args.top_k, pooling=args.pooling,
           device=args.device, threads=args.threads, log_level=args.log_level, dtype=args.dtype,
