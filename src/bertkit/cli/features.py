@@ -72,11 +72,10 @@ def cmd_features(args: argparse.Namespace) -> None:
 
 
 def add_features(verbs, help_text: str) -> None:
-    feat = verbs.add_parser("features", help=help_text,
-                            description="Write each input line's per-token features (hidden states of --layers, "
-                                        "combined) to .safetensors (tensors line_0, line_1, ...; tokens in the "
-                                        "metadata), .npz (features (N, T, D) zero-padded, lengths, tokens) or .npy "
-                                        "(the padded array; NAME.lengths.npy and NAME.tokens.json beside it).")
+    """Write each input line's per-token features (hidden states of --layers, combined) to .safetensors (tensors
+    line_0, line_1, ...; tokens in the metadata), .npz (features (N, T, D) zero-padded, lengths, tokens) or .npy
+    (the padded array; NAME.lengths.npy and NAME.tokens.json beside it)."""
+    feat = verbs.add_parser("features", help=help_text, description=add_features.__doc__)
     feat.add_argument("--model", required=True, help="model directory (any head; the encoder is used)")
     feat.add_argument("--input", required=True, help="text file, one input per line; or a table (.parquet, .arrow, "
                                                      ".json records, .jsonl, .csv, a datasets directory), one "

@@ -162,13 +162,10 @@ _KIND_HELP = {"glue": "a GLUE task (--task)", "classify": "your CSV / TSV / JSON
 
 
 def add_finetune(verbs, help_text: str) -> None:
-    """`bertkit finetune KIND`: one parser per task kind, each with the settings its runs read."""
-    fine = verbs.add_parser("finetune", help=help_text,
-                            description="Fine-tune a pretrained model directory on a task: a fresh head, AdamW with "
-                                        "warm-up and linear decay, dev evaluation every epoch with the official "
-                                        "metric; the best epoch is kept as OUT/model, every metric is in "
-                                        "OUT/results.json. `bertkit finetune KIND --help` lists the settings of "
-                                        "a kind.")
+    """Fine-tune a pretrained model directory on a task: a fresh head, AdamW with warm-up and linear decay, dev
+    evaluation every epoch with the official metric; the best epoch is kept as OUT/model, every metric is in
+    OUT/results.json. `bertkit finetune KIND --help` lists the settings of a kind."""
+    fine = verbs.add_parser("finetune", help=help_text, description=add_finetune.__doc__)
     kinds = fine.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind in KINDS:
         what = _KIND_HELP.get(kind, kind)
@@ -204,11 +201,10 @@ def _add_finetune_kind(task: argparse.ArgumentParser, kind: str) -> None:
 
 
 def add_evaluate(verbs, help_text: str) -> None:
-    ev = verbs.add_parser("evaluate", help=help_text,
-                          description="Print the metrics (JSON) of a predictions file: SQuAD predictions.json (and "
-                                      "null_odds.json) with the official scripts' keys; GLUE / classify: one label "
-                                      "per line or a GLUE submission TSV; NER: CoNLL with the predicted tag last; "
-                                      "SWAG: one ending index per line.")
+    """Print the metrics (JSON) of a predictions file: SQuAD predictions.json (and null_odds.json) with the official
+    scripts' keys; GLUE / classify: one label per line or a GLUE submission TSV; NER: CoNLL with the predicted tag
+    last; SWAG: one ending index per line."""
+    ev = verbs.add_parser("evaluate", help=help_text, description=add_evaluate.__doc__)
     ev.add_argument("kind", choices=KINDS, help="task family")
     ev.add_argument("--data", required=True, help="labelled data file (dev set)")
     ev.add_argument("--predictions", required=True, help="predictions file")
@@ -227,11 +223,10 @@ def add_evaluate(verbs, help_text: str) -> None:
 
 
 def add_predict(verbs, help_text: str) -> None:
-    pr = verbs.add_parser("predict", help=help_text,
-                          description="Labels with probabilities (classify), entity spans (ner), answers (squad) or "
-                                      "the best ending (swag). --input: one input per line (fields separated by a "
-                                      "tab: text, pair / question, context / context, choice, choice, ...) or JSON "
-                                      "Lines with those keys (text, pair / question, context / context, choices).")
+    """Labels with probabilities (classify), entity spans (ner), answers (squad) or the best ending (swag). --input:
+    one input per line (fields separated by a tab: text, pair / question, context / context, choice, choice, ...) or
+    JSON Lines with those keys (text, pair / question, context / context, choices)."""
+    pr = verbs.add_parser("predict", help=help_text, description=add_predict.__doc__)
     pr.add_argument("kind", choices=[k for k in KINDS if family_for(k).predicts_as is None], help="task family")
     pr.add_argument("--model", required=True, help="fine-tuned model directory")
     pr.add_argument("--text", help="text to classify or tag")

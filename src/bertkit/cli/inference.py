@@ -68,12 +68,10 @@ def add_fill_mask(verbs, help_text: str) -> None:
 
 
 def add_generate(verbs, help_text: str) -> None:
-    gen = verbs.add_parser("generate", help=help_text,
-                           description="Continue each TEXT with a model pretrained with --objective causal, or "
-                                       "write the output of an encoder-decoder (T5) for it (e.g. \"translate "
-                                       "English to German: ...\", or a text with <extra_id_0> sentinels): greedy "
-                                       "by default, sampled with --temperature > 0, beam search (T5) with "
-                                       "--num-beams > 1.")
+    """Continue each TEXT with a model pretrained with --objective causal, or write the output of an encoder-decoder
+    (T5) for it (e.g. "translate English to German: ...", or a text with <extra_id_0> sentinels): greedy by default,
+    sampled with --temperature > 0, beam search (T5) with --num-beams > 1."""
+    gen = verbs.add_parser("generate", help=help_text, description=add_generate.__doc__)
     gen.add_argument("--model", required=True, help="causal or T5 model directory")
     gen.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add at most (default 20)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
@@ -97,10 +95,9 @@ def add_info(verbs, help_text: str) -> None:
 
 
 def add_similarity(verbs, help_text: str) -> None:
-    sim = verbs.add_parser("similarity", help=help_text,
-                           description="Print the cosine similarity of WORD's vectors (its first occurrence in each "
-                                       "text, first token) between the texts, at every layer of the model (0 = "
-                                       "embeddings, or ELMo's context-free token layer).")
+    """Print the cosine similarity of WORD's vectors (its first occurrence in each text, first token) between the
+    texts, at every layer of the model (0 = embeddings, or ELMo's context-free token layer)."""
+    sim = verbs.add_parser("similarity", help=help_text, description=add_similarity.__doc__)
     sim.add_argument("--model", required=True, help="model directory (any encoder; ELMo included)")
     sim.add_argument("--word", required=True, help="the word to compare, e.g. bank")
     sim.add_argument("texts", nargs="+", help="two or more texts containing the word")

@@ -21,13 +21,11 @@ def cmd_mine(args: argparse.Namespace) -> None:
 
 
 def add_mine(verbs, help_text: str) -> None:
-    mine = verbs.add_parser("mine", help=help_text,
-                            description="For each (query, positive) pair, the corpus texts the embedding model ranks "
-                                        "closest to the query, outside a rank window and a margin below the "
-                                        "positive's score (sentence-transformers' mine_hard_negatives rules), "
-                                        "written as anchor, positive, negative_1 ... negative_k in the format of "
-                                        "--out's suffix (.tsv, .csv, .jsonl) for `finetune embed` and `finetune "
-                                        "rerank`.")
+    """For each (query, positive) pair, the corpus texts the embedding model ranks closest to the query, outside a
+    rank window and a margin below the positive's score (sentence-transformers' mine_hard_negatives rules), written
+    as anchor, positive, negative_1 ... negative_k in the format of --out's suffix (.tsv, .csv, .jsonl) for
+    `finetune embed` and `finetune rerank`."""
+    mine = verbs.add_parser("mine", help=help_text, description=add_mine.__doc__)
     mine.add_argument("--model", required=True, help="embedding model directory (its pooling and prompts), or the "
                                                      "URL of a running `bertkit serve` (http://host:port)")
     mine.add_argument("--pairs", required=True, help="(query, positive) pairs: any table `finetune embed` reads")

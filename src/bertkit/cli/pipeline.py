@@ -47,14 +47,12 @@ def cmd_card(args: argparse.Namespace) -> None:
 
 
 def add_pipeline(verbs, help_text: str) -> None:
-    pipe = verbs.add_parser("pipeline", help=help_text,
-                            description="Train a vocabulary, prepare shards, pretrain a small BERT, fine-tune it and "
-                                        "the same model from random initialisation on a labelled task, measure "
-                                        "fill-mask accuracy on held-out text, and write OUT/report.html, all within "
-                                        "--minutes. Without --corpus, a corpus is assembled from the docstrings of "
-                                        "the Python sources installed on this machine; without --task-train/"
-                                        "--task-dev, the task is built in (is a documentation sentence as "
-                                        "written, or words drawn at random by their frequency?).")
+    """Train a vocabulary, prepare shards, pretrain a small BERT, fine-tune it and the same model from random
+    initialisation on a labelled task, measure fill-mask accuracy on held-out text, and write OUT/report.html, all
+    within --minutes. Without --corpus, a corpus is assembled from the docstrings of the Python sources installed on
+    this machine; without --task-train/--task-dev, the task is built in (is a documentation sentence as written, or
+    words drawn at random by their frequency?)."""
+    pipe = verbs.add_parser("pipeline", help=help_text, description=add_pipeline.__doc__)
     pipe.add_argument("--corpus", nargs="+", help="your corpus: files, directories or globs (text, JSON Lines, .gz)")
     pipe.add_argument("--out", default="runs/pipeline", help="output directory (default runs/pipeline)")
     pipe.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
@@ -86,14 +84,15 @@ def add_plot(verbs, help_text: str) -> None:
 
 
 def add_analyze(verbs, help_text: str) -> None:
+    """For each model, the mean over the tokens of the input texts of the L2 distance and the cosine distance (1 -
+    cos, and the angle) between each layer's input and output embeddings; several models are drawn side by side, as
+    the ALBERT paper's BERT-against-ALBERT figure. Prints a table; with --out writes OUT/layers.json and
+    OUT/layers.png."""
     analyze = verbs.add_parser("analyze", help=help_text)
     analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     layers = analyses.add_parser(
         "layers", help="L2 and cosine distance between each layer's input and output (ALBERT's figure 1)",
-        description="For each model, the mean over the tokens of the input texts of the L2 distance and the cosine "
-                    "distance (1 - cos, and the angle) between each layer's input and output embeddings; several "
-                    "models are drawn side by side, as the ALBERT paper's BERT-against-ALBERT figure. Prints a "
-                    "table; with --out writes OUT/layers.json and OUT/layers.png.")
+        description=add_analyze.__doc__)
     layers.add_argument("--model", nargs="+", required=True, help="model directories (any encoder, with tokenizer)")
     layers.add_argument("--input", required=True, help="text file, one text per line (blank lines skipped)")
     layers.add_argument("--out", help="output directory for layers.json and layers.png (default: print only)")
@@ -106,13 +105,11 @@ def add_analyze(verbs, help_text: str) -> None:
 
 
 def add_card(verbs, help_text: str) -> None:
-    card = verbs.add_parser("card", help=help_text,
-                            description="Read the cards of several sweeps (`bertkit finetune --seeds ...` "
-                                        "directories, recomputed from their runs' results.json; a single run "
-                                        "directory counts as a card of one run) and print one table: rows = "
-                                        "models or variants (a sweep's --name, or NAME=DIR here), columns = task: "
-                                        "metric, cells = median [q1, q3] (min-max, n). --out also writes "
-                                        "card.json, card.md and card.png there.")
+    """Read the cards of several sweeps (`bertkit finetune --seeds ...` directories, recomputed from their runs'
+    results.json; a single run directory counts as a card of one run) and print one table: rows = models or variants
+    (a sweep's --name, or NAME=DIR here), columns = task: metric, cells = median [q1, q3] (min-max, n). --out also
+    writes card.json, card.md and card.png there."""
+    card = verbs.add_parser("card", help=help_text, description=add_card.__doc__)
     card.add_argument("run_dirs", nargs="+", metavar="[NAME=]RUN_DIR", help="sweep or run directories")
     card.add_argument("--out", help="directory for card.json, card.md and card.png")
     card.add_argument("--metric", action="append",

@@ -112,11 +112,10 @@ def add_pretrain(verbs, help_text: str) -> None:
 
 
 def add_init(verbs, help_text: str) -> None:
-    init = verbs.add_parser("init", help=help_text,
-                            description="Write a model with its architecture's initialisation, as it pretrains "
-                                        "(BERT: a BertForPreTraining; ModernBERT: its masked LM; T5: the "
-                                        "encoder-decoder; ...), and the given tokenizer (a from-scratch baseline, "
-                                        "a start for pretraining, a student).")
+    """Write a model with its architecture's initialisation, as it pretrains (BERT: a BertForPreTraining;
+    ModernBERT: its masked LM; T5: the encoder-decoder; ...), and the given tokenizer (a from-scratch baseline, a
+    start for pretraining, a student)."""
+    init = verbs.add_parser("init", help=help_text, description=add_init.__doc__)
     init.add_argument("--tokenizer",
                       help="tokenizer or model directory (any kind: vocab.txt, vocab.json + merges.txt, "
                            "tokenizer.json), or a vocab file")
@@ -135,15 +134,12 @@ def add_init(verbs, help_text: str) -> None:
 
 
 def add_extend_context(verbs, help_text: str) -> None:
-    ext = verbs.add_parser("extend-context", help=help_text,
-                           description="Write MODEL as a directory that takes inputs of N tokens, for continued "
-                                       "pretraining at that length (bertkit pretrain --init-from OUT "
-                                       "--max-seq-length N). BERT family: the learned position table grows to N "
-                                       "rows, by copying the learned rows one after another (the first rows stay "
-                                       "as they are; Longformer's way) or by linear interpolation (the learned "
-                                       "table stretched over N positions); every other tensor, head and tokenizer "
-                                       "file is kept. ModernBERT (rotary positions): config.json only, and "
-                                       "--global-rope-theta.")
+    """Write MODEL as a directory that takes inputs of N tokens, for continued pretraining at that length (bertkit
+    pretrain --init-from OUT --max-seq-length N). BERT family: the learned position table grows to N rows, by
+    copying the learned rows one after another (the first rows stay as they are; Longformer's way) or by linear
+    interpolation (the learned table stretched over N positions); every other tensor, head and tokenizer file is
+    kept. ModernBERT (rotary positions): config.json only, and --global-rope-theta."""
+    ext = verbs.add_parser("extend-context", help=help_text, description=add_extend_context.__doc__)
     ext.add_argument("--model", required=True, help="model directory to extend")
     ext.add_argument("--max-position-embeddings", type=int, required=True, metavar="N",
                      help="the longest input the new directory takes, in tokens")

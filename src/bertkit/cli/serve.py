@@ -25,16 +25,13 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
 
 def add_serve(verbs, help_text: str) -> None:
-    srv = verbs.add_parser("serve", help=help_text,
-                           description="Serve a model directory's task (its head's: classify, ner, squad, swag; "
-                                       "fill-mask for a pretraining checkpoint; generate for a causal model or a "
-                                       "T5 without a task; else embeddings) on an ASGI server "
-                                       "(Starlette + uvicorn): POST /v1/predict takes {\"inputs\": [...]} whose "
-                                       "items are the JSON Lines objects `bertkit predict --input` reads and answers "
-                                       "what `bertkit predict --json` prints for each; concurrent requests share "
-                                       "forward passes of at most --max-batch-tokens real tokens. A web page at /, "
-                                       "the OpenAPI schema at /docs, /healthz, /metrics (Prometheus). SIGTERM "
-                                       "finishes the requests in flight, then stops.")
+    """Serve a model directory's task (its head's: classify, ner, squad, swag; fill-mask for a pretraining
+    checkpoint; generate for a causal model or a T5 without a task; else embeddings) on an ASGI server (Starlette +
+    uvicorn): POST /v1/predict takes {"inputs": [...]} whose items are the JSON Lines objects `bertkit predict
+    --input` reads and answers what `bertkit predict --json` prints for each; concurrent requests share forward
+    passes of at most --max-batch-tokens real tokens. A web page at /, the OpenAPI schema at /docs, /healthz,
+    /metrics (Prometheus). SIGTERM finishes the requests in flight, then stops."""
+    srv = verbs.add_parser("serve", help=help_text, description=add_serve.__doc__)
     srv.add_argument("--model", required=True, help="model directory")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -67,14 +64,14 @@ def add_serve(verbs, help_text: str) -> None:
 
 
 def add_export(verbs, help_text: str) -> None:
+    """Write the ONNX graph (opset 18 by default) of the model directory's head (as `bertkit serve` would serve it,
+    or --task) with dynamic batch and sequence axes, then check onnxruntime against bertkit (within 1e-4) on rows of
+    different lengths. `bertkit serve --backend onnx` runs it."""
     export = verbs.add_parser("export", help=help_text,
                               description="Write a model directory's served head in another format.")
     formats = export.add_subparsers(dest="format", metavar="FORMAT", required=True)
     onnx = formats.add_parser("onnx", help="ONNX graph with dynamic batch and sequence axes",
-                              description="Write the ONNX graph (opset 18 by default) of the model directory's head "
-                                          "(as `bertkit serve` would serve it, or --task) with dynamic batch and "
-                                          "sequence axes, then check onnxruntime against bertkit (within 1e-4) on "
-                                          "rows of different lengths. `bertkit serve --backend onnx` runs it.")
+                              description=add_export.__doc__)
     onnx.add_argument("--model", required=True, help="model directory")
     onnx.add_argument("--out", required=True, help="the .onnx file to write")
     onnx.add_argument("--task", choices=SERVED_KINDS, help="which head (default: the directory's)")

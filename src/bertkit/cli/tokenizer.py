@@ -137,13 +137,12 @@ def _add_corpus_columns(parser: argparse.ArgumentParser) -> None:
 
 
 def add_tokenizer(verbs, help_text: str) -> None:
-    """`bertkit tokenizer train`."""
+    """Learn a WordPiece vocabulary (BERT's; --kind bpe: RoBERTa's byte-level BPE; --kind unigram: T5's
+    SentencePiece-style Unigram) from corpus files (text, JSON Lines, .gz)."""
     tokenizer = verbs.add_parser("tokenizer", help=help_text)
     tverbs = tokenizer.add_subparsers(dest="tverb", metavar="ACTION", required=True)
     train = tverbs.add_parser("train", help="learn a WordPiece (byte-level BPE, Unigram) vocabulary from text files",
-                              description="Learn a WordPiece vocabulary (BERT's; --kind bpe: RoBERTa's byte-level "
-                                          "BPE; --kind unigram: T5's SentencePiece-style Unigram) from corpus files "
-                                          "(text, JSON Lines, .gz).")
+                              description=add_tokenizer.__doc__)
     train.add_argument("--files", nargs="+", required=True, help="corpus files, directories or globs")
     train.add_argument("--format", choices=_CORPUS_FORMATS, help="input format (default: by extension)")
     _add_corpus_columns(train)
@@ -174,9 +173,8 @@ def add_tokenizer(verbs, help_text: str) -> None:
 
 
 def add_tokenize(verbs, help_text: str) -> None:
-    tokenize = verbs.add_parser("tokenize", help=help_text,
-                                description="Print the tokens, ids and token types of TEXT (and --pair) as the "
-                                            "tokenizer frames them for a model.")
+    """Print the tokens, ids and token types of TEXT (and --pair) as the tokenizer frames them for a model."""
+    tokenize = verbs.add_parser("tokenize", help=help_text, description=add_tokenize.__doc__)
     tokenize.add_argument("--model-or-vocab", required=True,
                           help="model or tokenizer directory (vocab.txt, vocab.json + merges.txt, or tokenizer.json), "
                                "or a vocabulary file")
@@ -191,9 +189,9 @@ def add_tokenize(verbs, help_text: str) -> None:
 
 
 def add_prepare(verbs, help_text: str) -> None:
-    prep = verbs.add_parser("prepare", help=help_text,
-                            description="Tokenise text / JSON Lines corpora (optionally .gz) into memory-mapped "
-                                        "token shards with sentence, document and word-start indexes.")
+    """Tokenise text / JSON Lines corpora (optionally .gz) into memory-mapped token shards with sentence, document
+    and word-start indexes."""
+    prep = verbs.add_parser("prepare", help=help_text, description=add_prepare.__doc__)
     prep.add_argument("--corpus", nargs="+", required=True, help="files, directories or globs")
     prep.add_argument("--tokenizer", required=True,
                       help="tokenizer or model directory (vocab.txt, vocab.json + merges.txt, or tokenizer.json), "
