@@ -22,7 +22,7 @@ def cmd_distill_mlm(args: argparse.Namespace, extra: list[str]) -> None:
     distill = _distill_config(args)  # before the recipe: a bad loss weight is reported first
     config = resolve_config(args.config, recipe_overrides(args, extra))
     print_train_result(distill_mlm(args.teacher, args.data, args.out, config, distill, student_dir=args.student,
-                                    resume=args.resume), args.out)
+                                   resume=args.resume), args.out)
 
 
 def cmd_distill_task(args: argparse.Namespace) -> None:
@@ -30,7 +30,7 @@ def cmd_distill_task(args: argparse.Namespace) -> None:
     results = distill_task(args.kind, args.teacher, args.train, args.dev, args.out, config, _distill_config(args),
                            student_dir=args.student, transfer_path=args.transfer, resume=args.resume)
     print_summary({k: results.get(k) for k in ("kind", "task", "metric", "best", "teacher", "student",
-                                                "train_examples", "transfer_examples", "steps")}, args.out)
+                                               "train_examples", "transfer_examples", "steps")}, args.out)
 
 
 def cmd_distill_init_student(args: argparse.Namespace) -> None:
@@ -41,7 +41,7 @@ def cmd_distill_init_student(args: argparse.Namespace) -> None:
 def _add_distill_options(parser: argparse.ArgumentParser) -> None:
     """One --option per DistillConfig field."""
     add_config_options(parser.add_argument_group("distillation settings (DistillConfig)"), distill_fields(),
-                        metavars={"student_layers_from_teacher": "LIST"})
+                       metavars={"student_layers_from_teacher": "LIST"})
 
 
 def add_distill(verbs, help_text: str) -> None:

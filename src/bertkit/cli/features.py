@@ -13,6 +13,7 @@ from bertkit.io import lock_directory
 from bertkit.sentence import read_sentence_config
 from bertkit.tokenizers import load_tokenizer
 
+
 def _features_prompt(args: argparse.Namespace) -> str:
     """The text put before each line: --query-prompt or --document-prompt, or the directory's prompt named by
     --prompt-name (sentence-transformers' `encode(prompt_name=...)`)."""

@@ -19,6 +19,7 @@ from bertkit.tasks.card import card_markdown, find_runs, merge_cards, parse_grid
 from bertkit.tasks.finetune import evaluate_predictions, finetune, finetune_sweep, predict
 from bertkit.tasks.run import FinetuneConfig, config_fields
 
+
 def finetune_config(args: argparse.Namespace):
     """The FinetuneConfig that a `finetune` or `distill` task verb's options describe (unset ones keep defaults)."""
     settings = given_fields(args, config_fields(), skip=("kind",))
@@ -35,7 +36,7 @@ def cmd_finetune(args: argparse.Namespace) -> None:
                        new_heads=args.new_head, eval_files=args.eval_file or ())
     _draw_confusion(results, Path(args.out))
     print_summary({k: results.get(k) for k in ("kind", "task", "metric", "best", "train_examples_per_s", "steps")},
-                   args.out)
+                  args.out)
 
 
 def _draw_confusion(results: dict, out: Path, title: str = "") -> None:
@@ -137,7 +138,7 @@ _TABLE_OPTIONS = ("format", "records", "tokens_column", "tags_column")  # Finetu
 def _add_table_options(parser: argparse.ArgumentParser) -> None:
     """How a verb's data file is read (bertkit.data.readers): FinetuneConfig's format, records and NER columns."""
     add_config_options(parser.add_argument_group("reading the data file"),
-                        [row for row in config_fields() if row[0] in _TABLE_OPTIONS])
+                       [row for row in config_fields() if row[0] in _TABLE_OPTIONS])
 
 
 def _table_args(args: argparse.Namespace) -> dict:
@@ -154,11 +155,15 @@ def add_kind_options(parser: argparse.ArgumentParser, kind: str, skip: tuple[str
 
 
 # What each kind fine-tunes on, as `finetune --help` lists the kinds.
-_KIND_HELP = {"glue": "a GLUE task (--task)", "classify": "your CSV / TSV / JSONL / Parquet classification or "
-              "regression tables", "ner": "CoNLL named-entity (or other tagging) files", "squad": "SQuAD v1.1 / v2.0 "
-              "extractive question answering", "swag": "SWAG multiple choice", "embed": "(query, positive[, "
-              "negatives]) pairs: a contrastive embedding model", "rerank": "(query, document, relevance) tables: a "
-              "cross-encoder reranker"}
+_KIND_HELP = {
+    "glue": "a GLUE task (--task)",
+    "classify": "your CSV / TSV / JSONL / Parquet classification or regression tables",
+    "ner": "CoNLL named-entity (or other tagging) files",
+    "squad": "SQuAD v1.1 / v2.0 extractive question answering",
+    "swag": "SWAG multiple choice",
+    "embed": "(query, positive[, negatives]) pairs: a contrastive embedding model",
+    "rerank": "(query, document, relevance) tables: a cross-encoder reranker",
+}
 
 
 def add_finetune(verbs, help_text: str) -> None:

@@ -9,6 +9,7 @@ from bertkit.cli.options import add_words_option
 from bertkit.features import word_similarity
 from bertkit.inference import fill_mask, generate, model_info
 
+
 def cmd_fill_mask(args: argparse.Namespace) -> None:
     for text in args.text:
         results = fill_mask(args.model, text, top_k=args.top_k)
@@ -66,7 +67,6 @@ def add_fill_mask(verbs, help_text: str) -> None:
     fill.set_defaults(func=cmd_fill_mask)
 
 
-
 def add_generate(verbs, help_text: str) -> None:
     """Continue each TEXT with a model pretrained with --objective causal, or write the output of an encoder-decoder
     (T5) for it (e.g. "translate English to German: ...", or a text with <extra_id_0> sentinels): greedy by default,
@@ -83,7 +83,6 @@ def add_generate(verbs, help_text: str) -> None:
     gen.add_argument("--json", action="store_true", help="one JSON object per text")
     gen.add_argument("text", nargs="+", help="prompt text")
     gen.set_defaults(func=cmd_generate)
-
 
 
 def add_info(verbs, help_text: str) -> None:

@@ -10,6 +10,7 @@ from bertkit.cli.options import add_config_options, given_fields
 from bertkit.io import lock_directory
 from bertkit.mine import MineConfig, config_fields, mine_hard_negatives
 
+
 def cmd_mine(args: argparse.Namespace) -> None:
     config = MineConfig(**given_fields(args, config_fields()))
     out = Path(args.out)

@@ -10,6 +10,7 @@ from bertkit.pipeline.analyze import analyze_layers
 from bertkit.pipeline.plots import plot_card, plot_run
 from bertkit.tasks.card import merge_cards, merged_markdown, read_card, write_card
 
+
 def cmd_plot(args: argparse.Namespace) -> None:
     for path in plot_run(args.run_dir, args.out):
         print(path)
@@ -80,7 +81,6 @@ def add_plot(verbs, help_text: str) -> None:
     plot.add_argument("run_dir", help="run directory with metrics.jsonl")
     plot.add_argument("--out", help="output directory (default RUN_DIR/plots)")
     plot.set_defaults(func=cmd_plot)
-
 
 
 def add_analyze(verbs, help_text: str) -> None:

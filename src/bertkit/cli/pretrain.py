@@ -11,6 +11,7 @@ from bertkit.models.registry import ARCHITECTURES, architecture, config_classes
 from bertkit.training.pretrain import (DEFAULT_RECIPE, extend_context, field_help, init_like, init_model_dir,
                                        pretrain, recipe_names, resolve_config)
 
+
 FIELD = "field_"  # the argparse dest prefix of a generated recipe option (`--max-steps` -> field_max_steps)
 
 
@@ -47,7 +48,7 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> None:
         overrides["preset"] = args.preset
     config = resolve_config(args.config, overrides)
     print_train_result(pretrain(args.data, args.out, config, resume=args.resume, init_from=args.init_from,
-                                 verify_data=args.verify), args.out)
+                                verify_data=args.verify), args.out)
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -130,7 +131,6 @@ def add_init(verbs, help_text: str) -> None:
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
     init.add_argument("--out", required=True, help="model directory to write")
     init.set_defaults(func=cmd_init)
-
 
 
 def add_extend_context(verbs, help_text: str) -> None:

@@ -12,6 +12,7 @@ from bertkit.serve import ServeConfig, serve
 from bertkit.serve.app import config_fields
 from bertkit.serve.engine import POOLINGS, SERVED_KINDS
 
+
 def cmd_serve(args: argparse.Namespace) -> None:
     config = ServeConfig(**given_fields(args, config_fields()))
     serve(args.model, host=args.host, port=args.port, kind=args.task, backend=args.backend, onnx_path=args.onnx,

@@ -13,6 +13,7 @@ from bertkit.tokenizers import (ByteLevelBPETokenizer, UnigramTokenizer, WordPie
                                 detect_tokenizer_kind, load_tokenizer)
 from bertkit.tokenizers.load import TOKENIZER_KINDS
 
+
 def _corpus_args(args: argparse.Namespace) -> dict:
     """How `tokenizer train` reads its files (`bertkit.data.corpus.iter_lines`)."""
     return {"format": "arrow" if args.format == "datasets" else args.format, "text_column": args.text_column,
@@ -89,7 +90,7 @@ def load_with_rules(path: str, kind: str | None, args: argparse.Namespace):
                              f"vocabulary; {path} holds a {found} tokenizer, whose files decide its rules")
         return load_tokenizer(path, kind=kind)
     tok = load_tokenizer(path, kind=kind, compat=args.compat, lowercase=None if args.cased is None else not args.cased,
-               force_casing=args.force_casing)
+                         force_casing=args.force_casing)
     if tok.rules_note:
         print(tok.rules_note, file=sys.stderr)
     return tok
@@ -169,7 +170,6 @@ def add_tokenizer(verbs, help_text: str) -> None:
     train.add_argument("--out", required=True, help="directory for the vocabulary and tokenizer files")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_tokenizer_train)
-
 
 
 def add_tokenize(verbs, help_text: str) -> None:
