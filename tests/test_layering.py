@@ -39,7 +39,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tokenizers": ("data", "models", "", *DRIVERS),  # training a vocabulary takes iterables of text
     "models": DRIVERS,
     "data": ("models", "", *DRIVERS),  # "" (the facade) would pull models/ in
-    "checkpoint": ("models", ""),  # models/ call into checkpoint lazily; never the other way round
+    "checkpoint": ("models", ""),  # models/ call into checkpoint; never the other way round
 }
 
 
@@ -164,9 +164,12 @@ def test_every_module_has_a_floor():
 
 
 def test_the_parser_sees_imports_at_both_levels():
-    # A check on the checker: models/bert.py reaches checkpoint only inside from_pretrained / save_pretrained.
-    lazy = [e for e in EDGES if e.source == "bertkit.models.bert" and e.target == "bertkit.checkpoint"]
-    assert lazy and not any(e.module_level for e in lazy)
+    # A check on the checker: an import in a function body, or under TYPE_CHECKING, is not module-level.
+    collector = _Collector()
+    collector.visit(ast.parse("import bertkit.io\nif TYPE_CHECKING:\n    import bertkit.data\n"
+                              "def load():\n    from bertkit import checkpoint\n"))
+    assert [(node.lineno, module_level) for node, module_level in collector.found] == [(1, True), (3, False),
+                                                                                       (5, False)]
     assert any(e.module_level for e in EDGES if e.source == "bertkit.training.trainer" and e.target == "bertkit.config")
 
 

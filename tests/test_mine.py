@@ -124,28 +124,40 @@ def encoder_dir(tmp_path_factory):
 @pytest.mark.parametrize("options", [dict(num_negatives=3), dict(num_negatives=2, range_min=2, range_max=10),
                                      dict(num_negatives=2, margin=0.02, range_max=20)])
 def test_mine_equals_sentence_transformers(encoder_dir, tmp_path, options):
-    st = pytest.importorskip("sentence_transformers")
-    datasets = pytest.importorskip("datasets")
-    from sentence_transformers.util import mine_hard_negatives as st_mine
-
     config = MineConfig(**options, device="cpu")
     report = mine_hard_negatives(encoder_dir / "model", encoder_dir / "pairs.csv", tmp_path / "mined.jsonl",
                                  encoder_dir / "corpus.txt", config)
     ours = [json.loads(line) for line in (tmp_path / "mined.jsonl").read_text().splitlines()]
     assert report["rows"] == len(ours) and report["rows"] + report["dropped"] == 10
+    assert _by_pair(ours) == _sentence_transformers_mined(encoder_dir, config)
+
+
+def _by_pair(rows: list[dict]) -> list[dict]:
+    """Rows sorted by (anchor, positive): sentence-transformers groups its rows by query."""
+    return sorted(rows, key=lambda r: (r["anchor"], r["positive"]))
+
+
+def _sentence_transformers_mined(encoder_dir, config: MineConfig, reranker=None) -> list[dict]:
+    """sentence-transformers' mine_hard_negatives on the fixture's pairs and corpus with `config`'s rules (and the
+    reranker directory as its cross_encoder), as our rows, sorted by pair."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers.util import mine_hard_negatives as st_mine
+
     with open(encoder_dir / "pairs.csv") as f:
         pairs = list(csv.DictReader(f))
     dataset = datasets.Dataset.from_dict({"query": [p["query"] for p in pairs],
                                           "positive": [p["positive"] for p in pairs]})
     corpus = (encoder_dir / "corpus.txt").read_text().splitlines()
     model = st.SentenceTransformer(str(encoder_dir / "model"), device="cpu")
-    theirs = st_mine(dataset, model, corpus=corpus, num_negatives=config.num_negatives, range_min=config.range_min,
-                     range_max=options.get("range_max"), absolute_margin=options.get("margin"),
-                     output_format="n-tuple", verbose=False, batch_size=8)
-    theirs = [{"anchor": r["query"], "positive": r["positive"],
-               **{f"negative_{k}": r[f"negative_{k}"] for k in range(1, config.num_negatives + 1)}} for r in theirs]
-    key = lambda r: (r["anchor"], r["positive"])  # noqa: E731 - sentence-transformers groups rows by query
-    assert sorted(ours, key=key) == sorted(theirs, key=key)
+    cross = st.CrossEncoder(str(reranker), device="cpu") if reranker is not None else None
+    theirs = st_mine(dataset, model, corpus=corpus, cross_encoder=cross, num_negatives=config.num_negatives,
+                     range_min=config.range_min, range_max=config.range_max, absolute_margin=config.margin,
+                     relative_margin=config.relative_margin, max_score=config.max_score, output_format="n-tuple",
+                     verbose=False, batch_size=8)
+    return _by_pair([{"anchor": r["query"], "positive": r["positive"],
+                      **{f"negative_{k}": r[f"negative_{k}"] for k in range(1, config.num_negatives + 1)}}
+                     for r in theirs])
 
 
 def test_mine_cli_and_finetune_embed_reads_the_negatives(encoder_dir, tmp_path, capsys):
@@ -184,3 +196,86 @@ def test_mine_through_a_running_server_equals_the_directory(encoder_dir, tmp_pat
         mine_hard_negatives(f"http://127.0.0.1:{port}", encoder_dir / "pairs.csv", tmp_path / "x.jsonl",
                             encoder_dir / "corpus.txt", config)
     assert not (tmp_path / "x.jsonl").exists()
+
+
+# ---- cross-encoder rescoring -----------------------------------------------------------------------------------
+
+def test_rescore_ranks_by_the_new_scores_and_takes_the_lowest_positive():
+    from bertkit.mine import rescore
+
+    queries, corpus = ["q0", "q1"], ["a", "b", "c", "d"]
+    table = {("q0", "a"): 0.2, ("q0", "b"): 0.9, ("q0", "c"): 0.5, ("q0", "d"): 0.7,
+             ("q1", "a"): 0.4, ("q1", "b"): 0.4, ("q1", "c"): 0.1, ("q1", "d"): 0.8}
+    calls = []
+
+    def score(pairs):
+        calls.append(len(pairs))
+        return [table[p] for p in pairs]
+
+    indices = np.array([[0, 1, 2, -1], [3, 1, 0, 2]])
+    scores, order, low = rescore(score, queries, corpus, indices, [[1, 3], [3]])
+    assert calls == [3 + 4 + 2 + 1]  # every candidate and positive, in one call
+    assert order.tolist() == [[1, 2, 0, -1], [3, 1, 0, 2]]  # best first; the tie (b, a at 0.4) keeps its order
+    np.testing.assert_array_equal(scores, np.array([[0.9, 0.5, 0.2, -np.inf], [0.8, 0.4, 0.4, 0.1]], np.float32))
+    assert low == [pytest.approx(0.7), pytest.approx(0.8)]
+
+
+@pytest.fixture(scope="module")
+def reranker_dir(encoder_dir):
+    """A tiny untrained reranker on the encoder's vocabulary, initialised wide (std 0.3) so that its scores spread
+    (0.30-0.89, quartiles 0.57-0.73 on random pairs of these words; at BERT's 0.02 they all round to 0.499)."""
+    from bertkit import BertForSequenceClassification
+
+    tokenizer = WordPieceTokenizer.train(texts=[" ".join(WORDS)] * 3, vocab_size=90, min_frequency=1,
+                                         show_progress=False)
+    torch.manual_seed(1)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, initializer_range=0.3)
+    model = BertForSequenceClassification(config, num_labels=1, labels=None, regression=True)
+    model.save_pretrained(encoder_dir / "reranker", tokenizer)
+    return encoder_dir / "reranker"
+
+
+@pytest.mark.parametrize("options", [dict(num_negatives=2, margin=0.05, range_max=20),
+                                     dict(num_negatives=2, max_score=0.6, range_min=1, range_max=15),
+                                     dict(num_negatives=3, relative_margin=0.1, range_max=24)])
+def test_mine_with_a_cross_encoder_equals_sentence_transformers(encoder_dir, reranker_dir, tmp_path, options):
+    from bertkit.tasks.finetune import predict
+
+    config = MineConfig(**options, cross_encoder=str(reranker_dir), device="cpu")
+    report = mine_hard_negatives(encoder_dir / "model", encoder_dir / "pairs.csv", tmp_path / "mined.jsonl",
+                                 encoder_dir / "corpus.txt", config)
+    ours = [json.loads(line) for line in (tmp_path / "mined.jsonl").read_text().splitlines()]
+    assert report["cross_encoder"] == str(reranker_dir) and report["rows"] == len(ours) > 0
+    # the rule holds on the reranker's own scores: every negative is kept by the margins and the max score
+    for row in ours:
+        negatives = [row[f"negative_{k}"] for k in range(1, config.num_negatives + 1)]
+        scored = [r["score"] for r in predict(reranker_dir, "rerank", [(row["anchor"], t) for t in
+                                                                      [row["positive"], *negatives]])]
+        assert scored[1:] == sorted(scored[1:], reverse=True)  # best first by the reranker
+        for s in scored[1:]:
+            assert config.margin is None or s + config.margin <= scored[0]
+            assert config.relative_margin is None or s <= scored[0] - abs(scored[0]) * config.relative_margin
+            assert config.max_score is None or s <= config.max_score
+    assert _by_pair(ours) == _sentence_transformers_mined(encoder_dir, config, reranker_dir)
+
+
+def test_reranker_scores_in_blocks_are_predict_rerank_s(reranker_dir):
+    from bertkit.mine import reranker_scores
+    from bertkit.tasks.finetune import predict
+
+    rng = np.random.default_rng(3)
+    pairs = [(" ".join(rng.choice(WORDS, 3)), " ".join(rng.choice(WORDS, 7))) for _ in range(11)]
+    expected = [r["score"] for r in predict(reranker_dir, "rerank", pairs)]
+    got = reranker_scores(reranker_dir, 4, "cpu", block=3)(pairs)  # blocks of 3 pairs, batches of 4
+    # other batches pad to other widths, which moves float32 sums: measured up to 1.4e-7
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert len(got) == len(pairs)
+
+
+def test_mine_cross_encoder_must_be_a_directory(encoder_dir, tmp_path, capsys):
+    assert main(["mine", "--model", str(encoder_dir / "model"), "--pairs", str(encoder_dir / "pairs.csv"),
+                 "--out", str(tmp_path / "x.tsv"), "--cross-encoder", str(tmp_path / "nowhere"), "--margin",
+                 "0.1"]) != 0
+    assert f"--cross-encoder {tmp_path / 'nowhere'}: no such directory" in capsys.readouterr().err
+    assert not (tmp_path / "x.tsv").exists()

@@ -49,9 +49,17 @@ def test_retrieval_experiment_on_a_tiny_file(tmp_path):
     _squad(tmp_path / "squad.json")
     result = script.main(["--squad", str(tmp_path / "squad.json"), "--out", str(tmp_path / "run"), "--model",
                           str(tmp_path / "model"), "--seeds", "1", "--batch-size", "8", "--learning-rate", "1e-3",
-                          "--max-seq-length", "32", "--device", "cpu", "--held-out", "0.3"])
+                          "--max-seq-length", "32", "--device", "cpu", "--held-out", "0.3",
+                          "--train-questions", "30"])
     assert result["held_out_articles"] == 3 and result["held_out_questions"] == 18
     assert result["train_articles"] == 6  # 7 training articles, one of them picks the best epoch
+    # 30 of the 6 x 3 x 2 training questions, each once; mined from every training paragraph
+    trained = [json.loads(line) for line in (tmp_path / "run" / "train.jsonl").read_text().splitlines()]
+    training = script.split(script.split(script.read_squad(tmp_path / "squad.json"), 0.3, 0)[0], 0.1, 1)[0]
+    everyone = script.pairs(training)
+    assert result["train_questions"] == len(trained) == 30 and len(everyone) == 36
+    assert {(r["anchor"], r["positive"]) for r in trained} <= set(everyone)
+    assert len((tmp_path / "run" / "corpus.txt").read_text().splitlines()) == 18
     held = {p["context"] for a in script.split(script.read_squad(tmp_path / "squad.json"), 0.3, 0)[1]
             for p in a["paragraphs"]}
     mined = [json.loads(line) for line in (tmp_path / "run" / "mined.jsonl").read_text().splitlines()]

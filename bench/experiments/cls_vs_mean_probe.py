@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bertkit.features import load_encoder
-from bertkit.pipeline import stratified_order
+from bertkit.pipeline.curve import stratified_order
 from bertkit.tokenizers import load_tokenizer
 
 torch.set_num_threads(1)

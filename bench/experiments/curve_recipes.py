@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from bertkit.tasks.finetune import FinetuneConfig, finetune
-from bertkit.pipeline import curve_verdict, passes_for, quartiles, stratified_order, write_label_set
+from bertkit.pipeline.curve import curve_verdict, passes_for, quartiles, stratified_order, write_label_set
 from bertkit.tasks.classify import ClassificationFamily
 
 # One thread: on a shared 2-core machine two threads that wait for each other ran a fine-tuning run 10x slower.

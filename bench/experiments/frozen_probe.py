@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from bertkit.models import model_class
-from bertkit.pipeline import stratified_order
+from bertkit.pipeline.curve import stratified_order
 from bertkit.tokenizers import load_tokenizer
 
 torch.set_num_threads(1)

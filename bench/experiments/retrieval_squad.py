@@ -3,13 +3,16 @@ more? nDCG@10 and MRR@10 on held-out articles of a QA set in SQuAD's layout, bef
 with in-batch negatives only, and after `mine` + `finetune embed` with the mined negatives, for several seeds.
 
     python bench/experiments/retrieval_squad.py --squad train-v1.1.json --out runs/retrieval \
-        [--model all-MiniLM-L6-v2] [--seeds 1,2,3] [--held-out 0.2] [--epochs 1] [--num-negatives 1]
+        [--model all-MiniLM-L6-v2] [--seeds 1,2,3] [--held-out 0.2] [--epochs 1] [--num-negatives 1] \
+        [--train-questions 4000]
 
 The articles are split (seeded by --split-seed, not by the run's seed) into training and held-out ones (a tenth
 of the training articles pick the best epoch); a
 question's relevant document is its own paragraph, among every paragraph of the held-out articles. Mining draws
 from the training articles' paragraphs with the untuned model (--range-min 3 skips the closest, which may answer
-the question too; --margin 0.05 below the positive's score). Each seed trains from --model. Prints one JSON object
+the question too; --margin 0.05 below the positive's score). --train-questions N trains on N of the training
+questions (one draw by --split-seed, the same for every seed and both tuned models; the corpus mined from keeps
+every training paragraph): a run a small machine finishes. Each seed trains from --model. Prints one JSON object
 (also written to OUT/results.json): the baseline, per seed and its median for both tuned models, and the load.
 """
 
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-seq-length", type=int, default=256)
     parser.add_argument("--num-negatives", type=int, default=1)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--train-questions", type=int, help="train on this many of the training questions (a draw)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from bertkit.tasks.finetune import finetune
@@ -105,7 +109,11 @@ def main(argv: list[str] | None = None) -> dict:
     train_articles, held_out = split(read_squad(args.squad), args.held_out, args.split_seed)
     # the dev file that picks the best epoch: a tenth of the training articles (the held-out ones stay unseen)
     train_articles, dev_articles = split(train_articles, 0.1, args.split_seed + 1)
-    write_pairs(out / "train.jsonl", pairs(train_articles))
+    train_rows = pairs(train_articles)
+    if args.train_questions is not None and args.train_questions < len(train_rows):
+        keep = sorted(random.Random(args.split_seed + 2).sample(range(len(train_rows)), args.train_questions))
+        train_rows = [train_rows[i] for i in keep]
+    write_pairs(out / "train.jsonl", train_rows)
     write_pairs(out / "dev.jsonl", pairs(dev_articles))
     (out / "corpus.txt").write_text("".join(p["context"].replace("\n", " ") + "\n" for a in train_articles
                                             for p in a["paragraphs"]), encoding="utf-8")
@@ -113,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
                         MineConfig(num_negatives=args.num_negatives, range_min=3, margin=0.05, device=args.device,
                                    max_seq_length=args.max_seq_length))
     result: dict = {"model": model, "squad": str(args.squad), "train_articles": len(train_articles),
+                    "train_questions": len(train_rows),
                     "held_out_articles": len(held_out), "held_out_questions": len(pairs(held_out)),
                     "baseline": evaluate(Path(model), held_out, args.max_seq_length), "in_batch": {}, "mined": {}}
     for seed in [int(s) for s in args.seeds.split(",")]:

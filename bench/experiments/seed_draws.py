@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from bertkit.tasks.finetune import FinetuneConfig, finetune
-from bertkit.pipeline import FINETUNE, FROZEN, quartiles, seed_draw_share, stratified_order, write_label_set
+from bertkit.pipeline.curve import FINETUNE, FROZEN, quartiles, seed_draw_share, stratified_order, write_label_set
 from bertkit.tasks.classify import ClassificationFamily
 
 torch.set_num_threads(1)  # a shared 2-core machine: one thread per process

@@ -26,7 +26,7 @@ import random
 import sysconfig
 from pathlib import Path
 
-from bertkit.pipeline import TASK_PACKAGES, WORD_ORDER_DEV, WORD_ORDER_TRAIN, _package_sentences, plain_words, \
+from bertkit.pipeline.task import TASK_PACKAGES, WORD_ORDER_DEV, WORD_ORDER_TRAIN, _package_sentences, plain_words, \
     shuffle_words
 
 parser = argparse.ArgumentParser()

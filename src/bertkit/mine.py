@@ -14,6 +14,13 @@ The rules are sentence-transformers' `mine_hard_negatives` (its documented optio
                 without replacement (numpy Generator seeded by --seed), then ordered by score
     rows        a pair whose query has fewer than num_negatives candidates in its window is dropped (and counted)
 
+With --cross-encoder DIR (a reranker: `finetune rerank`'s output), the candidates and the query's positives are
+scored again by it (sigmoid of its logit, the score `predict rerank` gives, as sentence-transformers' CrossEncoder
+does) before the rules: the candidates are ranked by its scores (ties: the embedding model's order), and the
+margins and the max score compare its scores, so a candidate it scores close to the positive (a likely unlabelled
+positive) is dropped. sentence-transformers' `mine_hard_negatives` with a `cross_encoder` does the same (it rescores
+only when a margin or max score is given; here --cross-encoder always does, alone it reorders the window).
+
 range_max defaults to range_min + num_negatives (+ 10 x num_negatives when a margin or max score may remove
 candidates), as sentence-transformers' does. The output has columns anchor, positive, negative_1 ...
 negative_k (sentence-transformers' n-tuple layout), one row per input pair in input order, in the format of the
@@ -44,6 +51,8 @@ from bertkit.io import atomic_write
 from bertkit.sentence import read_sentence_config
 from bertkit.tasks.classify import records
 from bertkit.tasks.embed import read_pairs
+from bertkit.tasks.finetune import load_predictor
+from bertkit.tasks.run import model_outputs
 
 _f = field_with_help
 
@@ -64,11 +73,15 @@ class MineConfig:
     sampling: str = _f("top", "top (the window's best) or random (drawn from the window)")
     seed: int = _f(0, "--sampling random: the seed of the draws")
     batch_size: int = _f(64, "texts per forward pass when encoding")
-    block: int = _f(4096, "queries and corpus texts per block of the cosine top-k")
+    block: int = _f(4096, "queries and corpus texts per block of the cosine top-k (and pairs per block a "
+                          "--cross-encoder tokenizes)")
     query_prompt: str | None = _f(None, "text put before every query (default: the directory's query prompt)")
     document_prompt: str | None = _f(None, "text put before every corpus text (default: the directory's "
                                            "document prompt)")
     max_seq_length: int | None = _f(None, "tokens per text (default: the directory's sentence-transformers length)")
+    cross_encoder: str | None = _f(None, "a reranker directory (finetune rerank's output): rescore the candidates "
+                                         "and positives with it; the window, margins and max score then use its "
+                                         "scores")
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     precision: str = _f("auto", "fp32, fp16 or bf16 for encoding and scoring; auto: bf16 on a GPU that has it "
                                 "(else fp16), fp32 on the CPU")
@@ -162,6 +175,45 @@ def choose_negatives(scores: np.ndarray, indices: np.ndarray, positives: Sequenc
             picked = sorted(rng.choice(len(window), size=config.num_negatives, replace=False).tolist())
             out.append([window[j] for j in picked])  # the window is best first: sorted positions keep that order
     return out
+
+
+def rescore(score_pairs, queries: Sequence[str], corpus: Sequence[str], indices: np.ndarray,
+            positives: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """The candidates `indices` (Q, K) (index -1 = none) scored again by `score_pairs` (a list of (query, text)
+    pairs -> their scores, in one call): (scores (Q, K) float32, best first, -inf for none; the indices in that
+    order (a stable sort: ties keep the given order); each query's lowest positive score)."""
+    pairs = [(queries[q], corpus[i]) for q in range(len(indices)) for i in indices[q].tolist() if i >= 0]
+    pairs += [(queries[q], corpus[j]) for q in range(len(indices)) for j in positives[q]]
+    values = iter(score_pairs(pairs))
+    scores = np.full(indices.shape, -np.inf, dtype=np.float32)
+    for q in range(len(indices)):
+        for k, i in enumerate(indices[q].tolist()):
+            if i >= 0:
+                scores[q, k] = next(values)
+    low = [min(float(np.float32(next(values))) for _ in positives[q]) for q in range(len(indices))]
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1), low
+
+
+def reranker_scores(model_dir: str | os.PathLike, batch_size: int, device: str, block: int):
+    """A `rescore` scorer: the reranker directory's score (sigmoid of its logit, as `predict rerank`) of each
+    (query, text) pair, the pairs tokenized `block` at a time (the model loaded once)."""
+    if not Path(model_dir).is_dir():
+        raise ValueError(f"--cross-encoder {model_dir}: no such directory")
+    predictor = load_predictor(model_dir, "rerank", batch_size=batch_size, device=device)
+
+    @torch.no_grad()
+    def score(pairs: list[tuple[str, str]]) -> list[float]:
+        out: list[float] = []
+        for start in range(0, len(pairs), block):
+            chunk = pairs[start:start + block]
+            family = predictor.family()
+            features = family.prediction_features(chunk, predictor.tokenizer)
+            logits = model_outputs(family, predictor.model, features, predictor.tokenizer.pad_id, batch_size)
+            out += [p["score"] for p in family.predictions(chunk, features, logits)]
+        return out
+
+    return score
 
 
 # ---- files -------------------------------------------------------------------------------------------------------
@@ -292,9 +344,13 @@ def mine_hard_negatives(model_dir: str | os.PathLike, pairs_path: str | os.PathL
     most = max(len(p) for p in positives)
     k = min(config.window_end + most, len(corpus))
     scores, indices = top_k_blockwise(q, c, k, config.block)
-    low = [min(float((q[i].float() @ c[j].float())) for j in positives[i]) for i in range(len(queries))]
-    chosen = choose_negatives(scores.cpu().numpy(), indices.cpu().numpy(), positives, low, config,
-                              np.random.default_rng(config.seed))
+    scores, indices = scores.cpu().numpy(), indices.cpu().numpy()
+    if config.cross_encoder is not None:
+        scorer = reranker_scores(config.cross_encoder, config.batch_size, device, config.block)
+        scores, indices, low = rescore(scorer, queries, corpus, indices, positives)
+    else:
+        low = [min(float((q[i].float() @ c[j].float())) for j in positives[i]) for i in range(len(queries))]
+    chosen = choose_negatives(scores, indices, positives, low, config, np.random.default_rng(config.seed))
     rows = []
     for p in pairs:
         negatives = chosen[qwhere[p.anchor]]
@@ -308,4 +364,5 @@ def mine_hard_negatives(model_dir: str | os.PathLike, pairs_path: str | os.PathL
     return {"pairs": len(pairs), "rows": len(rows), "dropped": len(pairs) - len(rows), "queries": len(queries),
             "corpus": len(corpus), "num_negatives": config.num_negatives, "range": [config.range_min,
                                                                                    config.window_end],
-            "device": device, "dtype": str(dtype).replace("torch.", ""), "out": str(out)}
+            "device": device, "dtype": str(dtype).replace("torch.", ""), "cross_encoder": config.cross_encoder,
+            "out": str(out)}

@@ -4,6 +4,7 @@ model sentence-transformers loads with the pooling it was trained with."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -340,3 +341,120 @@ def test_dev_retrieval_with_windows_equals_features_window(tmp_path, tiny_tokeni
     assert top.tolist() == expected_top.tolist()
     for name, value in expected.items():
         assert metrics[name] == pytest.approx(value, abs=1e-12)
+
+
+# ---- training on windows (--window, --stride) ----------------------------------------------------------------------
+
+def _window_batches(tiny_tokenizer, lengths, window: int | None, stride: int | None = None, prompt: str = ""):
+    """Collated training features of 4 triplets whose texts have `lengths` words (cycled), with or without
+    windows."""
+    from bertkit.tasks.run import collate
+    from bertkit.tasks.embed import TextPair
+
+    words = "the quick brown fox jumps over a lazy dog pack my box with five dozen liquor jugs".split()
+    rng = random.Random(3)
+    sizes = iter(lengths * 12)
+    rows = [TextPair(*(" ".join(rng.choices(words, k=next(sizes))) for _ in range(3)), None, i)
+            for i in range(4)]
+    rows = [TextPair(r.anchor, r.positive, (r.negatives,), None, r.line) for r in rows]
+    family = family_for("embed")(FinetuneConfig(kind="embed", max_seq_length=48, window=window, stride=stride,
+                                                query_prompt=prompt or None))
+    features = family.features(rows, tiny_tokenizer, training=True)
+    return rows, features, collate(features, tiny_tokenizer.pad_id)
+
+
+@pytest.mark.parametrize("mini", [None, 2])
+def test_windows_on_short_texts_give_todays_loss_and_gradients(tiny_tokenizer, mini):
+    """Texts that fit in one window: the windowed batch's loss and gradients are the unwindowed ones, bit for bit."""
+    model, _ = _encoder_and_batch(tiny_tokenizer, dropout=0.0)
+    _, _, plain_batch = _window_batches(tiny_tokenizer, [3, 9, 5], None)
+    _, features, windowed = _window_batches(tiny_tokenizer, [3, 9, 5], 32)
+    assert all(f["windows"] == [1, 1, 1] for f in features)
+    assert windowed["input_ids"].shape[0] == 12 and windowed["windows"].shape == (4, 3)
+    loss_fn = MultipleNegativesRankingLoss(20.0, mini_batch_size=mini)
+    plain_loss, plain = _grads(model, loss_fn, plain_batch)
+    windowed_loss, grads = _grads(model, loss_fn, windowed)
+    assert windowed_loss == plain_loss
+    for name in plain:
+        assert torch.equal(grads[name], plain[name]), name
+
+
+@pytest.mark.parametrize("mini", [None, 3])
+def test_windowed_training_vectors_equal_features_window(tmp_path, tiny_tokenizer, mini):
+    """A long text's training vector is `features --window`'s for the same weights (prompt repeated in every
+    window), with or without cached mini-batches."""
+    from conftest import tiny_config
+
+    from bertkit.features import encode_sentences
+    from bertkit.models import BertModel
+    from bertkit.models.pooling import SentenceEncoder
+    from bertkit.sentence import SentenceConfig
+
+    torch.manual_seed(0)
+    model = SentenceEncoder(BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)),
+                            SentenceConfig(("mean",), normalize=True)).eval()
+    model.save_pretrained(tmp_path / "m", tiny_tokenizer)
+    rows, features, batch = _window_batches(tiny_tokenizer, [30, 4, 17], 16, stride=5, prompt="q: ")
+    assert max(c for f in features for c in f["windows"]) > 3  # long texts: several windows each
+    with torch.no_grad():
+        emb = MultipleNegativesRankingLoss(20.0, mini_batch_size=mini).embeddings(model, batch)  # (B, C, D)
+    columns = [([r.anchor for r in rows], "q: "), ([r.positive for r in rows], ""),
+               ([r.negatives[0] for r in rows], "")]
+    for c, (texts, prompt) in enumerate(columns):
+        expected = encode_sentences(tmp_path / "m", texts, prompt=prompt, window=16, stride=5)
+        ours = torch.nn.functional.normalize(emb[:, c], dim=-1).numpy()
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=2e-7)
+
+
+def test_pool_windows_weights_every_window_by_its_pieces():
+    from bertkit.tasks.embed import pool_windows
+
+    vectors = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    pooled = pool_windows(vectors, [1, 3, 2], [7, 10, 10, 5, 0, 4])  # texts: 1 window, 3 windows, 2 windows
+    assert torch.equal(pooled[0], vectors[0])  # one window: its vector, bit for bit
+    torch.testing.assert_close(pooled[1], (10 * vectors[1] + 10 * vectors[2] + 5 * vectors[3]) / 25)
+    torch.testing.assert_close(pooled[2], vectors[5])  # a window of no text pieces weighs nothing
+    pooled.sum().backward()  # the gradient reaches every window, as its weight
+    assert vectors.grad[:, 0].tolist() == [1.0, 0.4, 0.4, 0.2, 0.0, 1.0]
+
+
+def test_finetune_embed_trains_on_windows(tmp_path, tiny_tokenizer, one_thread):
+    """A short run with --window and cached mini-batches on texts longer than the window: two logged steps, finite
+    losses."""
+    from conftest import tiny_config
+
+    from bertkit.tasks.finetune import finetune
+    from bertkit.models import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_config(vocab_size=tiny_tokenizer.vocab_size)).save_pretrained(tmp_path / "base", tiny_tokenizer)
+    rng = random.Random(0)
+    words = "fox dog box jugs step miles journey shells sea shore numbers words pieces".split()
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(
+        {"anchor": " ".join(rng.sample(words, 3)), "positive": " ".join(rng.choices(words, k=rng.choice([4, 30])))})
+        + "\n" for _ in range(16)))
+    _pairs_file(tmp_path / "dev.tsv", rng, 8)
+    config = FinetuneConfig(kind="embed", epochs=1, batch_size=8, learning_rate=1e-3, max_seq_length=16, log_every=1,
+                            progress=False, device="cpu", mini_batch_size=3, window=12, stride=4)
+    finetune("embed", tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "dev.tsv", tmp_path / "run", config)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["mnrl_loss"] for r in logged if "mnrl_loss" in r]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    with pytest.raises(ValueError, match="--window 65 is longer than the model's max_position_embeddings \\(64"):
+        finetune("embed", tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "dev.tsv", tmp_path / "long",
+                 dataclasses.replace(config, window=65))
+
+
+# ---- gathered negatives (torchrun): tests/tasks/test_embed_ddp.py runs two processes -----------------------------
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_ranks_own_losses_add_up_to_the_whole_batch(symmetric):
+    """Each rank's anchors against every rank's candidates (`own`): the ranks' sums are the one-process loss."""
+    from bertkit.tasks.embed import in_batch_loss
+
+    torch.manual_seed(1)
+    emb = torch.randn(7, 3, 16, dtype=torch.float64)
+    whole = in_batch_loss(emb, 20.0, symmetric)
+    parts = [in_batch_loss(emb, 20.0, symmetric, own) for own in ((0, 4), (4, 3))]
+    torch.testing.assert_close(parts[0] + parts[1], whole, rtol=0, atol=1e-12)
+    assert abs(float(parts[0] - whole)) > 1  # a rank's share alone is not the whole

@@ -11,7 +11,8 @@ import pytest
 from bertkit.models.modeldir import HEAD_SUFFIXES, architecture_role
 from bertkit.tasks import KINDS, TASK_MODULES, TaskFamily, family_for, register
 from bertkit.tasks.base import kind_of_architectures, prediction_kind
-from bertkit.tasks.squad import basic_tokenize, get_final_text, google_answer_text, make_windows, whitespace_words
+from bertkit.tasks.squad_windows import (basic_tokenize, get_final_text, google_answer_text, make_windows,
+                                         whitespace_words)
 
 
 def test_every_kind_finds_its_family_in_its_own_file():

@@ -719,73 +719,84 @@ def pair_rows(pairs: Sequence[tuple[np.ndarray, np.ndarray, int]], max_len: int,
             "next_sentence_label": np.fromiter((label for _, _, label in pairs), dtype=np.int64, count=n)}
 
 
+class _PackPlan:
+    """`_pack`'s greedy fill of rows of `capacity` content tokens, planned over the sentences' lengths (Python
+    integers): runs of content (source offset in the documents end to end, size, row, column, segment),
+    inter-document [SEP]s (row, column, segment), and per row its content length and the segment of its last
+    token. A document starts a new row unless `cross_documents`."""
+
+    def __init__(self, flats: Sequence[_Flat], capacity: int, cross_documents: bool) -> None:
+        self.run_src: list[int] = []
+        self.run_size: list[int] = []
+        self.run_row: list[int] = []
+        self.run_col: list[int] = []
+        self.run_seg: list[int] = []
+        self.seps: list[tuple[int, int, int]] = []
+        self.row_len_of: list[int] = []
+        self.row_seg_of: list[int] = []
+        self.row, self.row_len, self.seg = 0, 0, 0
+        row_doc, base = -1, 0
+        for d, flat in enumerate(flats):
+            offsets = flat.offsets
+            for k, size in enumerate(flat.lengths):
+                src = base + offsets[k]
+                new_doc = self.row_len > 0 and row_doc != d
+                if self.row_len > 0 and self.row_len + size + new_doc > capacity:
+                    self._close_row()
+                    new_doc = False
+                if new_doc:
+                    self.seps.append((self.row, self.row_len, self.seg))
+                    self.row_len, self.seg = self.row_len + 1, self.seg + 1
+                while self.row_len + size > capacity:  # a sentence longer than a row: full rows, its tail stays open
+                    room = capacity - self.row_len
+                    self._run(src, room)
+                    self.row_len += room
+                    self._close_row()
+                    src, size = src + room, size - room
+                if size:
+                    self._run(src, size)
+                    self.row_len += size
+                row_doc = d
+            base += flat.stack.shape[1]
+            if not cross_documents and self.row_len > 0:
+                self._close_row()
+        if self.row_len > 0:
+            self.row_len_of.append(self.row_len), self.row_seg_of.append(self.seg)
+
+    def _run(self, src: int, size: int) -> None:
+        self.run_src.append(src)
+        self.run_size.append(size)
+        self.run_row.append(self.row)
+        self.run_col.append(self.row_len)
+        self.run_seg.append(self.seg)
+
+    def _close_row(self) -> None:
+        self.row_len_of.append(self.row_len), self.row_seg_of.append(self.seg)
+        self.row, self.row_len, self.seg = self.row + 1, 0, 0
+
+
 def packed_rows(flats: Sequence[_Flat], max_seq_length: int, special: SpecialIds,
                 cross_documents: bool) -> dict[str, np.ndarray] | None:
     """`pad_instances(list(pack_full_sentences(docs, max_seq_length, special=special)), max_seq_length,
     special.pad)` (or `pack_doc_sentences` when not `cross_documents`) for documents given as `_Flat`s, in
-    order: `_pack`'s greedy fill planned over the sentences' lengths (Python integers), then every row's content
+    order: `_pack`'s greedy fill planned over the sentences' lengths (`_PackPlan`), then every row's content
     copied at once. Returns input_ids, token_type_ids, attention_mask, segment_ids (n, T) int64, special_mask,
     word_starts (n, T) bool; None when the documents hold no token."""
     t = int(max_seq_length)
     capacity = t - 2
     if capacity < 1:
         raise ValueError(f"max_seq_length must be >= 3 to hold [CLS] x [SEP], got {max_seq_length}")
-    # Runs of content (source offset in the documents end to end, size, row, column, segment); inter-document
-    # [SEP]s (row, column, segment); per row its content length and the segment of its last token
-    run_src: list[int] = []
-    run_size: list[int] = []
-    run_row: list[int] = []
-    run_col: list[int] = []
-    run_seg: list[int] = []
-    seps: list[tuple[int, int, int]] = []
-    row_len_of: list[int] = []
-    row_seg_of: list[int] = []
-    row, row_len, seg, row_doc, base = 0, 0, 0, -1, 0
-
-    def run(src: int, size: int) -> None:
-        run_src.append(src)
-        run_size.append(size)
-        run_row.append(row)
-        run_col.append(row_len)
-        run_seg.append(seg)
-
-    for d, flat in enumerate(flats):
-        offsets = flat.offsets
-        for k, size in enumerate(flat.lengths):
-            src = base + offsets[k]
-            new_doc = row_len > 0 and row_doc != d
-            if row_len > 0 and row_len + size + new_doc > capacity:
-                row_len_of.append(row_len), row_seg_of.append(seg)
-                row, row_len, seg, new_doc = row + 1, 0, 0, False
-            if new_doc:
-                seps.append((row, row_len, seg))
-                row_len, seg = row_len + 1, seg + 1
-            while row_len + size > capacity:  # a sentence longer than a row: full rows, its tail stays open
-                room = capacity - row_len
-                run(src, room)
-                row_len_of.append(row_len + room), row_seg_of.append(seg)
-                row, row_len, seg = row + 1, 0, 0
-                src, size = src + room, size - room
-            if size:
-                run(src, size)
-                row_len += size
-            row_doc = d
-        base += flat.stack.shape[1]
-        if not cross_documents and row_len > 0:
-            row_len_of.append(row_len), row_seg_of.append(seg)
-            row, row_len, seg = row + 1, 0, 0
-    if row_len > 0:
-        row_len_of.append(row_len), row_seg_of.append(seg)
-    n = len(row_len_of)
+    plan = _PackPlan(flats, capacity, cross_documents)
+    n = len(plan.row_len_of)
     if n == 0:
         return None
     stream = np.concatenate([f.stack for f in flats], axis=1)  # (2, N): ids, word starts, documents end to end
-    sizes = np.array(run_size, dtype=np.int64)
+    sizes = np.array(plan.run_size, dtype=np.int64)
     rows = np.arange(n, dtype=np.int64) * t
-    to, src = _scatter(sizes, np.array(run_row, dtype=np.int64) * t + 1 + np.array(run_col, dtype=np.int64),
-                       np.array(run_src, dtype=np.int64))
-    lengths = np.array(row_len_of, dtype=np.int64) + 2
-    last_seg = np.array(row_seg_of, dtype=np.int64)
+    to, src = _scatter(sizes, np.array(plan.run_row, dtype=np.int64) * t + 1 + np.array(plan.run_col, dtype=np.int64),
+                       np.array(plan.run_src, dtype=np.int64))
+    lengths = np.array(plan.row_len_of, dtype=np.int64) + 2
+    last_seg = np.array(plan.row_seg_of, dtype=np.int64)
     ids = np.full((n, t), special.pad, dtype=np.int64)
     special_mask = np.ones((n, t), dtype=bool)
     word_starts = np.ones((n, t), dtype=bool)
@@ -794,9 +805,9 @@ def packed_rows(flats: Sequence[_Flat], max_seq_length: int, special: SpecialIds
     word_starts.reshape(-1)[to] = stream[1, src] != 0
     word_starts[:, 1] = True  # every row's first piece starts a word (`_lead_start`)
     special_mask.reshape(-1)[to] = False
-    segments.reshape(-1)[to] = np.repeat(np.array(run_seg, dtype=np.int64), sizes)
-    if seps:
-        sep = np.array(seps, dtype=np.int64)
+    segments.reshape(-1)[to] = np.repeat(np.array(plan.run_seg, dtype=np.int64), sizes)
+    if plan.seps:
+        sep = np.array(plan.seps, dtype=np.int64)
         at = sep[:, 0] * t + 1 + sep[:, 1]
         ids.reshape(-1)[at] = special.sep
         segments.reshape(-1)[at] = sep[:, 2]

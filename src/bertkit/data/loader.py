@@ -18,8 +18,8 @@ each rank checkpoints its own.
 
 With `workers` > 0, worker processes (torch DataLoader) make the batches, each a contiguous share of the rank's
 rows, outside the training process; the shares are joined into pinned memory (on a CUDA machine), so the copy to
-the device can be non_blocking. A worker that dies ends the run with one line (`DataError`); `--resume` continues
-from the last checkpoint exactly.
+the device can be non_blocking (`bertkit.data.workers`). A worker that dies ends the run with one line
+(`DataError`); `--resume` continues from the last checkpoint exactly.
 
 T5's span corruption ("spans" instances) and XLNet keep whole-corpus chunks, whose creation is cheap (documents
 laid end to end): epoch e visits the documents in the seeded permutation, `chunk_docs` at a time, and global
@@ -43,12 +43,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 import bisect
-import gc
 import itertools
-import math
 import threading
 from queue import Full, Queue
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -59,12 +57,13 @@ from bertkit.data.instances import (
 )
 from bertkit.config import IGNORE_INDEX
 from bertkit.data.masking import mask_tokens, masking_rng
-from bertkit.errors import DataError
 from bertkit.data.spans import noise_counts, random_spans_helper, span_corruption, span_corruption_rows
 from bertkit.data.permutation import plm_example, row_segments, split_a_b
+# The worker-process wire (`unpack_batch`, `unpack_pinned`, `worker_items`, `pack_batch` importable from here too).
+from bertkit.data.workers import join_shares, pack_batch, unpack_batch, unpack_pinned, worker_items
 
-OBJECTIVE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences", "spans", "xlnet")
-LANE_INSTANCES = ("nsp", "sop", "sentence-pair", "full-sentences", "doc-sentences")  # made per lane (see above)
+# The instance kinds (INSTANCE_KINDS, at the end of this module: how each is made), OBJECTIVE_INSTANCES their
+# names, LANE_INSTANCES those made per lane (see above).
 ROW_FIELDS = ("input_ids", "labels", "attention_mask", "token_type_ids")  # a lane chunk's (n, T) fields, in order
 _END = object()  # end-of-stream marker of the prefetch queue
 
@@ -104,7 +103,7 @@ class StreamOptions:
                              f"{self.chunk_docs}")
         if self.instances not in OBJECTIVE_INSTANCES:
             raise ValueError(f"unknown instance kind {self.instances!r}; choose one of {OBJECTIVE_INSTANCES}")
-        if self.isolate_documents and self.instances != "full-sentences":
+        if self.isolate_documents and not INSTANCE_KINDS[self.instances].cross_documents:
             raise ValueError(f"isolate_documents applies to rows that pack several documents (full-sentences), "
                              f"not to {self.instances!r} instances")
         if self.instances == "spans":
@@ -154,7 +153,7 @@ class PretrainingStream:
         if workers < 0:
             raise ValueError(f"workers must be 0 (batches made in this process) or more, got {workers}")
         # Lane kinds read documents through a small cache (NSP's random next segments, a lane chunk's neighbours)
-        self.docs = CachedDocuments(docs) if options.instances in LANE_INSTANCES else docs
+        self.docs = CachedDocuments(docs) if INSTANCE_KINDS[options.instances].lanes else docs
         self.options, self.special = options, special
         self.vocab_size, self.micro_batch_size = vocab_size, micro_batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
@@ -162,10 +161,15 @@ class PretrainingStream:
         self.max_epochs = max_epochs
         self.prefetch = prefetch  # batches made ahead by a background thread (0: make them on demand)
         self.workers = min(workers, micro_batch_size)  # each worker makes a share of at least one row
-        self.lanes = options.instances in LANE_INSTANCES
+        self.lanes = INSTANCE_KINDS[options.instances].lanes
         self.carried_mems = None
         self.position = self._start()
         self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def kind(self) -> InstanceKind:
+        """How this stream's instances are made (its row of INSTANCE_KINDS)."""
+        return INSTANCE_KINDS[self.options.instances]
 
     @property
     def group(self) -> int:
@@ -222,16 +226,11 @@ class PretrainingStream:
         members = self.lane_documents(lane, m, G)
         static = o.dupe_factor is not None
         units: list[tuple[int, int, list[int]]] = []  # (first row, end row, masking seed words) per masking unit
-        if o.instances in ("nsp", "sop", "sentence-pair"):
+        if self.kind.pairs is not None:
             pairs: list[tuple[np.ndarray, np.ndarray, int]] = []
             for d, e in members:
                 ce = self._creation_epoch(e)
-                rng = np.random.default_rng([self.seed, 2, ce, d])
-                if o.instances == "sentence-pair":
-                    made = sentence_pairs(self.docs, d, o.max_seq_length, rng)
-                else:
-                    create = nsp_pairs if o.instances == "nsp" else sop_pairs
-                    made = create(self.docs, d, o.max_seq_length, o.short_seq_prob, rng)
+                made = self.kind.pairs(self.docs, d, o, np.random.default_rng([self.seed, 2, ce, d]))
                 if made:
                     units.append((len(pairs), len(pairs) + len(made), [self.seed, 6, ce if static else e, d]))
                     pairs.extend(made)
@@ -239,7 +238,7 @@ class PretrainingStream:
         else:
             e = members[0][1]
             arrays = packed_rows([self.docs.flat(d) for d, _ in members], o.max_seq_length, self.special,
-                                 cross_documents=o.instances == "full-sentences")
+                                 cross_documents=self.kind.cross_documents)
             if arrays is not None:
                 n = len(arrays["input_ids"])
                 units.append((0, n, [self.seed, 6, self._creation_epoch(e) if static else e, G, lane, m]))
@@ -293,10 +292,13 @@ class PretrainingStream:
         # The chunk's documents end to end, read by ranges (`EndToEnd`): every rank cuts the whole chunk but uses
         # only its own rows, so it reads only the tokens of those (the documents' lengths place them)
         text = EndToEnd(self.docs, members, self._document_lengths())
-        if o.instances == "xlnet":
-            return _xlnet_rows(text, o.max_seq_length, o.reuse_len, self.group, rows)
-        if o.instances != "spans":
+        if self.kind.chunk is None:
             raise ValueError(f"{o.instances!r} instances are made per lane (lane_chunk), not per chunk")
+        return self.kind.chunk(self, text, rng, rows)
+
+    def _span_sequences(self, text: EndToEnd, rng: np.random.Generator, rows: range | None) -> Sequence[Instance]:
+        """Spans: the chunk's documents end to end (`text`) cut into sequences of `span_lengths[0]` tokens."""
+        o = self.options
         # Cut into uncorrupted sequences (corruption happens at collation), in a seeded order, each made when asked
         # for (`LazyRows`): a rank's work per batch does not grow with the world size.
         length = o.span_lengths[0]
@@ -542,7 +544,7 @@ class PretrainingStream:
                 if pin and n == 1:  # one copy of the flat tensor into pinned memory; the fields are views of it
                     batch = unpack_pinned(parts[0])
                 else:
-                    batch = _join([unpack_batch(p) for p in parts], self.lanes, pin)
+                    batch = join_shares([unpack_batch(p) for p in parts], self.lanes, pin)
                 if carried is not None:
                     batch["mems"], carried = carried, None
                 yield batch
@@ -552,11 +554,9 @@ class PretrainingStream:
     def collate(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None = None,
                 rows: slice = slice(None)) -> dict[str, Any]:
         """Spans and xlnet: corrupt or permute the `rows` of a group of (instance, epoch, index), as tensors."""
-        if self.options.instances == "spans":
-            return self._collate_spans(items, state, rows)
-        if self.options.instances == "xlnet":
-            return self._collate_xlnet(items, state, rows)
-        raise ValueError(f"{self.options.instances!r} rows are collated by collate_rows")
+        if self.kind.collate is None:
+            raise ValueError(f"{self.options.instances!r} rows are collated by collate_rows")
+        return self.kind.collate(self, items, state, rows)
 
     def _collate_spans(self, items: list[tuple[Instance, int, int]], state: dict[str, int] | None,
                        rows: slice) -> dict[str, Any]:
@@ -642,164 +642,6 @@ class _WorkerShares(torch.utils.data.IterableDataset):
         share = np.array_split(np.arange(self.stream.micro_batch_size), self.workers)[w]
         for batch in self.stream._batches(range(int(share[0]), int(share[-1]) + 1)):
             yield pack_batch(batch)
-
-
-def _as_is(item: Any) -> Any:
-    return item
-
-
-def _worker_start(worker_id: int) -> None:
-    from bertkit.io import close_inherited_locks
-
-    close_inherited_locks()
-
-
-def worker_items(dataset: torch.utils.data.IterableDataset, workers: int, prefetch: int, seed: int,
-                 rank: int) -> Iterator[tuple[np.ndarray, list, dict[str, Any]]]:
-    """The items (`pack_batch`ed batches, or shares of one) that `workers` processes make from `dataset`, in
-    round-robin order: item k comes from worker k mod `workers` (torch's DataLoader keeps that order). The one way
-    batches leave worker processes, for the pretraining stream and the fine-tuning batches
-    (`bertkit.tasks.run.EpochBatches`) alike.
-
-    A worker that dies ends the iteration with one line (`DataError` naming the rank); what a live worker raises
-    comes through as itself. Closing the generator shuts the workers down at once."""
-    from torch.utils.data import DataLoader
-
-    # A generator of its own: the DataLoader draws its workers' base seed from it, and a draw from the global
-    # one would shift the training's dropout (a resumed run, or one with --workers 0, would then differ)
-    # collate_fn: the items are packed already (`pack_batch`); the default would walk every position list in them
-    # worker_init_fn: a worker holds no copy of the run directory's lock, so a killed run's directory is free
-    # for `--resume` at once (not when its orphaned workers notice, seconds later)
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
-                        prefetch_factor=max(prefetch, 1), persistent_workers=False,
-                        generator=torch.Generator().manual_seed(seed), worker_init_fn=_worker_start)
-    # The workers are forked here. gc.freeze: the objects this process holds move to a generation the children's
-    # garbage collector never walks; walked, every page holding one is copied into the child (copy on write):
-    # measured, a quarter fewer page faults and a fifth less CPU in a worker making 300 NSP batches of 64
-    gc.freeze()
-    try:
-        items = iter(loader)
-    finally:
-        gc.unfreeze()  # this process collects as before
-    try:
-        yield from items
-    except (RuntimeError, ConnectionError, EOFError) as err:
-        # A dead worker shows as torch's "DataLoader worker ... exited/killed", or as its pipe breaking under
-        # the read; what a live worker raises comes through as itself
-        if isinstance(err, RuntimeError) and "DataLoader worker" not in str(err):
-            raise
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"a data loader worker process of rank {rank} died ({why}); continue from the "
-                        f"last checkpoint with --resume") from None
-    finally:
-        # Shut the workers down now: a traceback that holds the iterator would keep them (and torch's SIGCHLD
-        # watch over them, which raises wherever the process then is) alive
-        shutdown = getattr(items, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-
-
-def unpack_pinned(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """`unpack_batch` into pinned memory (one block for the whole batch): every field is a pinned view, so the
-    trainer's copy to the GPU (non_blocking) waits for nothing."""
-    return _unpacked(item, pin=True)
-
-
-_NARROW = (torch.int8, torch.int16, torch.int32)  # integer dtypes a field travels in, narrowest first
-
-
-def _wire_dtype(value: torch.Tensor) -> torch.dtype:
-    """The narrowest integer dtype that holds every value of an int64/int32 tensor; bool for a float32 tensor of
-    zeros and ones (XLNet's perm_mask and target_mapping, most of its batch's bytes); its own dtype otherwise."""
-    if value.dtype == torch.float32 and value.numel() > 0:
-        bits = value.reshape(-1).view(torch.int32)  # +0.0 and 1.0 exactly (not -0.0), bit for bit
-        zero_or_one = (bits == 0) | (bits == 0x3F800000)
-        return torch.bool if bool(zero_or_one.all()) else value.dtype
-    if value.dtype not in (torch.int64, torch.int32) or value.numel() == 0:
-        return value.dtype
-    low, high = (int(x) for x in torch.aminmax(value))
-    for dtype in _NARROW:
-        info = torch.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return dtype if dtype.itemsize < value.dtype.itemsize else value.dtype
-    return value.dtype
-
-
-def pack_batch(batch: dict[str, Any]) -> tuple[np.ndarray, list[tuple[str, torch.dtype, tuple[int, ...], int,
-                                                                       torch.dtype]], dict[str, Any]]:
-    """A batch as one flat byte array, its layout (name, dtype, shape, offset, dtype on the wire) and the rest
-    (positions, flags). Integer fields travel in the narrowest dtype that holds their values (token ids in 16
-    or 32 bits, masks in 8) and `unpack_batch` widens them back: the same values and dtypes arrive.
-
-    Why: each tensor a worker hands over becomes a shared-memory segment of its own, created, sent as a file
-    descriptor and mapped again per item (about a millisecond each, measured), which cost more than making the
-    rows; one numpy array per batch goes through the worker's pipe as plain bytes (one copy each side), and a
-    narrow one fits the pipe's buffer in one write (a 256-row batch of int64s took a dozen reads, each waiting
-    for the worker's next write)."""
-    tensors = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
-    layout, offset = [], 0
-    for name, value in tensors:
-        wire = _wire_dtype(value)
-        layout.append((name, value.dtype, tuple(value.shape), offset, wire))
-        offset += -(-value.numel() * wire.itemsize // 8) * 8  # 8-byte aligned, so every view is aligned
-    flat = np.empty(offset, dtype=np.uint8)
-    view = torch.from_numpy(flat)
-    for (name, value), (_, dtype, shape, start, wire) in zip(tensors, layout):
-        size = value.numel() * wire.itemsize
-        view[start:start + size].view(wire).copy_(value.reshape(-1))
-    return flat, layout, {k: v for k, v in batch.items() if not isinstance(v, torch.Tensor)}
-
-
-def unpack_batch(item: tuple[np.ndarray, list, dict[str, Any]]) -> dict[str, Any]:
-    """The batch `pack_batch` made, in the original key order: views into its flat tensor where a field travelled
-    in its own dtype, widened copies where it travelled narrower."""
-    return _unpacked(item, pin=False)
-
-
-def _unpacked(item: tuple[np.ndarray, list, dict[str, Any]], pin: bool) -> dict[str, Any]:
-    flat, layout, rest = item
-    flat = torch.from_numpy(flat) if isinstance(flat, np.ndarray) else flat
-    fields = [(name, flat[start:start + math.prod(shape) * wire.itemsize].view(wire).view(shape), dtype)
-              for name, dtype, shape, start, wire in layout]
-    if not pin and all(value.dtype == dtype for _, value, dtype in fields):
-        out: dict[str, Any] = {name: value for name, value, _ in fields}
-    else:  # widen into one block (pinned when asked), each field a view of it
-        sizes = [-(-value.numel() * dtype.itemsize // 8) * 8 for _, value, dtype in fields]
-        block = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=pin)
-        out, start = {}, 0
-        for (name, value, dtype), size in zip(fields, sizes):
-            target = block[start:start + value.numel() * dtype.itemsize].view(dtype).view(value.shape)
-            if value.dtype == dtype:
-                target.copy_(value)
-            else:  # numpy's cast: torch's copy_ across dtypes took 20 ms for XLNet's (64, 128, 128) perm_mask
-                np.copyto(target.numpy(), value.numpy(), casting="unsafe")
-            out[name], start = target, start + size
-    out.update(rest)
-    return out
-
-
-def _join(parts: list[dict[str, Any]], lanes: bool, pin: bool) -> dict[str, Any]:
-    """One batch from its shares (in row order): tensors concatenated along the rows (into pinned memory when
-    `pin`), lane positions concatenated."""
-    out: dict[str, Any] = {}
-    for key, value in parts[0].items():
-        if isinstance(value, torch.Tensor):
-            tensors = [p[key] for p in parts]
-            if len(tensors) == 1:
-                joined = tensors[0].pin_memory() if pin else tensors[0]
-            else:
-                shape = (sum(t.shape[0] for t in tensors),) + tuple(tensors[0].shape[1:])
-                joined = torch.empty(shape, dtype=value.dtype, pin_memory=pin)
-                torch.cat(tensors, out=joined)
-            out[key] = joined
-        elif key == "_state":
-            state = dict(value)
-            if lanes:
-                state["lanes"] = [lane for p in parts for lane in p["_state"]["lanes"]]
-            out[key] = state
-        else:
-            out[key] = value
-    return out
 
 
 class LazyRows(Sequence):
@@ -957,3 +799,41 @@ def fixed_batches(stream: PretrainingStream, max_instances: int, batch_size: int
             break
         items.append((inst, epoch, index))
     return [stream.collate(items[i:i + batch_size]) for i in range(0, len(items), batch_size)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The instance kinds: how the stream makes each (an objective's row in bertkit.models.registry.OBJECTIVES names one)
+# ------------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InstanceKind:
+    """One kind of instance: made per lane (sentence pairs per document, or packed rows per lane chunk), or per
+    whole-corpus chunk (`chunk` makes its rows, `collate` corrupts or permutes them into a batch)."""
+
+    # sentence pairs: (docs, document, options, rng) -> the document's pairs (bertkit.data.instances)
+    pairs: Callable[[Any, int, StreamOptions, np.random.Generator], list] | None = None
+    cross_documents: bool = False  # packed rows: a row may hold several documents (FULL-SENTENCES)
+    # whole-corpus chunks: (stream, documents end to end, the chunk's rng, this process's rows) -> instances
+    chunk: Callable[[PretrainingStream, EndToEnd, np.random.Generator, range | None], Sequence[Instance]] | None = None
+    collate: Callable[..., dict[str, Any]] | None = None  # (stream, items, state, rows) -> a batch of tensors
+
+    @property
+    def lanes(self) -> bool:
+        return self.chunk is None
+
+
+def _xlnet_chunk(stream: PretrainingStream, text: EndToEnd, rng: np.random.Generator,
+                 rows: range | None) -> Sequence[XLNetSegment]:
+    return _xlnet_rows(text, stream.options.max_seq_length, stream.options.reuse_len, stream.group, rows)
+
+
+INSTANCE_KINDS: dict[str, InstanceKind] = {
+    "nsp": InstanceKind(pairs=lambda docs, d, o, rng: nsp_pairs(docs, d, o.max_seq_length, o.short_seq_prob, rng)),
+    "sop": InstanceKind(pairs=lambda docs, d, o, rng: sop_pairs(docs, d, o.max_seq_length, o.short_seq_prob, rng)),
+    "sentence-pair": InstanceKind(pairs=lambda docs, d, o, rng: sentence_pairs(docs, d, o.max_seq_length, rng)),
+    "full-sentences": InstanceKind(cross_documents=True),
+    "doc-sentences": InstanceKind(),
+    "spans": InstanceKind(chunk=PretrainingStream._span_sequences, collate=PretrainingStream._collate_spans),
+    "xlnet": InstanceKind(chunk=_xlnet_chunk, collate=PretrainingStream._collate_xlnet),
+}
+OBJECTIVE_INSTANCES = tuple(INSTANCE_KINDS)
+LANE_INSTANCES = tuple(name for name, kind in INSTANCE_KINDS.items() if kind.lanes)

@@ -17,6 +17,7 @@ streaming.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -71,30 +72,9 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
     returned `Manifest.reused` / `.written` say which. Raises DataError (path:line) on bad input under
     on_bad_line="error", FileNotFoundError for missing inputs, ValueError for bad options.
     """
-    if not 0.0 <= eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction must be in [0, 1), not {eval_fraction}")
-    if eval_paths is not None and eval_fraction > 0:
-        raise ValueError("give either eval_paths or eval_fraction, not both")
-    if shard_tokens < 1 or batch_size < 1:
-        raise ValueError(f"shard_tokens ({shard_tokens}) and batch_size ({batch_size}) must be positive")
-    format = "arrow" if format == "datasets" else format  # a save_to_disk directory's files are Arrow streams
-    if format is not None and format not in FORMATS:
-        raise ValueError(f"unknown corpus format {format!r}; expected one of {list(FORMATS)}")
-    if on_bad_line not in ON_BAD_LINE:
-        raise ValueError(f"on_bad_line must be one of {list(ON_BAD_LINE)}, not {on_bad_line!r}")
-    if split_sentences is not None and not isinstance(split_sentences, bool):
-        raise TypeError("prepare takes split_sentences as None/True/False (a custom splitter cannot be recorded)")
-    if tokenizer_kind is not None and tokenizer_kind not in TOKENIZER_KINDS:
-        raise ValueError(f"unknown tokenizer kind {tokenizer_kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
-    if isinstance(tokenizer_dir, (str, os.PathLike)):
-        tokenizer = load_tokenizer(tokenizer_dir, kind=tokenizer_kind)
-    else:
-        tokenizer = tokenizer_dir
-        if getattr(tokenizer, "kind", None) not in TOKENIZER_KINDS:
-            raise TypeError(f"prepare needs a tokenizer directory or a bertkit tokenizer, not "
-                            f"{type(tokenizer).__name__}")
-        if tokenizer_kind is not None and tokenizer.kind != tokenizer_kind:
-            raise ValueError(f"tokenizer_kind {tokenizer_kind!r} but the tokenizer given is {tokenizer.kind}")
+    format = _checked_options(eval_paths, eval_fraction, format, on_bad_line, split_sentences, shard_tokens,
+                              batch_size, tokenizer_kind)
+    tokenizer = _tokenizer(tokenizer_dir, tokenizer_kind)
     out_dir = Path(out_dir)
     train_files = expand_paths(corpus_paths)
     eval_files = expand_paths(eval_paths) if eval_paths is not None else []
@@ -116,26 +96,73 @@ def prepare(corpus_paths: Paths, tokenizer_dir, out_dir: PathLike, *,
         streams.append(_Stream("eval", eval_files, ["eval"]))
     build = _Build(out_dir, tokenizer, dtype, key_options, streams, format, on_bad_line, split_sentences,
                    shard_tokens, batch_size, seed, eval_fraction, progress)
+    # refused before anything in out_dir is touched
+    _check_inputs(train_files, eval_files, format, text_column, document_column)
+    # One writer per data directory (a second `prepare` on it fails at once, naming the holder's pid).
+    with _engine_on_every_core(), lock_directory(out_dir):
+        return build.run()
+
+
+def _checked_options(eval_paths: Paths | None, eval_fraction: float, format: str | None, on_bad_line: str,
+                     split_sentences: bool | None, shard_tokens: int, batch_size: int,
+                     tokenizer_kind: str | None) -> str | None:
+    """`prepare`'s options checked (ValueError or TypeError naming the option); the corpus format to read."""
+    if not 0.0 <= eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction must be in [0, 1), not {eval_fraction}")
+    if eval_paths is not None and eval_fraction > 0:
+        raise ValueError("give either eval_paths or eval_fraction, not both")
+    if shard_tokens < 1 or batch_size < 1:
+        raise ValueError(f"shard_tokens ({shard_tokens}) and batch_size ({batch_size}) must be positive")
+    format = "arrow" if format == "datasets" else format  # a save_to_disk directory's files are Arrow streams
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"unknown corpus format {format!r}; expected one of {list(FORMATS)}")
+    if on_bad_line not in ON_BAD_LINE:
+        raise ValueError(f"on_bad_line must be one of {list(ON_BAD_LINE)}, not {on_bad_line!r}")
+    if split_sentences is not None and not isinstance(split_sentences, bool):
+        raise TypeError("prepare takes split_sentences as None/True/False (a custom splitter cannot be recorded)")
+    if tokenizer_kind is not None and tokenizer_kind not in TOKENIZER_KINDS:
+        raise ValueError(f"unknown tokenizer kind {tokenizer_kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+    return format
+
+
+def _tokenizer(tokenizer_dir, tokenizer_kind: str | None):
+    """The tokenizer `prepare` was given, loaded from its directory or taken as it is, of `tokenizer_kind` if set."""
+    if isinstance(tokenizer_dir, (str, os.PathLike)):
+        return load_tokenizer(tokenizer_dir, kind=tokenizer_kind)
+    tokenizer = tokenizer_dir
+    if getattr(tokenizer, "kind", None) not in TOKENIZER_KINDS:
+        raise TypeError(f"prepare needs a tokenizer directory or a bertkit tokenizer, not "
+                        f"{type(tokenizer).__name__}")
+    if tokenizer_kind is not None and tokenizer.kind != tokenizer_kind:
+        raise ValueError(f"tokenizer_kind {tokenizer_kind!r} but the tokenizer given is {tokenizer.kind}")
+    return tokenizer
+
+
+def _check_inputs(train_files: list[Path], eval_files: list[Path], format: str | None, text_column: str,
+                  document_column: str | None) -> None:
+    """DataError for an input of 0 bytes, or a Parquet or Arrow file without the columns read."""
     for files, what in ((train_files, "corpus"), (eval_files, "eval corpus")):
-        if files and all(f.stat().st_size == 0 for f in files):  # refused before anything in out_dir is touched
+        if files and all(f.stat().st_size == 0 for f in files):
             raise DataError(f"{', '.join(map(str, files))}: the {what} is empty (0 bytes); nothing to prepare")
-        for file in files:  # a Parquet or Arrow file without the columns: refused before out_dir is touched too
+        for file in files:
             fmt = format or detect_format(file)
             if fmt in COLUMNAR_FORMATS:
                 Table(file, fmt).require(text_column, document_column)
+
+
+@contextlib.contextmanager
+def _engine_on_every_core() -> Iterator[None]:
+    """TOKENIZERS_PARALLELISM=true while `prepare` runs, unless the user set it: the engine uses every core for
+    encode_batch. Unset afterwards, so that a later fork (DataLoader workers) gets the engine's own fork-safety
+    behaviour instead of a forced setting."""
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     if previous is None:
-        # Let the engine use every core for encode_batch; restored afterwards so that a later fork (DataLoader
-        # workers) gets the engine's own fork-safety behaviour instead of a forced setting.
         os.environ["TOKENIZERS_PARALLELISM"] = "true"
     try:
-        # One writer per data directory (a second `prepare` on it fails at once, naming the holder's pid).
-        with lock_directory(out_dir):
-            return build.run()
+        yield
     finally:
         if previous is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
-
 
 def _fingerprint(path: Path) -> dict:
     stat = path.stat()

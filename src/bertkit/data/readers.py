@@ -110,6 +110,20 @@ def table_format(path: str | os.PathLike, format: str | None = None) -> str:
     return _SUFFIXES[suffix]
 
 
+def table_or_own_format(path: str | os.PathLike, format: str | None, own: str,
+                        own_formats: tuple[str, ...]) -> str | None:
+    """The table format a task file is read in, or None for the task's own layout (`own`: "squad", "conll"):
+    `format` when given (`own`: None); by path, `table_format`'s answer unless it is one of `own_formats` (the
+    table formats whose files the task reads in its own layout) or the path says nothing."""
+    if format is not None:
+        return None if format == own else table_format(path, format)
+    try:
+        fmt = table_format(path)
+    except ValueError:
+        return None
+    return None if fmt in own_formats else fmt
+
+
 def _shards(directory: Path, fmt: str) -> list[Path]:
     suffixes = (".parquet",) if fmt == "parquet" else (".arrow", ".feather", ".ipc")
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in suffixes

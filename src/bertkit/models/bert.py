@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit.checkpoint import load_model, save_model
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models import layouts
@@ -224,18 +225,24 @@ def _join_qkv(module: SelfAttention, state: dict, prefix: str, local_metadata, s
 
 
 class FeedForward(nn.Module):
-    """H -> intermediate -> H with the configured activation, residual and LayerNorm."""
+    """H -> intermediate -> H with the given activation, residual and LayerNorm. `inner_dropout` also drops out
+    the activations before `down` (XLNet's block: up -> activation -> dropout -> down -> dropout)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, hidden: int, intermediate: int, act: str, dropout: float, eps: float,
+                 inner_dropout: bool = False) -> None:
         super().__init__()
-        self.up = Linear(config.hidden_size, config.intermediate_size)
-        self.down = Linear(config.intermediate_size, config.hidden_size)
-        self.act = activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.up = Linear(hidden, intermediate)
+        self.down = Linear(intermediate, hidden)
+        self.act = activation(act)
+        self.norm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.inner_dropout = inner_dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x + self.dropout(self.down(self.act(self.up(x)))))
+        inner = self.act(self.up(x))  # (B, T, intermediate)
+        if self.inner_dropout:
+            inner = self.dropout(inner)
+        return self.norm(x + self.dropout(self.down(inner)))
 
 
 class Layer(nn.Module):
@@ -244,7 +251,8 @@ class Layer(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.attn = SelfAttention(config)
-        self.ffn = FeedForward(config)
+        self.ffn = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act,
+                               config.hidden_dropout_prob, config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, layout: Padded | Unpadded,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -300,6 +308,18 @@ class TokenDetectionHead(nn.Module):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)  # (B, T, H) -> (B, T)
 
 
+def init_module(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of one module: normal(0, std) weights of a Linear or Embedding, zero biases,
+    LayerNorm weight 1 / bias 0; other modules are left alone."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Models
 # ------------------------------------------------------------------------------------------------------------------
@@ -323,16 +343,9 @@ class PreTrainedModel(nn.Module):
 
     def init_weights(self) -> None:
         """BERT initialisation: normal(0, initializer_range) weights, zero biases, LayerNorm weight 1 / bias 0."""
-        std = self.config.initializer_range
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, MaskedLMHead):
+            init_module(module, self.config.initializer_range)
+            if isinstance(module, MaskedLMHead):
                 nn.init.zeros_(module.bias)
 
     def num_parameters(self) -> int:
@@ -342,14 +355,10 @@ class PreTrainedModel(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs):
         """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin."""
-        from bertkit.checkpoint import load_model
-
         return load_model(cls, directory, **kwargs)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
         """Write config.json + model.safetensors (transformers' names), and the tokenizer files when given."""
-        from bertkit.checkpoint import save_model
-
         save_model(self, directory, tokenizer=tokenizer)
 
 

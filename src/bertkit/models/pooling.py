@@ -23,9 +23,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save
 from torch import nn
 
+from bertkit.checkpoint import save_model
 from bertkit.models.bert import TaskOutput
+from bertkit.models.modeldir import ModelDir
 from bertkit.sentence import SentenceConfig, read_sentence_config, sentence_files
 
 
@@ -90,6 +93,9 @@ class SentenceEncoder(nn.Module):
         super().__init__()
         self.encoder, self.sentence = encoder, sentence
         self.dense = nn.ModuleList(Dense(d.in_features, d.out_features, d.bias, d.activation) for d in sentence.dense)
+        pooler = getattr(encoder, "pooler", None)
+        if pooler is not None:  # BERT's pooler: kept for the directory, never read by a sentence vector, so not
+            pooler.requires_grad_(False)  # trained (DistributedDataParallel wants every trained weight in the loss)
 
     @property
     def config(self):
@@ -132,8 +138,6 @@ class SentenceEncoder(nn.Module):
         """A model directory as an embedding model: its sentence-transformers modules (or `sentence`, or mean
         pooling without normalisation for a plain directory), with `overrides` replacing SentenceConfig fields
         (pooling modes, normalize, matryoshka_dims; prompts are merged into the directory's). Dense weights come from each Dense folder's model.safetensors."""
-        from bertkit.models.modeldir import ModelDir
-
         directory = Path(directory)
         sentence = sentence or read_sentence_config(directory) or SentenceConfig()
         given = {k: v for k, v in overrides.items() if v is not None}
@@ -150,10 +154,6 @@ class SentenceEncoder(nn.Module):
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
         """The encoder's model directory (config.json, model.safetensors, tokenizer files) with the
         sentence-transformers modules beside it, written atomically together."""
-        from safetensors.torch import save
-
-        from bertkit.checkpoint import save_model
-
         files = sentence_files(self.sentence, self.config.hidden_size)
         for spec, layer in zip(self.sentence.dense, self.dense):
             state = {k: v.detach().cpu().contiguous() for k, v in layer.state_dict().items()}

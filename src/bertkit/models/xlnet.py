@@ -52,9 +52,9 @@ import torch
 from torch import nn
 
 from bertkit.config import XLNetConfig
-from bertkit.models.bert import PreTrainedModel, TaskOutput, sequence_loss, token_loss
+from bertkit.models.bert import FeedForward, PreTrainedModel, TaskOutput, init_module, sequence_loss, token_loss
 from bertkit.models.heads import NamedLabels, last_real_token, span_loss
-from bertkit.models.kernels import Linear, activation, linear
+from bertkit.models.kernels import Linear, linear
 from bertkit.models.layouts import check_ids, check_ids_in_vocabulary, host_copy, reshape
 
 NEG_INF = -1e30  # the score of a hidden key (transformers' value: a row with every key hidden comes out uniform)
@@ -254,28 +254,15 @@ class RelativeAttention(nn.Module):
         return new_h, self.output(g, context)
 
 
-class FeedForward(nn.Module):
-    """up -> activation -> dropout -> down -> dropout, then residual + LayerNorm."""
-
-    def __init__(self, config: XLNetConfig) -> None:
-        super().__init__()
-        self.up = Linear(config.d_model, config.d_inner)
-        self.down = Linear(config.d_inner, config.d_model)
-        self.act = activation(config.ff_activation)
-        self.dropout = nn.Dropout(config.dropout)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x + self.dropout(self.down(self.dropout(self.act(self.up(x))))))
-
-
 class Layer(nn.Module):
     """Relative two-stream attention, then the feed-forward block on each stream (shared weights)."""
 
     def __init__(self, config: XLNetConfig) -> None:
         super().__init__()
         self.attn = RelativeAttention(config)
-        self.ffn = FeedForward(config)
+        # up -> activation -> dropout -> down -> dropout, then residual + LayerNorm
+        self.ffn = FeedForward(config.d_model, config.d_inner, config.ff_activation, config.dropout,
+                               config.layer_norm_eps, inner_dropout=True)
 
     def forward(self, h: torch.Tensor, g: torch.Tensor | None, mem: torch.Tensor | None,
                 ctx: Context) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -318,14 +305,8 @@ class XLNetPreTrainedModel(PreTrainedModel):
     def init_weights(self) -> None:
         std = self.config.initializer_range
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, RelativeAttention):
+            init_module(module, std)
+            if isinstance(module, RelativeAttention):
                 for p in (module.q, module.k, module.v, module.o, module.r, module.r_w_bias, module.r_r_bias,
                           module.r_s_bias, module.seg_embed):
                     nn.init.normal_(p, std=std)

@@ -19,6 +19,7 @@ draws them with `bertkit.pipeline.plots.plot_layer_distances`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -28,6 +29,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
+from bertkit.features import extract_features
+from bertkit.io import atomic_write, writer_lock
+from bertkit.models import ModelDir
+from bertkit.pipeline.plots import plot_layer_distances
 
 
 def read_texts(path: str | os.PathLike) -> list[str]:
@@ -70,12 +75,10 @@ def layer_distances(model_dir: str | os.PathLike, texts: Sequence[str], max_seq_
     Returns {"model": model_dir, "model_type", "layers": L, "tokens": tokens measured, "l2": [...],
     "cosine_distance": [...], "angle_degrees": [...]} (lists of L floats, layer 1 first).
     """
-    from bertkit.features import extract_features, load_encoder
-    from bertkit.tokenizers import load_tokenizer
-
     if not texts:
         raise ValueError("layer_distances needs at least one text")
-    model, tokenizer = load_encoder(model_dir), load_tokenizer(model_dir)
+    directory = ModelDir.open(model_dir)
+    model, tokenizer = directory.load("encoder"), directory.tokenizer()
     config = model.config
     n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers")
     states, _ = extract_features(model, texts, layers=list(range(n_layers + 1)), combine="none",
@@ -127,11 +130,6 @@ def analyze_layers(model_dirs: Sequence[str | os.PathLike], input_path: str | os
     result with its "name") and out_dir/layers.png (`bertkit.pipeline.plots.plot_layer_distances`). Returns the JSON's
     content, with "table" (`format_table`) and, when written, "files".
     """
-    import json
-
-    from bertkit.io import atomic_write, writer_lock
-    from bertkit.pipeline.plots import plot_layer_distances
-
     if not model_dirs:
         raise ValueError("--model: give at least one model directory")
     names = list(names) if names else default_names(model_dirs)

@@ -18,13 +18,15 @@ calling process (a notebook, say) is left untouched.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from bertkit.errors import DataError
-from bertkit.io import read_json_lines
+from bertkit.io import atomic_write, read_json_lines
 
 METRICS_FILE = "metrics.jsonl"
 # Figure names in the order they are written (and returned).
@@ -124,15 +126,28 @@ def group_keys(keys) -> dict[str, list[list[str]]]:
 # ------------------------------------------------------------------------------------------------------------------
 # Drawing
 # ------------------------------------------------------------------------------------------------------------------
-def _matplotlib():
-    """(Figure, FigureCanvasAgg), imported on first use."""
-    try:
+def matplotlib_parts() -> SimpleNamespace:
+    """The parts of matplotlib that bertkit draws with: Figure, FigureCanvasAgg, font_manager, rcParams,
+    rc_context, FT2Font. The one place bertkit imports matplotlib, on first use: it is optional (the `plots` extra);
+    without it, ModuleNotFoundError saying how to install it."""
+    try:  # optional dependency: the `plots` extra
+        import matplotlib
+        from matplotlib import font_manager
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ft2font import FT2Font
     except ModuleNotFoundError as err:  # the name travels, so the command line names the extra (bertkit.errors)
         raise ModuleNotFoundError("plotting needs matplotlib, which is not installed: pip install matplotlib "
                                   "(or pip install 'bertkit[plots]')", name=err.name) from None
-    return Figure, FigureCanvasAgg
+    return SimpleNamespace(Figure=Figure, FigureCanvasAgg=FigureCanvasAgg, font_manager=font_manager,
+                           rcParams=matplotlib.rcParams, rc_context=matplotlib.rc_context, FT2Font=FT2Font)
+
+
+def figure_classes() -> tuple[type, type]:
+    """(Figure, FigureCanvasAgg) of `matplotlib_parts`: figures drawn on the Agg canvas with the object API, so
+    the calling process's global backend is left alone."""
+    parts = matplotlib_parts()
+    return parts.Figure, parts.FigureCanvasAgg
 
 
 # Fonts that draw Hangul and CJK, in order of preference; every figure uses the first one installed as a fallback
@@ -145,17 +160,15 @@ _scanned = False
 
 def _charmap(path: str) -> frozenset[int]:
     if path not in _charmaps:
-        from matplotlib.ft2font import FT2Font
-
-        _charmaps[path] = frozenset(FT2Font(path).get_charmap())
+        _charmaps[path] = frozenset(matplotlib_parts().FT2Font(path).get_charmap())
     return _charmaps[path]
 
 
 def figure_fonts() -> list[tuple[str, str]]:
     """(family, file) of the fonts figures draw with, in fallback order: matplotlib's default sans-serif, then the
     first installed font of `CJK_FONTS`."""
-    from matplotlib import font_manager, rcParams
-
+    parts = matplotlib_parts()
+    font_manager, rcParams = parts.font_manager, parts.rcParams
     global _scanned
     if not _scanned:
         # matplotlib's font list is cached on first use: a font installed since (by `make install`) is added here.
@@ -196,9 +209,7 @@ def figure_text(text: str, fallback: str) -> str:
 def font_context():
     """A matplotlib rc context in which text falls back from the default font to an installed CJK/Hangul font
     (glyph by glyph), so figures created and saved inside it draw those scripts."""
-    from matplotlib import rc_context
-
-    return rc_context({"font.family": [family for family, _ in figure_fonts()]})
+    return matplotlib_parts().rc_context({"font.family": [family for family, _ in figure_fonts()]})
 
 
 _TITLES = {"loss": "Training loss (mean over each logging window)", "accuracy": "Training accuracy",
@@ -212,7 +223,7 @@ def _draw(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> 
 
 
 def _draw_in_context(name: str, axes_keys: list[list[str]], series: Series, path: Path) -> None:
-    Figure, FigureCanvasAgg = _matplotlib()
+    Figure, FigureCanvasAgg = figure_classes()
     n = len(axes_keys)
     cols = 1 if n == 1 else 2
     rows = math.ceil(n / cols)
@@ -249,7 +260,7 @@ def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     figures = group_keys(series)
     if not figures:
         return []
-    _matplotlib()  # fail before creating out_dir
+    figure_classes()  # fail before creating out_dir
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -267,7 +278,7 @@ def plot_card(table: dict, path: str | os.PathLike) -> Path:
     """Draw a merged card (`bertkit.tasks.card.merge_cards`) as dot-and-whisker plots, one panel per column (task:
     metric): for every row (model, variant) a dot at the median, a thick bar over the interquartile range and a
     thin whisker from min to max. Returns the PNG's path."""
-    Figure, FigureCanvasAgg = _matplotlib()
+    Figure, FigureCanvasAgg = figure_classes()
     with font_context():
         return _plot_card(table, path, Figure, FigureCanvasAgg)
 
@@ -306,7 +317,7 @@ def plot_confusion(matrices: dict, path: str | os.PathLike, title: str = "") -> 
     """Draw confusion matrices ({"labels": [...], NAME: rows = gold, columns = predicted, ...}, as results.json
     and cards hold them) as annotated heat maps, one panel per NAME (dev, each extra file), gold on the vertical
     axis and predictions across. Returns the PNG's path."""
-    Figure, FigureCanvasAgg = _matplotlib()
+    Figure, FigureCanvasAgg = figure_classes()
     with font_context():
         return _plot_confusion(matrices, path, title, Figure, FigureCanvasAgg)
 
@@ -348,11 +359,7 @@ def plot_layer_distances(results: list[dict], names: list[str], path: str | os.P
     """Draw `bertkit.pipeline.analyze.layer_distances` results of several models side by side: the L2 distance and the
     cosine distance (1 - cos) between each layer's input and output embeddings against the layer, one line per
     model (as figure 1 of the ALBERT paper). Written atomically; returns the PNG's path."""
-    import io
-
-    from bertkit.io import atomic_write
-
-    Figure, FigureCanvasAgg = _matplotlib()
+    Figure, FigureCanvasAgg = figure_classes()
     fig = Figure(figsize=(11, 4), layout="constrained")
     FigureCanvasAgg(fig)
     for i, (key, label) in enumerate((("l2", "L2 distance"), ("cosine_distance", "cosine distance (1 - cos)"))):

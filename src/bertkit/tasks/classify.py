@@ -31,6 +31,7 @@ import numpy as np
 from bertkit.data.readers import MISSING, Table, delimited_rows, field, text_cell
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, cut_at, read_predictions, register, softmax, texts_and_pairs
+from bertkit.tasks.metrics import accuracy, pearson, spearman
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ class SequenceClassificationTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         logits = out.logits.float()
@@ -264,8 +265,8 @@ class SequenceClassificationTask:
         """(lm_weight x summed next-token cross-entropy, number of predicted tokens) over the real positions."""
         import torch.nn.functional as F
 
-        from bertkit.checkpoint import unwrap
-        from bertkit.models.layouts import host_count, mark_host, positions
+        from bertkit.checkpoint import unwrap  # torch-free module: only the loss needs torch
+        from bertkit.models.layouts import host_count, mark_host, positions  # (as above)
 
         ids, mask = batch["input_ids"], batch["attention_mask"]
         # (B, T-1): position t predicts the real token t + 1; its positions from the host copy of the mask
@@ -282,8 +283,6 @@ class SequenceClassificationTask:
 
 def classification_metrics(predictions: Sequence, gold: Sequence, regression: bool) -> dict[str, float]:
     """accuracy and macro-F1 of class ids (or names), or pearson, spearmanr and mse of numbers."""
-    from bertkit.tasks.metrics import accuracy, pearson, spearman
-
     if regression:
         p, y = np.asarray(predictions, dtype=np.float64), np.asarray(gold, dtype=np.float64)
         return {"pearson": pearson(p, y), "spearmanr": spearman(p, y), "mse": float(np.mean((p - y) ** 2))}

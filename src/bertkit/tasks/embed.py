@@ -13,6 +13,8 @@ s_ij = scale x cos(a_i, c_j) over the candidates c = (p_1..p_B, n_1..n_B), and t
 picking c_i, averaged over the anchors; scale 20 as sentence-transformers' default (a temperature of 0.05). The
 symmetric option adds the positives' side, cross-entropy of picking a_i among the anchors for p_i, and halves the
 sum (MultipleNegativesSymmetricRankingLoss). Every text of a batch goes through the encoder in one forward pass.
+Under torchrun (gather_negatives, the default) every rank's vectors are gathered: a rank's anchors are scored
+against the candidates of the whole global batch, as in one process (`gather_rows`).
 
 Dev files:
     with a score column     STS: Spearman (and Pearson) correlation of the cosine of each pair with its score
@@ -36,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.sentence import combine_windows, windowed_encodings
-from bertkit.tasks.base import TaskFamily, register
+from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
+from bertkit.tasks.base import TaskFamily, read_predictions, register
 from bertkit.tasks.classify import records
+from bertkit.tasks.metrics import pearson, spearman
 from bertkit.tasks.rerank import mrr_at_k, ndcg_at_k
 
 
@@ -204,22 +207,47 @@ def cached_embeddings(model, ids, mask, types, chunks: list[list[int]], widths: 
     return _Cached.apply(anchor)
 
 
-def in_batch_loss(emb, scale: float, symmetric: bool):
-    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring)."""
+def in_batch_loss(emb, scale: float, symmetric: bool, own: tuple[int, int] | None = None):
+    """The in-batch cross-entropy of (B, C, D) embeddings summed over the B anchors (see the module docstring);
+    `own` = (start, count): only the anchors (and, symmetric, the positives) of those rows, against every row's
+    candidates (a rank's share of the gathered batch: `gather_rows`)."""
     import torch
     import torch.nn.functional as F
 
-    B = emb.shape[0]
+    start, count = own if own is not None else (0, emb.shape[0])
     emb = F.normalize(emb, p=2, dim=-1)  # cosine, whatever the model's own normalisation
     anchors = emb[:, 0]  # (B, D)
+    mine = anchors[start:start + count] if own is not None else anchors
     candidates = emb[:, 1:].transpose(0, 1).reshape(-1, emb.shape[-1])  # (B * (C-1), D): positives, negatives
-    scores = scale * anchors @ candidates.T  # (B, B * (C-1))
-    target = torch.arange(B, device=emb.device)
+    scores = scale * mine @ candidates.T  # (count, B * (C-1))
+    target = torch.arange(start, start + count, device=emb.device)
     loss = F.cross_entropy(scores, target, reduction="sum")
     if symmetric:
-        backward = scale * emb[:, 1] @ anchors.T  # (B, B): each positive against every anchor
+        positives = emb[start:start + count, 1] if own is not None else emb[:, 1]
+        backward = scale * positives @ anchors.T  # (count, B): each positive against every anchor
         loss = (loss + F.cross_entropy(backward, target, reduction="sum")) / 2
     return loss
+
+
+def gather_rows(emb, group=None) -> tuple[Any, tuple[int, int]]:
+    """Every rank's (B_r, C, D) embeddings, concatenated in rank order, the gradient flowing back to each rank's
+    own rows (torch.distributed.nn's all_gather: a rank receives the sum of every rank's gradient for its rows),
+    and this rank's (start, count) in it. Ranks may hold different B_r (the global batch split unevenly): the
+    counts are exchanged first, on the host (`group`: a gloo group; None: the default one), and every rank's rows
+    are padded to the largest for the gather."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_gather
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    counts = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor([emb.shape[0]]), group=group)
+    counts = [int(c) for c in counts]
+    most = max(counts)
+    padded = torch.cat([emb, emb.new_zeros(most - emb.shape[0], *emb.shape[1:])]) if emb.shape[0] < most else emb
+    parts = all_gather(padded)
+    rows = torch.cat([part[:n] for part, n in zip(parts, counts)])
+    return rows, (sum(counts[:rank]), counts[rank])
 
 
 class MultipleNegativesRankingLoss:
@@ -232,49 +260,102 @@ class MultipleNegativesRankingLoss:
     padded tokens, W the batch's widest text: the same loss and gradients, activations held for one chunk."""
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False, matryoshka_dims: Sequence[int] = (),
-                 mini_batch_size: int | None = None) -> None:
+                 mini_batch_size: int | None = None, gather: bool = True) -> None:
         self.scale, self.symmetric = scale, symmetric
         self.matryoshka_dims = tuple(sorted(matryoshka_dims, reverse=True))
         self.mini_batch_size = mini_batch_size
+        self.gather = gather
+        self._host_group: Any = None  # the gloo group that exchanges the ranks' row counts (made on first use)
+
+    def _gathered(self, emb):
+        """(every rank's rows, this rank's (start, count)) under torchrun with gather; else (emb, None)."""
+        import torch.distributed as dist
+
+        if not (self.gather and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return emb, None
+        if self._host_group is None:  # counts travel on the host: a gloo group beside NCCL's
+            self._host_group = (dist.group.WORLD if dist.get_backend() == "gloo"
+                                else dist.new_group(backend="gloo"))
+        return gather_rows(emb, self._host_group)
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {"mnrl_loss": float(batch["input_ids"].shape[0])}
+        return {"mnrl_loss": float(batch["windows" if "windows" in batch else "input_ids"].shape[0])}
 
     def embeddings(self, model, batch):
-        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when mini_batch_size is set."""
+        """(B, C, D) float32 (float64 for a float64 model) sentence vectors of the batch, cached per chunk when
+        mini_batch_size is set; with windows (a (R, T) batch of every text's windows, `collate`'s "windows"), each
+        text's vector pooled from its windows' (`pool_windows`)."""
         ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
-        if self.mini_batch_size is None:
+        windows = batch.get("windows")
+        if self.mini_batch_size is None and windows is None:
             return _widen(model(ids, mask, types).logits)
-        B, C, T = ids.shape
-        lengths = host_lengths(mask)  # (B * C,) in the flat order below
-        flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
-        chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
-        widths = [lengths[rows[0]] for rows in chunks]  # longest first
-        return cached_embeddings(model, *flat, chunks, widths).view(B, C, -1)
+        if windows is None:
+            B, C, T = ids.shape
+            flat = [t.reshape(B * C, T) if t is not None else None for t in (ids, mask, types)]
+        else:
+            (B, C), flat = windows.shape, [ids, mask, types]
+        if self.mini_batch_size is None:
+            vectors = _widen(model(*flat).logits)
+        else:
+            lengths = host_lengths(mask)  # one per flat row
+            chunks = token_budget_chunks(lengths, self.mini_batch_size * max(lengths))
+            widths = [lengths[rows[0]] for rows in chunks]  # longest first
+            vectors = cached_embeddings(model, *flat, chunks, widths)
+        if windows is not None:
+            vectors = pool_windows(vectors, host_values(windows), host_values(batch["window_pieces"]))
+        return vectors.view(B, C, -1)
 
     def __call__(self, model, batch):
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         emb = self.embeddings(model, batch)  # (B, C, D)
         B = emb.shape[0]
+        emb, own = self._gathered(emb)  # under torchrun: every rank's rows, this rank's anchors
         if self.matryoshka_dims:
             if self.matryoshka_dims[0] > emb.shape[-1]:
                 raise ValueError(f"--matryoshka-dims {self.matryoshka_dims[0]} is more than the model's "
                                  f"{emb.shape[-1]} dimensions")
-            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric) for d in self.matryoshka_dims)
+            loss = sum(in_batch_loss(emb[..., :d], self.scale, self.symmetric, own) for d in self.matryoshka_dims)
         else:
-            loss = in_batch_loss(emb, self.scale, self.symmetric)
+            loss = in_batch_loss(emb, self.scale, self.symmetric, own)
         return {"mnrl_loss": (loss, host_count(B, loss.device))}
 
 
-def host_lengths(mask) -> list[int]:
-    """Real tokens per text of an attention mask (..., T), flattened, read from its host copy when the loader left
-    one (nothing is read from the device then)."""
-    from bertkit.models.layouts import host_copy
+def pool_windows(vectors, windows: Sequence[int], pieces: Sequence[int]):
+    """(N, D) text vectors from the (R, D) vectors of their windows, the n-th text's `windows[n]` consecutive
+    rows holding `pieces` text pieces each: the windows' mean weighted by their pieces, as
+    `bertkit.sentence.combine_windows` (unnormalised: the loss takes the cosine); a one-window text's vector is
+    its window's, bit for bit. The gradient flows into every window."""
+    import torch
 
-    host = host_copy(mask)
-    source = host if host is not None else mask
-    return [int(n) for n in source.ne(0).sum(-1).reshape(-1).tolist()]
+    owner, weights, start = [], [], 0
+    for n, count in enumerate(windows):
+        share = pieces[start:start + count]
+        total = max(sum(share), 1)
+        owner += [n] * count
+        weights += [1.0] if count == 1 else [k / total for k in share]
+        start += count
+    owner_t = torch.tensor(owner, device=vectors.device)
+    weights_t = torch.tensor(weights, dtype=vectors.dtype, device=vectors.device)
+    return vectors.new_zeros(len(windows), vectors.shape[-1]).index_add_(0, owner_t, vectors * weights_t[:, None])
+
+
+def on_host(x):
+    """x's host copy when the loader left one (reading it reads nothing from the device), else x."""
+    from bertkit.models.layouts import host_copy  # torch-free module: only the loss needs torch
+
+    host = host_copy(x)
+    return host if host is not None else x
+
+
+def host_values(x) -> list[int]:
+    """An integer tensor's values, flattened, `on_host`."""
+    return [int(n) for n in on_host(x).reshape(-1).tolist()]
+
+
+def host_lengths(mask) -> list[int]:
+    """Real tokens per text of an attention mask (..., T), flattened, `on_host`."""
+    return [int(n) for n in on_host(mask).ne(0).sum(-1).reshape(-1).tolist()]
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -344,10 +425,13 @@ class EmbedFamily(TaskFamily):
         length = self.config.seq_length
         q, d = (p or "" for p in self.prompts().values())  # sentence-transformers: the prompt, then the text
         if training:
-            columns = [[q + e.anchor for e in examples], [d + e.positive for e in examples]]
+            columns = [([e.anchor for e in examples], q), ([e.positive for e in examples], d)]
             for k in range(len(examples[0].negatives)):
-                columns.append([d + e.negatives[k] for e in examples])
-            encoded = [tokenizer.encode_batch(texts, max_length=length) for texts in columns]
+                columns.append(([e.negatives[k] for e in examples], d))
+            if getattr(self.config, "window", None):
+                return self._windowed_training(tokenizer, columns, len(examples))
+            encoded = [tokenizer.encode_batch([prompt + t for t in texts], max_length=length)
+                       for texts, prompt in columns]
             return [{"input_ids": [enc[i].input_ids for enc in encoded],
                      "token_type_ids": [enc[i].token_type_ids for enc in encoded]} for i in range(len(examples))]
         if examples[0].score is not None:  # STS: both sentences of every pair, in turn
@@ -356,6 +440,28 @@ class EmbedFamily(TaskFamily):
         return (self._eval_rows(tokenizer, [e.anchor for e in examples], q, "query")
                 + self._eval_rows(tokenizer, corpus, d, "document"))
 
+    def _stride(self, tokenizer) -> int:
+        """--stride, or half the window's room for text."""
+        return self.config.stride or max((self.config.window - tokenizer.num_special_tokens()) // 2, 1)
+
+    def _windowed_training(self, tokenizer, columns: list[tuple[list[str], str]], n: int) -> list[dict[str, Any]]:
+        """Training features with --window: each example's rows are the windows of its texts, column by column
+        (`windowed_encodings`: a text that fits in one window is one row, encoded as without windows), with how
+        many windows each text has ("windows") and each window's text pieces ("window_pieces", its weight)."""
+        out: list[dict[str, Any]] = [{"input_ids": [], "token_type_ids": [], "windows": [], "window_pieces": []}
+                                     for _ in range(n)]
+        for texts, prompt in columns:
+            rows = windowed_encodings(tokenizer, texts, self.config.window, self._stride(tokenizer), prompt)
+            counts = [0] * n
+            for enc, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces):
+                f = out[owner]
+                f["input_ids"].append(list(enc.input_ids)), f["token_type_ids"].append(list(enc.token_type_ids))
+                f["window_pieces"].append(pieces)
+                counts[owner] += 1
+            for f, count in zip(out, counts):
+                f["windows"].append(count)
+        return out
+
     def _eval_rows(self, tokenizer, texts: list[str], prompt: str, role: str) -> list[dict[str, Any]]:
         """The dev features of `texts` (with `prompt` first): one per text cut at the sequence length, or with
         --window one per window, each naming its text (`owner`) and its pieces (`bertkit.sentence`'s windows)."""
@@ -363,8 +469,7 @@ class EmbedFamily(TaskFamily):
         if not window:
             return [{"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids, "role": role}
                     for enc in tokenizer.encode_batch([prompt + t for t in texts], max_length=self.config.seq_length)]
-        room = window - tokenizer.num_special_tokens()
-        rows = windowed_encodings(tokenizer, texts, window, self.config.stride or max(room // 2, 1), prompt)
+        rows = windowed_encodings(tokenizer, texts, window, self._stride(tokenizer), prompt)
         return [{"input_ids": list(r.input_ids), "token_type_ids": list(r.token_type_ids), "role": role,
                  "owner": owner, "pieces": pieces} for r, owner, pieces in zip(rows.encoded, rows.owner, rows.pieces)]
 
@@ -382,8 +487,6 @@ class EmbedFamily(TaskFamily):
                          for rows in groups.values()])
 
     def model_kwargs(self) -> dict[str, Any]:
-        from bertkit.sentence import pooling_modes
-
         if getattr(self.config, "dropout", None) is not None:
             raise ValueError("bertkit finetune embed: --dropout is not supported; the encoder keeps its config's")
 
@@ -402,11 +505,10 @@ class EmbedFamily(TaskFamily):
         c = self.config
         return MultipleNegativesRankingLoss(getattr(c, "scale", 20.0), bool(getattr(c, "symmetric", False)),
                                             c.dims() if hasattr(c, "dims") else (),
-                                            getattr(c, "mini_batch_size", None))
+                                            getattr(c, "mini_batch_size", None),
+                                            bool(getattr(c, "gather_negatives", True)))
 
     def evaluate(self, examples, features, logits) -> tuple[dict[str, float], Any]:
-        from bertkit.tasks.metrics import pearson, spearman
-
         vectors = self._text_vectors(features, logits)
         if features and features[0].get("role") == "sts":
             cos = cosine_rows(vectors[0::2], vectors[1::2])
@@ -436,9 +538,6 @@ class EmbedFamily(TaskFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """Spearman and Pearson of a file of one cosine per line against an STS file's scores."""
-        from bertkit.tasks.base import read_predictions
-        from bertkit.tasks.metrics import pearson, spearman
-
         examples = read_pairs(data_path, *self._columns(), **self.table_options())
         if examples[0].score is None:
             raise DataError.at(data_path, None, "the data file has no score column")

@@ -50,7 +50,7 @@ from bertkit.data.readers import Table, table_format
 from bertkit.tasks.base import TaskFamily, register
 from bertkit.tasks.classify import (ClassificationFamily, Columns, Example, delimited_rows, header_columns, read_table,
                                     rows_to_examples)
-from bertkit.tasks.metrics import GLUE_METRICS, canonical_task
+from bertkit.tasks.metrics import GLUE_METRICS, canonical_task, glue_metrics
 
 __all__ = ["TASKS", "Example", "GlueFamily", "GlueTask", "get_task", "glue_path", "read_glue", "read_table"]
 
@@ -224,16 +224,12 @@ class GlueFamily(ClassificationFamily):
         return read_glue(self.spec.name, path, **self.table_options())
 
     def metrics(self, logits: np.ndarray, gold) -> dict[str, float]:
-        from bertkit.tasks.metrics import glue_metrics
-
         return glue_metrics(self.spec.name, logits, np.asarray(gold))
 
     def gold_labels(self, data_path) -> list:
         return [e.label for e in read_glue(self.spec.name, data_path, **self.table_options())]
 
     def score(self, rows, predicted, gold, predictions_path) -> dict[str, Any]:
-        from bertkit.tasks.metrics import glue_metrics
-
         if self.regression:
             return glue_metrics(self.spec.name, np.asarray(predicted), np.asarray(gold, dtype=np.float64))
         to_id = self.spec.label_to_id

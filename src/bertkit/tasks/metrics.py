@@ -94,24 +94,24 @@ def matthews_corrcoef(predictions: Sequence | np.ndarray, labels: Sequence | np.
 
 def pearson(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray) -> float:
     """Pearson correlation of two real vectors; 0.0 when either is constant (scipy would give NaN)."""
-    p, y = _pair(predictions, labels)
-    p, y = p.astype(np.float64), y.astype(np.float64)
-    if len(p) < 2 or _constant(p) or _constant(y):
-        return 0.0
-    import scipy.stats
-
-    return float(scipy.stats.pearsonr(p, y)[0])
+    return _correlation(predictions, labels, "pearsonr")
 
 
 def spearman(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray) -> float:
     """Spearman rank correlation (ties get average ranks); 0.0 when either vector is constant."""
+    return _correlation(predictions, labels, "spearmanr")
+
+
+def _correlation(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray, statistic: str) -> float:
+    """scipy.stats' `statistic` ("pearsonr", "spearmanr") of two real vectors; 0.0 for fewer than two values or
+    a constant vector."""
     p, y = _pair(predictions, labels)
     p, y = p.astype(np.float64), y.astype(np.float64)
     if len(p) < 2 or _constant(p) or _constant(y):
         return 0.0
     import scipy.stats
 
-    return float(scipy.stats.spearmanr(p, y)[0])
+    return float(getattr(scipy.stats, statistic)(p, y)[0])
 
 
 def confusion_matrix(predictions: Sequence | np.ndarray, labels: Sequence | np.ndarray,

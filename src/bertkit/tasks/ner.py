@@ -38,7 +38,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from bertkit.config import IGNORE_INDEX  # label of positions the loss skips (torch's cross-entropy default)
-from bertkit.data.readers import MISSING, Row, Table, field, table_format
+from bertkit.data.readers import MISSING, Row, Table, field, table_or_own_format
 from bertkit.errors import DataError
 from bertkit.tasks.base import TaskFamily, check_count, cut_at, json_text, register, softmax, utf8_errors
 
@@ -109,13 +109,7 @@ def table_format_of(path: str | os.PathLike[str], format: str | None = None) -> 
     """The table format a NER file is read in, or None for CoNLL columns: `format` when given ("conll": None);
     by path, JSON (Lines), Parquet, Arrow and `datasets` directories are tables, anything else is CoNLL (its files
     are .txt, .conll or have no suffix at all)."""
-    if format is not None:
-        return None if format == "conll" else table_format(path, format)
-    try:
-        fmt = table_format(path)
-    except ValueError:
-        return None
-    return fmt if fmt not in ("tsv", "csv") else None
+    return table_or_own_format(path, format, "conll", ("tsv", "csv"))
 
 
 def read_tagged_table(path: str | os.PathLike[str], tokens_column: str = "tokens", tags_column: str = "ner_tags", *,
@@ -426,6 +420,7 @@ class TokenClassificationTask:
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
+        # torch-free module: only the loss needs torch
         from bertkit.models.layouts import host_count, mark_host, positions
 
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()

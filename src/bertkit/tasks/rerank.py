@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError
-from bertkit.tasks.base import register
+from bertkit.tasks.base import read_predictions, register
 from bertkit.tasks.classify import ClassificationFamily, Example, read_table, records
 
 
@@ -84,7 +84,7 @@ class RerankLoss:
     def __call__(self, model, batch):
         import torch.nn.functional as F
 
-        from bertkit.models.layouts import host_count
+        from bertkit.models.layouts import host_count  # torch-free module: only the loss needs torch
 
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         labels = batch["labels"].float()
@@ -207,8 +207,6 @@ class RerankFamily(ClassificationFamily):
 
     def evaluate_file(self, data_path, predictions_path, null_odds_path=None) -> dict[str, Any]:
         """nDCG@10 and MRR@10 of a file of one score per line (the data file's rows, in order)."""
-        from bertkit.tasks.base import read_predictions
-
         query, document, label = self.columns
         examples = read_table(data_path, query, document, label, regression=True,
                                             **self.table_options())

@@ -127,10 +127,12 @@ class FinetuneConfig:
     mini_batch_size: int | None = _f(None, "embed: cached in-batch negatives (GradCache): the loss over the whole "
                                            "batch, activations held for at most N x W padded tokens at a time (W: "
                                            "the batch's longest text), the same gradients")
+    gather_negatives: bool = _f(True, "embed under torchrun: every rank's texts are in-batch negatives of every "
+                                      "anchor, as in one process over the global batch (false: each rank's own)")
     matryoshka_dims: str | None = _f(None, "embed: train these prefixes of the vector too, comma-separated "
                                            "(Matryoshka: 384,256,128,64); saved in the model directory")
-    window: int | None = _f(None, "embed: dev texts longer than this many tokens are pooled from overlapping "
-                                  "windows (as `features --window`); training texts are cut at max_seq_length")
+    window: int | None = _f(None, "embed: training and dev texts longer than this many tokens are pooled from "
+                                  "overlapping windows (as `features --window`), not cut at max_seq_length")
     stride: int | None = _f(None, "embed: --window's text tokens between window starts (default: half)")
     query_prompt: str | None = _f(None, "embed: text put before every query (anchor), saved as the directory's "
                                         "`query` prompt")
@@ -306,11 +308,14 @@ def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.
 
     A feature has "input_ids" and "token_type_ids" (lists of T ints, or, for multiple choice, C such lists) and
     optionally "label" (int or float), "labels" (T ints, token classification), "start_position"/"end_position",
-    "target_ids" (a text-to-text target, any length).
-    Returns input_ids, token_type_ids, attention_mask as (B, T) or (B, C, T) int64, plus "labels" (B,) or (B, T)
+    "target_ids" (a text-to-text target, any length), "windows" and "window_pieces" (embed --window: its rows are
+    the windows of its C texts, the k-th text's `windows[k]` of them, holding `window_pieces` text pieces each).
+    Returns input_ids, token_type_ids, attention_mask as (B, T) or (B, C, T) int64 (windows: (R, T), R the windows
+    of the batch, with "windows" (B, C) and "window_pieces" (R,) int64), plus "labels" (B,) or (B, T)
     (padding IGNORE_INDEX; for targets (B, L), L the longest target), "start_positions"/"end_positions" (B,).
     """
     choice = _choices(features[0]) > 0
+    windows = features[0].get("windows") is not None
     rows = [row for f in features for row in (f["input_ids"] if choice else [f["input_ids"]])]
     types = [row for f in features for row in (f["token_type_ids"] if choice else [f["token_type_ids"]])]
     T = max(len(r) for r in rows)
@@ -318,10 +323,13 @@ def collate(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.
     ids, token_types = _padded(rows, T, pad_id), _padded(types, T, 0)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     mask = torch.from_numpy((np.arange(T)[None, :] < lengths[:, None]).astype(np.int64))
-    if choice:  # (B*C, T) -> (B, C, T)
+    if choice and not windows:  # (B*C, T) -> (B, C, T); windows stay flat rows (R, T)
         shape = (len(features), len(features[0]["input_ids"]), T)
         ids, token_types, mask = ids.view(shape), token_types.view(shape), mask.view(shape)
     batch = {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
+    if windows:
+        batch["windows"] = torch.tensor([f["windows"] for f in features], dtype=torch.long)
+        batch["window_pieces"] = torch.tensor([n for f in features for n in f["window_pieces"]], dtype=torch.long)
     first = features[0]
     if first.get("labels") is not None:
         batch["labels"] = _padded([f["labels"] for f in features], T, IGNORE_INDEX)
@@ -452,7 +460,7 @@ class EpochBatches:
         try:
             for batch in made:
                 self.position = dict(batch["_state"])
-                self.examples_yielded += len(batch["input_ids"])
+                self.examples_yielded += len(batch["windows"] if "windows" in batch else batch["input_ids"])
                 self.tokens_yielded += int(batch["attention_mask"].sum())
                 yield batch
         finally:
@@ -627,6 +635,9 @@ def load_task_data(kind: str, model_dir: str | os.PathLike, train_path, dev_path
     if config.seq_length > positions:
         raise ValueError(f"max_seq_length {config.seq_length} is longer than the {who}'s max_position_embeddings "
                          f"({positions}, {model_dir})")
+    if config.window is not None and config.window > positions:
+        raise ValueError(f"--window {config.window} is longer than the {who}'s max_position_embeddings ({positions}, "
+                         f"{model_dir})")
     family = family_class(config)
     train_examples = family.read(train_path, training=True)
     dev_examples = family.read(dev_path, training=False)

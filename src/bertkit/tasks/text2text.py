@@ -34,7 +34,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertkit.tasks.base import TaskFamily, family_for, texts_and_pairs
+from bertkit.config import IGNORE_INDEX
+from bertkit.tasks.base import TaskFamily, family_for, refusal, texts_and_pairs
+from bertkit.tasks.classify import Example
+from bertkit.tasks.squad import SquadExample, squad_evaluate
+from bertkit.tasks.squad import write_predictions as write_squad_predictions
 
 # Kinds an encoder-decoder is fine-tuned for as text to text; the others (ner, swag) need a head per token or per
 # choice, which T5 does not have.
@@ -63,8 +67,6 @@ T5_GLUE: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str] | None]] = 
 def text_to_text_family(kind: str, model_type: str, verb: str = "finetune") -> type["Text2TextFamily"]:
     """The family that fine-tunes an encoder-decoder (`model_type`, e.g. t5) for `kind`; ValueError naming the verb,
     the kind and the model type for a kind that needs a head T5 does not have (ner, swag)."""
-    from bertkit.tasks.base import refusal
-
     message = refusal(model_type, kind, f"bertkit {verb} {kind}")
     if message is not None:  # the matrix's refused cells (bertkit.tasks.base.REFUSED)
         raise ValueError(message)
@@ -93,14 +95,12 @@ class Seq2SeqTask:
     target so far (teacher forcing); summed, so that the trainer averages over the global batch."""
 
     def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        from bertkit.config import IGNORE_INDEX
-
         return {"seq2seq_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
 
     def __call__(self, model, batch):
         import torch.nn.functional as F  # torch only when a model trains: reading needs none
 
-        from bertkit.config import IGNORE_INDEX
+        # torch-free module: only the loss needs torch
         from bertkit.models.layouts import host_count, mark_host, positions
 
         labels = batch["labels"]
@@ -272,8 +272,6 @@ class Text2TextFamily(TaskFamily):
         texts = self.decode(generated)
         values, unrecognized = self.interpret(texts)
         if self.kind == "squad":
-            from bertkit.tasks.squad import squad_evaluate
-
             predictions = {e.id: text for e, text in zip(examples, texts)}
             return squad_evaluate(examples, predictions, None, self.base.version_2), predictions
         if self.regression:
@@ -286,9 +284,7 @@ class Text2TextFamily(TaskFamily):
 
     def write_predictions(self, out_dir: Path, examples, output) -> None:
         if self.kind == "squad":
-            from bertkit.tasks.squad import write_predictions
-
-            write_predictions(Path(out_dir) / "predictions.json", output)
+            write_squad_predictions(Path(out_dir) / "predictions.json", output)
             return
         (Path(out_dir) / "dev_predictions.txt").write_text("".join(f"{x}\n" for x in output), encoding="utf-8")
 
@@ -312,9 +308,6 @@ class Text2TextFamily(TaskFamily):
 
     def prediction_features(self, inputs: Sequence, tokenizer) -> list[dict[str, Any]]:
         """inputs: texts or (text, pair) tuples (glue, classify); (question, context) tuples (squad)."""
-        from bertkit.tasks.classify import Example
-        from bertkit.tasks.squad import SquadExample
-
         self.tokenizer = tokenizer
         if self.kind == "squad":
             examples = [SquadExample(id=str(i), question=q, context=c, answers=[], is_impossible=False)
