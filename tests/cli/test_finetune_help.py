@@ -52,13 +52,14 @@ def test_the_kinds_options_as_the_issue_names_them(capsys):
     """Hand-written expectations, independent of the table: squad's help lost the embedding and logistic options
     it used to list; each kind keeps the options of its files and model."""
     squad = help_of(capsys, ["finetune", "squad"])
-    for name in ("negative_column", "min_score", "symmetric", "scale", "logistic_c", "text_column", "column"):
+    for name in ("negative_column", "min_score", "symmetric", "scale", "logistic_c", "text_column", "column",
+                 "gather_negatives"):
         assert not shown(squad, name), name
     for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "epochs", "frozen"):
         assert shown(squad, name), name
     expected = {"glue": ("task", "lm_weight", "logistic_c"), "classify": ("text_column", "regression", "lm_weight"),
                 "ner": ("column", "scheme", "tags_column"), "swag": ("epochs", "learning_rate"),
-                "embed": ("negative_column", "scale", "symmetric", "matryoshka_dims"),
+                "embed": ("negative_column", "scale", "symmetric", "matryoshka_dims", "gather_negatives"),
                 "rerank": ("text_column", "pair_column", "label_column")}
     for kind, names in expected.items():
         text = help_of(capsys, ["finetune", kind])

@@ -75,7 +75,8 @@ TASK_OPTIONS: dict[str, tuple[str, ...]] = {
               *FEATURE_MODEL_OPTIONS),
     "swag": (),
     "embed": (*_COLUMNS, "negative_column", "min_score", "pooling", "normalize", "scale", "symmetric",
-              "mini_batch_size", "matryoshka_dims", "window", "stride", "query_prompt", "document_prompt"),
+              "mini_batch_size", "gather_negatives", "matryoshka_dims", "window", "stride", "query_prompt",
+              "document_prompt"),
     "rerank": (*_COLUMNS, *FEATURE_MODEL_OPTIONS),
 }
 
