@@ -102,10 +102,10 @@ def worker(side: str, args) -> dict:
         from bertkit.models.pooling import SentenceEncoder
         from bertkit.tasks.run import collate
         from bertkit.tasks.embed import MultipleNegativesRankingLoss
-        from bertkit.tokenizers import load_tokenizer
+        from bertkit.models import ModelDir
 
         model = SentenceEncoder.from_pretrained(path).to(device).train()
-        tokenizer = load_tokenizer(path)
+        tokenizer = ModelDir.open(path).tokenizer()
         loss_fn = MultipleNegativesRankingLoss(20.0, mini_batch_size=args.mini)
 
         def step_loss():

@@ -70,7 +70,7 @@ def main() -> None:
     from bertkit.tasks.embed import MultipleNegativesRankingLoss
     from bertkit.tasks.metrics import spearman
     from bertkit.tasks.run import collate
-    from bertkit.tokenizers import load_tokenizer
+    from bertkit.models import ModelDir
 
     torch.set_num_threads(args.threads)
     skip = set(filter(None, args.skip.split(",")))
@@ -85,7 +85,7 @@ def main() -> None:
         reference = st.encode(sample, batch_size=32)
         ours = encode_sentences(path, sample)
         with tempfile.TemporaryDirectory() as tmp:
-            SentenceEncoder.from_pretrained(path).save_pretrained(Path(tmp) / "ours", load_tokenizer(path))
+            SentenceEncoder.from_pretrained(path).save_pretrained(Path(tmp) / "ours", ModelDir.open(path).tokenizer())
             theirs_reads_ours = SentenceTransformer(str(Path(tmp) / "ours"), device="cpu").encode(sample, batch_size=32)
             st.save(str(Path(tmp) / "theirs"))
             ours_reads_theirs = encode_sentences(Path(tmp) / "theirs", sample)
@@ -104,7 +104,7 @@ def main() -> None:
 
         train = [r for r in sts_rows("train.tsv") if r.score >= 4.0]
         batches = [train[i * args.batch:(i + 1) * args.batch] for i in range(args.steps)]
-        tokenizer = load_tokenizer(path)
+        tokenizer = ModelDir.open(path).tokenizer()
         ours_model = SentenceEncoder.from_pretrained(path).train()
         ours_loss = MultipleNegativesRankingLoss(20.0)
         # fused AdamW on both sides: what bertkit's trainer runs, and what sentence-transformers' trainer (transformers'
@@ -157,7 +157,7 @@ def main() -> None:
     if "int8" not in skip:
         sample = texts[:args.encode]
         fp32 = SentenceEncoder.from_pretrained(path).eval()
-        tokenizer = load_tokenizer(path)
+        tokenizer = ModelDir.open(path).tokenizer()
         # smoothed on the package's own calibration sentences, as `bertkit serve --quantize int8` does: STS-B is
         # held out
         int8 = quantize_int8(fp32, calibration=calibration_batches(tokenizer))

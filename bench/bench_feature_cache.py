@@ -28,8 +28,8 @@ try:  # `python bench/bench_feature_cache.py` puts bench/ on sys.path; `bench.` 
 except ImportError:
     from common import emit, log, machine, median, time_alternating
 
-from bertkit.features import FeatureCache, FeatureTaskModel, encoder_shape, fill_cache, load_encoder
-from bertkit.tokenizers import load_tokenizer
+from bertkit.features import FeatureCache, FeatureTaskModel, encoder_shape, fill_cache
+from bertkit.models import ModelDir
 
 
 def encoder_dir(scratch: Path) -> Path:
@@ -53,8 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = encoder_dir(Path(scratch))
-        tokenizer = load_tokenizer(model_dir)
-        encoder = load_encoder(model_dir).eval()
+        directory = ModelDir.open(model_dir)
+        tokenizer, encoder = directory.tokenizer(), directory.load("encoder").eval()
         count, width = encoder_shape(encoder, tokenizer)
         g = torch.Generator().manual_seed(0)
         inputs, batches = [], []

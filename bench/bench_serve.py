@@ -25,9 +25,16 @@ bertkit CPU seconds per request; the load averages before and after; how often t
 weights: ~1.0).
 
     HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 256] [--rounds 3] [--threads 1]
-        [--device cuda] [--data DIR] [--random-model VOCAB] [--quick]
+        [--device cuda] [--data DIR] [--random-model VOCAB] [--quantize int8] [--quick | --short]
 
---quick: 8 clients, 48 requests, one round: a plumbing check, not a figure.
+--quick: 8 clients, 48 requests, one round: a plumbing check, not a figure. --short: 16 clients, 64 requests, 2
+rounds: the embedding targets' 16 clients in about a minute per server and round trip on a quiet 2-core machine.
+
+--quantize int8 adds a third server, `bertkit serve --quantize int8`, loaded in the same interleaved rounds (the
+order rotates every round): the JSON then also has "int8" (its summary), int8_over_fp32 (throughput of the int8
+server over the fp32 one, also per round; its p99 and CPU ratios beside it), int8_throughput_ratio (int8 over the
+reference), and how the int8 answers agree with the fp32 ones on the same texts (embeddings: min and mean cosine;
+these texts are held out from the int8 calibration, which uses the package's own sentences).
 
 --embeddings: the embedding server instead. bertkit serves the all-MiniLM-L6-v2 sentence-transformers directory
 as it is (POST /v1/embeddings, its own pooling and normalisation, 256 tokens); the reference is a Starlette server
@@ -81,7 +88,8 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
     from bertkit import BertConfig
     from bertkit.tasks.run import load_task_model
     from bertkit.models import BertForSequenceClassification, BertModel
-    from bertkit.tokenizers import WordPieceTokenizer, load_tokenizer
+    from bertkit.models import ModelDir
+    from bertkit.tokenizers import WordPieceTokenizer
 
     torch.manual_seed(seed)
     source = minilm_dir() if random_vocab is None else out.parent / "random-minilm"
@@ -90,7 +98,7 @@ def write_model(out: Path, seed: int = 0, random_vocab: Path | None = None) -> P
         config = BertConfig(vocab_size=len(tokenizer), hidden_size=384, num_hidden_layers=6,
                             num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512)
         BertModel(config).save_pretrained(source, tokenizer=tokenizer)
-    tokenizer = load_tokenizer(source)
+    tokenizer = ModelDir.open(source).tokenizer()
     model = load_task_model(BertForSequenceClassification, source, new_heads=True, num_labels=2,
                             labels=["negative", "positive"])
     model.save_pretrained(out, tokenizer=tokenizer)
@@ -316,6 +324,8 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="bertkit serve's batching wait (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests, one round: a plumbing check")
+    parser.add_argument("--short", action="store_true",
+                        help="16 clients, 64 requests, 2 rounds: the embedding targets' 16 clients, short")
     parser.add_argument("--device", default="cpu", help="torch device of both servers (default cpu; cuda on a GPU)")
     parser.add_argument("--data", type=Path, default=DATA, help="the folder with glue/ and wikitext-2/ "
                         "(default ../shared/data)")
@@ -326,8 +336,8 @@ def main() -> None:
                         help="the embedding server: /v1/embeddings against SentenceTransformer.encode behind "
                              "Starlette, on the all-MiniLM-L6-v2 sentence-transformers directory")
     parser.add_argument("--quantize", choices=["int8"],
-                        help="bertkit serve --quantize int8 (CPU; the reference stays fp32: a row of its own, with "
-                             "the two servers' mean cosine beside it)")
+                        help="a third server, bertkit serve --quantize int8 (CPU), in the same interleaved rounds: "
+                             "int8 over fp32 and over the reference, and the int8 answers' agreement with fp32's")
     parser.add_argument("--serve-reference", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -341,10 +351,13 @@ def main() -> None:
         return
     if args.quick:
         args.clients, args.requests, args.rounds = 8, 48, 1
+    elif args.short:
+        args.clients, args.requests, args.rounds = 16, 64, 2
     if args.clients > 256 or args.requests * args.rounds > 20000 or args.rounds < 1:
         raise SystemExit("keep the load bounded: at most 256 clients and 20000 requests per server, 1 round or more")
     if args.random_model is not None and not args.random_model.is_file():
         raise SystemExit(f"--random-model {args.random_model}: no such vocabulary file")
+    threads = args.threads or os.cpu_count() or 1
     texts = load_texts(args.requests, args.seed, args.data)
     warmup = min(16, len(texts))
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -355,51 +368,78 @@ def main() -> None:
         reference = [sys.executable, __file__, "--serve-reference", str(model_dir), "--port", str(port),
                      "--threads", str(threads), "--device", args.device, *(["--embeddings"] if args.embeddings else [])]
         urls = {"reference": servers.enter_context(server(reference, port))}
-        port = free_port()
-        bertkit = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
-                   "--threads", str(threads), "--device", args.device, "--log-level", "warning", "--max-batch-tokens",
-                   str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
-                   "--max-queue", str(max(1024, args.clients)),
-                   *(["--quantize", args.quantize] if args.quantize else [])]
-        urls["bertkit"] = servers.enter_context(server(bertkit, port))
-        runs: dict[str, list[dict]] = {"reference": [], "bertkit": []}
+        for name, extra in (("bertkit", []), ("int8", ["--quantize", "int8"]))[:2 if args.quantize else 1]:
+            port = free_port()
+            command = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
+                       "--threads", str(threads), "--device", args.device, "--log-level", "warning",
+                       "--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
+                       "--max-queue", str(max(1024, args.clients)), *extra]
+            urls[name] = servers.enter_context(server(command, port))
+        names = list(urls)
+        runs: dict[str, list[dict]] = {name: [] for name in names}
         for r in range(args.rounds):
-            for name in ("reference", "bertkit") if r % 2 == 0 else ("bertkit", "reference"):
+            for name in names[r % len(names):] + names[:r % len(names)]:  # each server first in turn
                 log(f"round {r + 1}/{args.rounds}: {name}, {args.clients} clients, {args.requests} requests ...")
                 url, pid = urls[name]
                 runs[name].append(asyncio.run(load(url, texts, args.clients, warmup if r == 0 else 0, pid,
                                                    args.embeddings)))
     load_after = [round(x, 2) for x in os.getloadavg()]
-    if args.embeddings:  # the mean cosine of the two servers' vectors
-        import numpy as np
-
-        pairs = [(np.asarray(a), np.asarray(b)) for ours, theirs in zip(runs["bertkit"], runs["reference"])
-                 for a, b in zip(ours["labels"], theirs["labels"])]
-        agree = float(np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in pairs]))
-    else:
-        agree = sum(a == b for ours, theirs in zip(runs["bertkit"], runs["reference"])
-                    for a, b in zip(ours["labels"], theirs["labels"])) / (len(texts) * args.rounds)
-    ours, theirs = summary(runs["bertkit"]), summary(runs["reference"])
-    cpu_ratio = (round(theirs["cpu_ms_per_request"] / ours["cpu_ms_per_request"], 2)
-                 if ours["cpu_ms_per_request"] and theirs["cpu_ms_per_request"] else None)
+    summaries = {name: summary(runs[name]) for name in names}
     import torch
     import transformers
 
-    print(json.dumps({
+    record = {
         "benchmark": "serve-embeddings" if args.embeddings else "serve", "device": device_name(args.device),
         "model": "all-MiniLM-L6-v2 (sentence-transformers directory)" if args.embeddings else
                  ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
                  + " + fresh 2-label head", "max_length": 256 if args.embeddings else MAX_LENGTH,
         "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
         "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms, "quantize": args.quantize,
-        "bertkit": ours, "reference": theirs,
-        "throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
-        "rounds_throughput_ratio": [round(a / b, 2) for a, b in zip(ours["rounds_rps"], theirs["rounds_rps"])],
-        "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "cpu_ratio": cpu_ratio,
-        ("mean_cosine" if args.embeddings else "label_agreement"): round(agree, 4), "load_average_before": load_before, "load_average_after": load_after,
-        "cpus": os.cpu_count(),
-        "torch": torch.__version__, "transformers": transformers.__version__}))
+        "bertkit": summaries["bertkit"], "reference": summaries["reference"],
+        **ratios(summaries["bertkit"], summaries["reference"]),
+        ("mean_cosine" if args.embeddings else "label_agreement"): agreement(runs["bertkit"], runs["reference"],
+                                                                             args.embeddings)["mean"]}
+    if args.quantize:
+        record.update({"int8": summaries["int8"],
+                       "int8_over_fp32": ratios(summaries["int8"], summaries["bertkit"]),
+                       "int8_throughput_ratio": ratios(summaries["int8"], summaries["reference"])["throughput_ratio"],
+                       "int8_agreement_with_fp32": agreement(runs["int8"], runs["bertkit"], args.embeddings)})
+    record.update({"load_average_before": load_before, "load_average_after": load_after, "cpus": os.cpu_count(),
+                   "cpu_flags": cpu_flags(), "torch": torch.__version__, "transformers": transformers.__version__})
+    print(json.dumps(record))
 
+
+def ratios(ours: dict, theirs: dict) -> dict:
+    """throughput (> 1: `ours` serves more; overall and per round), p99 (< 1: `ours` answers its slowest sooner) and
+    CPU per request (> 1: `ours` spends less) of two servers' summaries."""
+    cpu = (round(theirs["cpu_ms_per_request"] / ours["cpu_ms_per_request"], 2)
+           if ours["cpu_ms_per_request"] and theirs["cpu_ms_per_request"] else None)
+    return {"throughput_ratio": round(ours["throughput_rps"] / theirs["throughput_rps"], 2),
+            "rounds_throughput_ratio": [round(a / b, 2) for a, b in zip(ours["rounds_rps"], theirs["rounds_rps"])],
+            "p99_ratio": round(ours["p99_ms"] / theirs["p99_ms"], 2), "cpu_ratio": cpu}
+
+
+def agreement(ours: list[dict], theirs: list[dict], embeddings: bool) -> dict:
+    """How two servers' answers to the same texts agree: per text the cosine of the vectors (embeddings; mean and
+    min) or whether the labels are equal (mean)."""
+    pairs = [(a, b) for mine, other in zip(ours, theirs) for a, b in zip(mine["labels"], other["labels"])]
+    if not embeddings:
+        return {"mean": round(sum(a == b for a, b in pairs) / len(pairs), 4)}
+    import numpy as np
+
+    cosines = [float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+               for a, b in ((np.asarray(a), np.asarray(b)) for a, b in pairs)]
+    return {"mean": round(float(np.mean(cosines)), 4), "min": round(min(cosines), 4)}
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's int8 dot-product and bf16 flags (what int8 and bf16 speeds depend on), from /proc/cpuinfo."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted({f for f in line.split(":", 1)[1].split()
+                               if f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")})
+    return []
 
 if __name__ == "__main__":
     main()

@@ -180,6 +180,63 @@ def test_readme_examples_are_the_documentation_s():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the commands behind the figures
+# ---------------------------------------------------------------------------------------------------------------
+# A path under bench/ (`bench/experiments/seed_draws.py`, `bench/gpu/`), and in bench/README.md, whose commands run
+# from the repository root but whose prose also names its scripts by their own names, a bench script or an
+# experiment by its name there (`bench_t5.py`, `experiments/objectives.sh`).
+BENCH_PATH = re.compile(r"(?<![\w/.-])bench/[\w./-]*[\w/]")
+BENCH_OWN_NAME = re.compile(r"(?<![\w/.-])((?:experiments|gpu)/[\w.-]+\.(?:py|sh)|bench_\w+\.py)\b")
+
+
+BARE_SHELL_SCRIPT = re.compile(r"`([\w.-]+\.sh)\b")  # `pretrain_vs_scratch.sh`: an experiment named in a table
+
+
+def _figure_pages() -> list[Path]:
+    """The pages whose figures a reader is sent to rerun: README.md, bench/README.md and every page of docs/."""
+    return [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def bench_paths(markdown: str, own_names: bool = False) -> set[str]:
+    """The bench/ paths a page names (a sentence's full stop after a path is not part of it); with `own_names`,
+    also bench/README.md's bare script names, as paths from the repository root."""
+    paths = {m.rstrip(".") for m in BENCH_PATH.findall(markdown)}
+    if own_names:
+        paths |= {f"bench/{m}" for m in BENCH_OWN_NAME.findall(markdown)}
+    return paths
+
+
+def test_bench_paths_parser():
+    text = ("Run `python bench/bench_t5.py --steps 3`, then bash bench/experiments/objectives.sh. The GPU suite is in "
+            "bench/gpu/; see experiments/seed_draws.py and bench_xlnet.py, not src/bench/x.py's or foo/experiments/a.sh.")
+    assert bench_paths(text) == {"bench/bench_t5.py", "bench/experiments/objectives.sh", "bench/gpu/"}
+    assert bench_paths(text, own_names=True) == {"bench/bench_t5.py", "bench/experiments/objectives.sh", "bench/gpu/",
+                                                 "bench/experiments/seed_draws.py", "bench/bench_xlnet.py"}
+
+
+def test_bare_shell_script_names_parser():
+    assert BARE_SHELL_SCRIPT.findall("| `t5_sst2.sh`, `xlnet_sst2.sh` | `bash bench/gpu/run.sh` | run.sh |") == [
+        "t5_sst2.sh", "xlnet_sst2.sh"]
+
+
+def test_every_bench_command_a_page_names_exists():
+    """Every script under bench/ that README.md, bench/README.md or a page of docs/ sends a reader to (the command
+    behind a figure) is in the repository, and so is every experiment a page names by its bare name (`bert_sizes.sh`):
+    a renamed or deleted script fails here, not in a reader's shell."""
+    named = 0
+    for page in _figure_pages():
+        paths = bench_paths(page.read_text(encoding="utf-8"), own_names=page.parent.name == "bench")
+        named += len(paths)
+        missing = sorted(p for p in paths if not (ROOT / p).exists())
+        assert not missing, f"{page.relative_to(ROOT)} names {', '.join(missing)}, which the repository lacks"
+    assert named >= 80  # 92 (page, path) pairs when this test was written
+    scripts = {path.name for path in (ROOT / "bench").rglob("*.sh")}
+    for page in _figure_pages():
+        missing = sorted(set(BARE_SHELL_SCRIPT.findall(page.read_text(encoding="utf-8"))) - scripts)
+        assert not missing, f"{page.relative_to(ROOT)} names {', '.join(missing)}, which bench/ lacks"
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # runnable blocks
 # ---------------------------------------------------------------------------------------------------------------
 def runnable_blocks(markdown: str) -> list[tuple[str, str, int]]:

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+import bertkit.models as models
 from bertkit import BertConfig, BertForPreTraining, BertModel, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.features import combine_layers, extract_features, read_features, write_features
+from bertkit.features import combine_layers, encoder_hidden_states, extract_features, read_features, write_features
+from bertkit.models.registry import ARCHITECTURES
 
 TEXTS = ["the quick brown fox jumps over the lazy dog .", "a dog", "", "pack my box with five dozen jugs !"]
 
@@ -91,3 +93,31 @@ def test_files_round_trip_through_the_cli(model_dir, tmp_path, suffix, capsys):
 def test_write_features_refuses_other_suffixes(tmp_path):
     with pytest.raises(ValueError, match="safetensors, .npz or .npy"):
         write_features(tmp_path / "x.pt", [np.zeros((2, 3), np.float32)], [["a", "b"]])
+
+
+@pytest.mark.parametrize("name", [n for n, row in ARCHITECTURES.items() if "encoder" in row.roles and n != "elmo"])
+def test_every_encoder_gives_its_embeddings_and_each_layer(name):
+    """encoder_hidden_states passes token types to the encoders whose registry row reads them (T5's reads none): each
+    architecture's encoder gives L + 1 states, and with token types it reads they change its output."""
+    row = ARCHITECTURES[name]
+
+    class Ids:  # the framing ids a fresh model of the row takes (registry tokenizer_fields)
+        pad_id, cls_id, sep_id = 0, 1, 2
+
+    sizes = dict(vocab_size=100, **row.tokenizer_ids(Ids()), **row.config_fields)
+    if row.config_class is BertConfig:
+        config = BertConfig.for_family(row.model_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=64, **sizes)
+    else:
+        config = row.config_class.preset("tiny", **sizes)
+    torch.manual_seed(0)
+    encoder = models.class_for(config, "encoder")(config).eval()
+    ids = torch.randint(3, 100, (2, 7))
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    with torch.no_grad():
+        states = encoder_hidden_states(encoder, ids, mask, types)
+        layers = getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers")
+        assert len(states) == layers + 1 and all(s.shape[:2] == (2, 7) for s in states)
+        if row.token_types and getattr(config, "type_vocab_size", 0) > 1:
+            other = encoder_hidden_states(encoder, ids, mask, torch.ones_like(ids))
+            assert not torch.equal(other[-1], states[-1])

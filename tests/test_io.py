@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.checkpoint import CheckpointError, read_config
+from bertkit.errors import CheckpointError
+from bertkit.models.modeldir import read_config
 from bertkit.config import BertConfig
 from bertkit.errors import DataError
 from bertkit.io import read_json, read_json_object

@@ -95,12 +95,11 @@ fi
 python - "$ELMO_MODEL" "$OUT/random_words" <<'PY'
 import sys, torch
 from bertkit.config import BertConfig
-from bertkit.models import BertModel
+from bertkit.models import BertModel, ModelDir
 from bertkit.tokenizers import load_tokenizer
-from bertkit.checkpoint import config_from_dict, read_config
 elmo, out = sys.argv[1], sys.argv[2]
 tok = load_tokenizer(elmo)
-width = 2 * config_from_dict(read_config(elmo)).projection_dim
+width = 2 * ModelDir.open(elmo).config.projection_dim
 torch.manual_seed(0)
 config = BertConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=width, num_hidden_layers=1,
                            num_attention_heads=2, intermediate_size=2 * width, pad_token_id=tok.pad_id)

@@ -1,5 +1,5 @@
 """Candidate built-in tasks, all made from the same documentation sentences and the same train/dev split as
-`bertkit.pipeline.build_word_order_task` (same packages, seed and sizes), so that a pipeline run's kept models
+`bertkit.pipeline.task.build_word_order_task` (same packages, seed and sizes), so that a pipeline run's kept models
 (whose pretraining left out exactly those dev sentences) can be used to screen them.
 
     python bench/experiments/task_candidates.py OUT_DIR [--check OUT/task/task.json]

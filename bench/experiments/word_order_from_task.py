@@ -5,7 +5,7 @@ sentences were kept out of that run's pretraining).
     python bench/experiments/word_order_from_task.py OUT/task OUT_DIR
 
 Each sentence of 6 to 40 words (punctuation dropped from the edges of the words), every second one shuffled into
-another order (label "shuffled"), the others kept ("original"); seed 0. `bertkit.pipeline.build_word_order_task`
+another order (label "shuffled"), the others kept ("original"); seed 0. `bertkit.pipeline.task.build_word_order_task`
 makes the same task from the standard library (the pipeline's built-in task before the word salad).
 """
 import json, random, re, sys

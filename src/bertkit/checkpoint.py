@@ -11,8 +11,10 @@ Weights are data, never code: `.safetensors` is read with safetensors and a lega
 `torch.load(weights_only=True)`, a released ELMo's `weights.hdf5` with h5py (`read_bilm_weights`).
 
 A released ELMo (allenai/bilm-tf's `options.json` + `weights.hdf5`, the layout AllenNLP reads) is a model directory
-too: `read_config` reads its options.json as an ElmoConfig and `read_weights` its hdf5 file as bertkit's tensors,
-so every verb that takes an ELMo directory takes it as it is distributed.
+too: `bertkit.models.modeldir.read_config` reads its options.json as an ElmoConfig and `read_weights` its hdf5 file
+as bertkit's tensors, so every verb that takes an ELMo directory takes it as it is distributed.
+
+config.json is read by `bertkit.models.ModelDir` (once per load); `load_model` here takes the config it parsed.
 """
 
 from __future__ import annotations
@@ -30,13 +32,23 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import BertConfig, ElmoConfig, T5Config, config_class_for
-from bertkit.io import disk_full_as_error, fsync_dir, read_json_object, temporary_name
+# config_from_dict and CONFIG_NAME are bertkit.config's (re-exported here: the old import path keeps working)
+from bertkit.config import (CONFIG_NAME, BertConfig, ElmoConfig, T5Config, config_from_dict,  # noqa: F401
+                            label_of, with_article)
+from bertkit.errors import CheckpointError
+from bertkit.io import disk_full_as_error, fsync_dir, temporary_name
 from bertkit.tokenizers import TOKENIZER_FILES
+from bertkit.tokenizers.word import BILM_WEIGHTS, is_bilm_directory
+
 
 def _linear(theirs: str, ours: str) -> dict[str, str]:
     """The weight and bias rows of one Linear or LayerNorm."""
     return {f"{theirs}.weight": f"{ours}.weight", f"{theirs}.bias": f"{ours}.bias"}
+
+
+def _mlm_head(dense: str, norm: str, bias: str) -> dict[str, str]:
+    """A family's masked-LM head (transform, LayerNorm, output bias; the decoder is tied to the word embeddings)."""
+    return {**_linear(dense, "mlm.dense"), **_linear(norm, "mlm.norm"), bias: "mlm.bias"}
 
 
 # The embedding rows every BERT-family encoder shares (DistilBERT without token types).
@@ -69,15 +81,8 @@ ENCODER_KEYS: dict[str, str] = {
 # which family it has (`head_family`); tensors of the other families are dropped on load (a pretraining
 # checkpoint's MLM head when fine-tuning, say), anything else unknown is an error.
 HEAD_KEYS: dict[str, dict[str, str]] = {
-    "pretraining": {
-        "cls.predictions.transform.dense.weight": "mlm.dense.weight",
-        "cls.predictions.transform.dense.bias": "mlm.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight": "mlm.norm.weight",
-        "cls.predictions.transform.LayerNorm.bias": "mlm.norm.bias",
-        "cls.predictions.bias": "mlm.bias",
-        "cls.seq_relationship.weight": "nsp.weight",
-        "cls.seq_relationship.bias": "nsp.bias",
-    },
+    "pretraining": {**_mlm_head("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                                "cls.predictions.bias"), **_linear("cls.seq_relationship", "nsp")},
     # BertForSequenceClassification, BertForTokenClassification and BertForMultipleChoice share these names.
     "classifier": {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"},
     "qa": {"qa_outputs.weight": "qa.weight", "qa_outputs.bias": "qa.bias"},
@@ -92,9 +97,10 @@ REDUNDANT_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.weight", "
 _LEGACY_SUFFIXES = ((".gamma", ".weight"), (".beta", ".bias"))
 
 
+
+
 # RoBERTa: BERT's encoder names; the LM head is lm_head.* (decoder tied to the word embeddings, bias lm_head.bias).
-_ROBERTA_LM = {**_linear("lm_head.dense", "mlm.dense"), **_linear("lm_head.layer_norm", "mlm.norm"),
-               "lm_head.bias": "mlm.bias"}
+_ROBERTA_LM = _mlm_head("lm_head.dense", "lm_head.layer_norm", "lm_head.bias")
 # ALBERT: one layer per group (inner_group_num 1), so the group index is our weight-set index.
 _ALBERT_LAYER = "encoder.albert_layer_groups.{}.albert_layers.0."
 ALBERT_ENCODER_KEYS: dict[str, str] = {
@@ -104,16 +110,14 @@ ALBERT_ENCODER_KEYS: dict[str, str] = {
                                  "ffn ffn_output full_layer_layer_norm"),
     **_linear("pooler", "pooler.dense"),
 }
-_ALBERT_MLM = {**_linear("predictions.dense", "mlm.dense"), **_linear("predictions.LayerNorm", "mlm.norm"),
-               "predictions.bias": "mlm.bias"}
+_ALBERT_MLM = _mlm_head("predictions.dense", "predictions.LayerNorm", "predictions.bias")
 # ELECTRA: BERT's layers, no pooler, the E -> H projection as embeddings_project.
 ELECTRA_ENCODER_KEYS: dict[str, str] = {
     **{k: v for k, v in ENCODER_KEYS.items() if not k.startswith("pooler.")},
     **_linear("embeddings_project", "project"),
 }
-_ELECTRA_GENERATOR = {**_linear("generator_predictions.dense", "mlm.dense"),
-                      **_linear("generator_predictions.LayerNorm", "mlm.norm"),
-                      "generator_lm_head.bias": "mlm.bias"}
+_ELECTRA_GENERATOR = _mlm_head("generator_predictions.dense", "generator_predictions.LayerNorm",
+                               "generator_lm_head.bias")
 # DistilBERT: other names for the same post-LN layer; no token types, no pooler.
 _DISTIL_LAYER = "transformer.layer.{}."
 DISTILBERT_ENCODER_KEYS: dict[str, str] = {
@@ -121,8 +125,7 @@ DISTILBERT_ENCODER_KEYS: dict[str, str] = {
     **_layer_keys(_DISTIL_LAYER, "attention.q_lin attention.k_lin attention.v_lin attention.out_lin sa_layer_norm "
                                  "ffn.lin1 ffn.lin2 output_layer_norm"),
 }
-_DISTIL_MLM = {**_linear("vocab_transform", "mlm.dense"), **_linear("vocab_layer_norm", "mlm.norm"),
-               "vocab_projector.bias": "mlm.bias"}
+_DISTIL_MLM = _mlm_head("vocab_transform", "vocab_layer_norm", "vocab_projector.bias")
 _TASK_HEADS = {"classifier": HEAD_KEYS["classifier"], "qa": HEAD_KEYS["qa"]}
 # RoBERTa's and ELECTRA's sequence classifiers have a dense head of their own (`classifier.dense`,
 # `classifier.out_proj`) where BERT has pooler + linear; their token classifiers keep the plain `classifier`.
@@ -147,7 +150,6 @@ class Format:
     redundant: tuple[str, ...]  # tensors dropped on load: buffers and tied copies
     class_prefix: str  # "Bert" in our architecture names becomes this ("Roberta")
     architectures: dict[str, str] = field(default_factory=dict)  # our architecture -> theirs, where not a rename
-    label: str = "BERT"  # how error messages name the family
     pooler: bool = True  # the bare encoder class takes `add_pooler` (BERT's pooler; ModernBERT has none)
     # head family -> our tensor prefixes that start fresh when the file holds that family's other tensors
     # (a ModernBERT classifier on an MLM directory reuses its prediction head, as transformers does)
@@ -167,7 +169,7 @@ _BERT_FAMILY: dict[str, Format] = {
     "albert": Format("albert.", ALBERT_ENCODER_KEYS,
                      {"pretraining": {**_ALBERT_MLM, **_linear("sop_classifier.classifier", "nsp")},
                       "mlm": _ALBERT_MLM, **_TASK_HEADS},
-                     (*_BUFFERS, "predictions.decoder.weight", "predictions.decoder.bias"), "Albert", label="ALBERT"),
+                     (*_BUFFERS, "predictions.decoder.weight", "predictions.decoder.bias"), "Albert"),
     "electra": Format("electra.", ELECTRA_ENCODER_KEYS,
                       {"discriminator": {**_linear("discriminator_predictions.dense", "rtd.dense"),
                                          **_linear("discriminator_predictions.dense_prediction", "rtd.out")},
@@ -201,9 +203,9 @@ _MODERNBERT_CLASSIFIER = {**_linear("head.dense", "head.dense"), **_linear("head
                           **_linear("classifier", "classifier")}
 _MODERNBERT = Format(
     "model.", MODERNBERT_ENCODER_KEYS,
-    {"mlm": {**_linear("head.dense", "mlm.dense"), **_linear("head.norm", "mlm.norm"), "decoder.bias": "mlm.bias"},
+    {"mlm": _mlm_head("head.dense", "head.norm", "decoder.bias"),
      "classifier": _MODERNBERT_CLASSIFIER, "qa": _MODERNBERT_CLASSIFIER},
-    ("decoder.weight",), "ModernBert", label="ModernBERT", pooler=False,
+    ("decoder.weight",), "ModernBert", pooler=False,
     fresh={"classifier": ("classifier.",), "qa": ("classifier.",)})
 
 
@@ -261,7 +263,7 @@ _T5 = Format(
     # tied copies of the shared embeddings, and a cross-attention position table old checkpoints carry unused
     ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
      "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
-    "T5", label="T5", pooler=False, adapt=_t5_adapt)
+    "T5", pooler=False, adapt=_t5_adapt)
 
 
 # ELMo (bertkit.models.elmo): transformers has no ELMo, so the names on disk are bertkit's own (no prefix); the word
@@ -273,7 +275,7 @@ _ELMO_ENCODER = {name: name for name in (
     *(f"bilm.{side}_layers.{{}}.lstm.{tensor}_l0" for side in ("forward", "backward")
       for tensor in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")))}
 _ELMO = Format("", _ELMO_ENCODER, {"lm": {"softmax.weight": "softmax.weight", "softmax.bias": "softmax.bias"}},
-               (), "Elmo", label="ELMo", pooler=False)
+               (), "Elmo", pooler=False)
 
 
 # XLNet (transformers' XLNetModel, XLNetLMHeadModel, XLNetFor*): its own config class, the encoder under
@@ -296,24 +298,14 @@ _XLNET = Format(
     {"lm": {"lm_loss.bias": "lm_bias"},
      "sequence": {**_linear("sequence_summary.summary", "summary.dense"), **_linear("logits_proj", "classifier")},
      "token": _linear("classifier", "classifier"), "qa": _linear("qa_outputs", "qa")},
-    ("lm_loss.weight",), "XLNet", label="XLNet", pooler=False)
+    ("lm_loss.weight",), "XLNet", pooler=False)
 
 # model_type -> its mapping table: the one place the on-disk names of every architecture meet.
 FORMATS: dict[str, Format] = {**_BERT_FAMILY, "modernbert": _MODERNBERT, "t5": _T5, "elmo": _ELMO, "xlnet": _XLNET}
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config") -> Any:
-    """A config.json dict as the config class of its `model_type` (BertConfig for the BERT family)."""
-    return config_class_for(raw.get("model_type") or "bert").from_dict(raw, source=source)
-
-
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
-CONFIG_NAME = "config.json"
-
-
-class CheckpointError(ValueError):
-    """A model directory that cannot be loaded as asked; the message names the file or tensor."""
 
 
 class WeightsMismatchError(CheckpointError):
@@ -371,7 +363,6 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
     file, and for each renamed tensor the name it had in the file (for error messages). Raises CheckpointError
     naming any tensor the tables do not know.
     """
-    fmt = FORMATS[model_type]
     head_rules = _role_rules(model_type)[1]
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
@@ -390,8 +381,8 @@ def hf_to_bertkit(state: dict[str, torch.Tensor], head_family: str | None, encod
                 out[target], origin[target] = tensor, stored
     if unknown:
         shown = ", ".join(unknown[:8]) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
-        article = "an" if fmt.label[0] in "AE" else "a"
-        raise CheckpointError(f"{source}: tensors that are not part of {article} {fmt.label} model: {shown}")
+        raise CheckpointError(f"{source}: tensors that are not part of {with_article(label_of(model_type))} model: "
+                              f"{shown}")
     return out, found, origin
 
 
@@ -401,7 +392,8 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
     fmt = FORMATS[model_type]
     encoder_rules = _compile(_invert(fmt.encoder))
     if head_family and head_family not in fmt.heads:
-        raise CheckpointError(f"the {fmt.label} format has no {head_family!r} head; transformers has no such model")
+        raise CheckpointError(f"the {label_of(model_type)} format has no {head_family!r} head; transformers has no "
+                              f"such model")
     head_rules = _compile(_invert(fmt.heads[head_family])) if head_family else []
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
@@ -414,7 +406,8 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
                 continue
         target = _rename(name, head_rules)
         if target is None:
-            raise CheckpointError(f"no transformers name for bertkit tensor {name!r} in the {fmt.label} format")
+            raise CheckpointError(f"no transformers name for bertkit tensor {name!r} in the {label_of(model_type)} "
+                              f"format")
         out[target] = tensor
     return out
 
@@ -422,8 +415,9 @@ def bertkit_to_hf(state: dict[str, torch.Tensor], head_family: str | None, encod
 # ------------------------------------------------------------------------------------------------------------------
 # Reading and writing model directories
 # ------------------------------------------------------------------------------------------------------------------
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict stored in a model directory, from safetensors or (weights only) a PyTorch .bin."""
+def read_weights(directory: Path, config: Any = None) -> dict[str, torch.Tensor]:
+    """The state dict stored in a model directory, from safetensors or (weights only) a PyTorch .bin; a released
+    ELMo's weights.hdf5 read as its `config` (the ElmoConfig its options.json makes) says."""
     safetensors_path, bin_path = directory / WEIGHTS_NAME, directory / LEGACY_WEIGHTS_NAME
     if safetensors_path.is_file():
         try:
@@ -438,15 +432,16 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
         if not isinstance(state, dict):
             raise CheckpointError(f"{bin_path}: expected a state dict, found {type(state).__name__}")
         return state
-    from bertkit.tokenizers.word import is_bilm_directory
-
-    if is_bilm_directory(directory):
-        return read_bilm_weights(directory)
+    if is_bilm_directory(directory) and config is not None:
+        return read_bilm_weights(directory, config)
     raise CheckpointError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME} in this model directory")
 
 
-def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **model_kwargs: Any):
-    """Build `cls` from a model directory, strictly.
+def load_model(cls, directory: str | os.PathLike, raw: dict[str, Any], config: Any, new_heads: bool = False,
+               **model_kwargs: Any):
+    """Build `cls` from a model directory, strictly, given its config.json as read (`raw`) and as its config class
+    (`config`): `bertkit.models.ModelDir.load` reads them once and passes them down (every `from_pretrained` goes
+    through it), so config.json is parsed once per load.
 
     A task model (classifier, QA, ...) loaded from a directory without its head starts that head fresh, as
     fine-tuning from a pretrained encoder needs; `BertForPreTraining` refuses a bare encoder unless
@@ -456,17 +451,15 @@ def load_model(cls, directory: str | os.PathLike, new_heads: bool = False, **mod
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a model directory")
-    raw = read_config(directory)
-    config = config_from_dict(raw, source=str(directory / CONFIG_NAME))
     family, prefix = cls.head_family, cls.encoder_prefix
-    fmt = FORMATS[config.model_type]
+    fmt, label = FORMATS[config.model_type], label_of(config.model_type)
     if not isinstance(config, getattr(cls, "config_class", BertConfig)):  # a model class names its config class
-        raise CheckpointError(f"{directory} holds a {fmt.label} model (model_type {config.model_type!r}), which "
-                              f"{cls.__name__} cannot load")
+        raise CheckpointError(f"{directory} holds {with_article(label)} model (model_type {config.model_type!r}), "
+                              f"which {cls.__name__} cannot load")
     if family and family not in fmt.heads:
-        raise CheckpointError(f"{directory}: a {fmt.label} model directory cannot hold a {cls.__name__} "
-                              f"(transformers has no {fmt.label} model with a {family!r} head)")
-    weights = read_weights(directory)
+        raise CheckpointError(f"{directory}: {with_article(label)} model directory cannot hold a {cls.__name__} "
+                              f"(transformers has no {label} model with a {family!r} head)")
+    weights = read_weights(directory, config)
     if fmt.adapt is not None:
         config, weights = fmt.adapt(cls, config, weights, str(directory))
     state, found, origin = hf_to_bertkit(weights, family, prefix, source=str(directory), model_type=config.model_type)
@@ -636,17 +629,6 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             return model
 
 
-def read_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """config.json of a model directory as a dict (for `bertkit info`); CheckpointError naming the file when it
-    is not a JSON object."""
-    from bertkit.tokenizers.word import is_bilm_directory
-
-    path = Path(directory) / CONFIG_NAME
-    if not path.is_file() and is_bilm_directory(directory):
-        return bilm_config(directory)  # a released ELMo: its options.json read as an ElmoConfig
-    return read_json_object(path, "config file", CheckpointError)
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # What each stored tensor is (for `bertkit info`): the family tables above, read without building a model
 # ------------------------------------------------------------------------------------------------------------------
@@ -788,55 +770,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------------------
 # Released ELMo models: allenai/bilm-tf's options.json + weights.hdf5 (what AllenNLP's Elmo reads)
 # ------------------------------------------------------------------------------------------------------------------
-def _options_field(options: dict, path: str, source: Path, kind: type | tuple = int) -> Any:
-    value: Any = options
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            raise CheckpointError(f"{source}: no {path}")
-        value = value[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CheckpointError(f"{source}: {path} must be {getattr(kind, '__name__', kind)}, got {value!r}")
-    return value
-
-
-def bilm_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """The ElmoConfig dict (config.json's fields) of a released ELMo: its options.json in bertkit's names.
-
-    bilm-tf's fields: char_cnn {filters, n_highway, embedding.dim, max_characters_per_token, n_characters,
-    activation (relu only: the char CNN here is relu's)}, lstm {projection_dim, dim, n_layers, cell_clip, proj_clip,
-    use_skip_connections}. vocab_size is the word list's (vocab.txt beside it; the softmax is not in the weights).
-    CheckpointError naming options.json and the field otherwise."""
-    from bertkit.tokenizers.word import BILM_OPTIONS, BILM_VOCAB, read_bilm_vocab
-
-    path = Path(directory) / BILM_OPTIONS
-    options = read_json_object(path, "bilm-tf options file", CheckpointError)
-    activation = _options_field(options, "char_cnn.activation", path, str)
-    if activation != "relu":
-        raise CheckpointError(f"{path}: char_cnn.activation {activation!r} is not supported (bertkit's ELMo "
-                              f"character CNN is relu's, as the released models)")
-    clips = {}
-    for name in ("cell_clip", "proj_clip"):
-        value = options["lstm"].get(name) if isinstance(options.get("lstm"), dict) else None
-        clips[name] = None if value in (None, 0) else _options_field(options, f"lstm.{name}", path, (int, float))
-    raw = {"model_type": "elmo",
-           "vocab_size": len(read_bilm_vocab(Path(directory) / BILM_VOCAB)),
-           "char_vocab_size": _options_field(options, "char_cnn.n_characters", path),
-           "max_characters": _options_field(options, "char_cnn.max_characters_per_token", path),
-           "char_embedding_dim": _options_field(options, "char_cnn.embedding.dim", path),
-           "filters": _options_field(options, "char_cnn.filters", path, list),
-           "num_highway": options["char_cnn"].get("n_highway") or 0,
-           "projection_dim": _options_field(options, "lstm.projection_dim", path),
-           "lstm_dim": _options_field(options, "lstm.dim", path),
-           "num_layers": _options_field(options, "lstm.n_layers", path),
-           "residual": _options_field(options, "lstm.use_skip_connections", path, bool),
-           **clips}
-    try:
-        ElmoConfig.from_dict(raw, source=str(path))
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
-    return raw
-
-
 def _gates_tf_to_torch(w: np.ndarray, cells: int) -> np.ndarray:
     """Rows of (4H, ...) gate weights from TF's LSTMCell order (i, j, f, o) to torch's (i, f, g, o): j is the
     candidate (torch's g), so the second and third blocks swap."""
@@ -844,8 +777,9 @@ def _gates_tf_to_torch(w: np.ndarray, cells: int) -> np.ndarray:
     return np.concatenate([i, f, j, o], axis=0)
 
 
-def read_bilm_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A released ELMo's weights.hdf5 as the state dict of bertkit's ElmoModel (its names on disk).
+def read_bilm_weights(directory: str | os.PathLike, config: ElmoConfig) -> dict[str, torch.Tensor]:
+    """A released ELMo's weights.hdf5 as the state dict of bertkit's ElmoModel (its names on disk), `config` the
+    ElmoConfig its options.json makes (`bertkit.models.modeldir.bilm_config`).
 
     bilm-tf's datasets -> bertkit:
       char_embed (n_characters - 1, E)        char_cnn.embedding.weight, a zero row 0 first (a padding word)
@@ -862,14 +796,11 @@ def read_bilm_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
                                                 bias 1.0 added; weight_hr = W_P_0^T
     h5py reads the file as data. A missing dataset or a shape that disagrees with options.json is a CheckpointError
     naming the file and the dataset; a missing h5py is one line naming the extra to install."""
-    from bertkit.tokenizers.word import BILM_WEIGHTS
-
-    try:
+    try:  # optional: the elmo extra (a released ELMo's weights are HDF5)
         import h5py
     except ImportError:
         raise CheckpointError(f"{Path(directory) / BILM_WEIGHTS}: reading a released ELMo needs h5py: "
                               f"pip install 'bertkit[elmo]'") from None
-    config = ElmoConfig.from_dict(bilm_config(directory))
     path = Path(directory) / BILM_WEIGHTS
     P, H = config.projection_dim, config.lstm_dim
 

@@ -22,6 +22,11 @@ class DataError(ValueError):
         return cls(f"{where}: {message}")
 
 
+
+class CheckpointError(ValueError):
+    """A model directory that cannot be loaded as asked; the message names the file or tensor (raised by
+    `bertkit.checkpoint` and by `bertkit.models.ModelDir`'s config reader, which stays free of torch)."""
+
 # Optional dependencies, by the extra of pyproject.toml that installs them: the top-level module a verb imports ->
 # the extra's name. A verb that meets one missing says which extra to install, in one line.
 EXTRAS = {"seqeval": "tasks", "scipy": "tasks", "sklearn": "tasks", "matplotlib": "plots", "starlette": "serve",

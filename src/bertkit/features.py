@@ -20,19 +20,34 @@ Files (`bertkit features --out ...`), one entry per input text:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save as save_arrays
+from safetensors.torch import load_file
+from safetensors.torch import save as save_tensors
 from torch import nn
 
+from bertkit.checkpoint import LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, load_state_strict
+from bertkit.config import CONFIG_NAME, ConfigFile
 from bertkit.io import atomic_write
+from bertkit.models import ElmoModel, ModelDir, TaskOutput
 from bertkit.models.layouts import host_copy
-from bertkit.tokenizers.word import apply_words
+from bertkit.models.pooling import SentenceEncoder
+from bertkit.models.registry import architecture_of
+from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
+from bertkit.tasks.run import collate
+from bertkit.tokenizers.word import BILM_OPTIONS, BILM_WEIGHTS, apply_words
 
 COMBINE = ("concat", "sum", "none")
 
@@ -40,8 +55,6 @@ COMBINE = ("concat", "sum", "none")
 def load_encoder(model_dir):
     """The encoder of any model directory (pretraining, task or bare; a path or a `ModelDir`), with its pooler when
     the weights have one; an ELMo directory gives its `ElmoModel` (the softmax left out)."""
-    from bertkit.models.modeldir import ModelDir
-
     return ModelDir.open(model_dir).load("encoder")
 
 
@@ -86,15 +99,14 @@ def extract_features(model_dir, texts: Sequence[str], layers: Sequence[int] = (-
         (features, tokens): features[i] is a float32 array (T_i, D) ((T_i, len(layers), H) for "none") for the
         T_i tokens of text i, special tokens included; tokens[i] are those tokens' strings.
     """
-    from bertkit.tokenizers import load_tokenizer
-
     if isinstance(model_dir, torch.nn.Module):
         model = model_dir
         if tokenizer is None:
             raise ValueError("extract_features needs a tokenizer when given a loaded model")
     else:
-        tokenizer = tokenizer or load_tokenizer(model_dir)
-        model = load_encoder(model_dir)
+        directory = ModelDir.open(model_dir)
+        tokenizer = tokenizer or directory.tokenizer()  # an ELMo's with open vocabulary
+        model = directory.load("encoder")
     elmo = getattr(tokenizer, "kind", None) == "word"
     apply_words(tokenizer, words)
     if elmo:
@@ -147,11 +159,9 @@ def write_features(path: str | os.PathLike, features: Sequence[np.ndarray], toke
     tokens_json = json.dumps([list(t) for t in tokens], ensure_ascii=False)
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors.numpy import save
-
         arrays = {f"line_{i}": np.ascontiguousarray(f, dtype=np.float32) for i, f in enumerate(features)}
         # Bytes through atomic_write, not safetensors' save_file: a plain open() gives the umask's mode (not 0600).
-        atomic_write(path, save(arrays, metadata={"tokens": tokens_json, "layers": json.dumps(list(layers)),
+        atomic_write(path, save_arrays(arrays, metadata={"tokens": tokens_json, "layers": json.dumps(list(layers)),
                                                   "combine": combine, "count": str(len(features))}))
         return [path]
     if suffix not in (".npz", ".npy"):
@@ -201,15 +211,11 @@ def encode_sentences(model_dir: str | os.PathLike, texts: Sequence[str], pooling
     batches; a text's vector is the windows' mean weighted by their pieces (`bertkit.sentence.combine_windows`),
     or, with per_window, the result is (vectors (W, D), owner (W,) text index, chars (W, 2) character spans).
     dtype: the model's weights (bf16 / fp16 on a GPU); the vectors come back as float32."""
-    from bertkit.models.pooling import SentenceEncoder
-    from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
-    from bertkit.tokenizers import load_tokenizer
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     model = SentenceEncoder.from_pretrained(model_dir, modes=pooling_modes(pooling) if pooling else None,
                                             normalize=normalize).to(device=device, dtype=dtype).eval()
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = ModelDir.open(model_dir).tokenizer()
     limit = getattr(model.config, "max_length", 512)
     if window is None:
         if per_window or stride is not None:
@@ -249,9 +255,7 @@ def write_embeddings(path: str | os.PathLike, vectors: np.ndarray, pooling: str 
                                         "chars": np.ascontiguousarray(windows[1], dtype=np.int64)}
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors.numpy import save
-
-        atomic_write(path, save({"embeddings": vectors, **extra}, metadata={"pooling": pooling}))
+        atomic_write(path, save_arrays({"embeddings": vectors, **extra}, metadata={"pooling": pooling}))
     elif suffix == ".npz":
         np.savez(path, embeddings=vectors, **extra)
     elif extra:
@@ -269,8 +273,6 @@ def read_features(path: str | os.PathLike) -> tuple[list[np.ndarray], list[list[
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}
             count = int(metadata.get("count", len(list(handle.keys()))))
@@ -300,19 +302,17 @@ def encoder_hidden_states(encoder, input_ids: torch.Tensor, attention_mask: torc
     biLSTM layer, the word ids spelt in characters by `tokenizer` (a `WordTokenizer`). ValueError naming
     `hidden_states` for an encoder that gives none.
     """
-    from bertkit.models import ElmoModel
-
     if isinstance(encoder, ElmoModel):
         if tokenizer is None or not hasattr(tokenizer, "char_ids_of"):
             raise ValueError("an ELMo encoder reads characters: give it its word tokenizer (the model directory's)")
         chars = torch.from_numpy(tokenizer.char_ids_of(input_ids.cpu().numpy())).to(input_ids.device)
         return encoder(chars, attention_mask).hidden_states
-    name = getattr(getattr(encoder, "config", None), "model_type", None) or type(encoder).__name__
+    config = getattr(encoder, "config", None)
+    name = getattr(config, "model_type", None) or type(encoder).__name__
+    # whether the architecture reads segments is its registry row's (T5's encoder takes none); another module: it does
+    types = (token_type_ids,) if not isinstance(config, ConfigFile) or architecture_of(config).token_types else ()
     try:
-        if name == "t5":
-            out = encoder(input_ids, attention_mask, output_hidden_states=True)
-        else:
-            out = encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        out = encoder(input_ids, attention_mask, *types, output_hidden_states=True)
     except TypeError:  # a forward without the output_hidden_states switch
         out = None
     hidden = getattr(out, "hidden_states", None)
@@ -388,16 +388,12 @@ class FeatureCache:
 
     @staticmethod
     def key(ids: torch.Tensor, types: torch.Tensor | None) -> str:
-        import hashlib
-
         digest = hashlib.sha1(ids.cpu().numpy().astype(np.int64).tobytes())
         if types is not None:
             digest.update(types.cpu().numpy().astype(np.int64).tobytes())
         return digest.hexdigest()
 
     def load(self, path: Path) -> None:
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as handle:
             found = (handle.metadata() or {}).get("encoder")
             if found != self.fingerprint:
@@ -406,20 +402,16 @@ class FeatureCache:
             self.rows.update({k: handle.get_tensor(k) for k in handle.keys()})
 
     def save(self, path: Path) -> None:
-        from safetensors.torch import save
-
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, save({k: v.contiguous() for k, v in self.rows.items()},
+        atomic_write(path, save_tensors({k: v.contiguous() for k, v in self.rows.items()},
                                 metadata={"encoder": self.fingerprint}))
 
 
 def encoder_fingerprint(model_dir: str | os.PathLike) -> str:
     """What identifies a model directory's encoder for a feature cache: SHA-256 of its config and weights files
     (a released ELMo's options.json and weights.hdf5)."""
-    import hashlib
-
     digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "pytorch_model.bin", "options.json", "weights.hdf5"):
+    for name in (CONFIG_NAME, WEIGHTS_NAME, LEGACY_WEIGHTS_NAME, BILM_OPTIONS, BILM_WEIGHTS):
         path = Path(model_dir) / name
         if path.is_file():
             with open(path, "rb") as handle:
@@ -546,8 +538,6 @@ class FeatureTaskModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None):
-        from bertkit.models import TaskOutput
-
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.task_features(input_ids, attention_mask, token_type_ids)
@@ -594,11 +584,6 @@ class FeatureTaskModel(nn.Module):
     def from_pretrained(cls, directory) -> "FeatureTaskModel":
         """Read back what `save_pretrained` wrote (the encoder directory with task_model.json and .safetensors; a
         path or a `ModelDir`, which reports the settings: the loader of this model lives here, a floor above)."""
-        from safetensors.torch import load_file
-
-        from bertkit.checkpoint import load_state_strict
-        from bertkit.models.modeldir import ModelDir
-
         model_dir = ModelDir.open(directory)  # what it holds is read there; the loading of this model is here
         directory, settings = model_dir.path, model_dir.task_model
         if settings is None:
@@ -618,13 +603,11 @@ class FeatureTaskModel(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
         """The encoder as a model directory (its config.json and weights, as trained) with the task model beside it:
         task_model.safetensors (mix, BiLSTM, head) and task_model.json (the settings and labels)."""
-        from safetensors.torch import save
-
         directory = Path(directory)
         self.encoder.save_pretrained(directory, tokenizer=tokenizer)
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()
                  if not k.startswith("encoder.")}
-        atomic_write(directory / "task_model.safetensors", save(state))
+        atomic_write(directory / "task_model.safetensors", save_tensors(state))
         atomic_write(directory / "task_model.json",
                      json.dumps({**self.settings, "labels": self.labels}, indent=2) + "\n")
 
@@ -637,10 +620,6 @@ def build_task_model(model_dir: str | os.PathLike, tokenizer, role: str, config,
     dropout (combine: `config.layer_combine`, its default resolved). `train_inputs`: the inputs whose layers are
     cached at once (training and dev); with --task-model logistic, a token type 1 among them (a sentence pair) turns
     the pair features on. Returns (model, facts for results.json: encoder and cache timings, "pair_features")."""
-    import time
-
-    from bertkit.models import ElmoModel
-
     encoder = load_encoder(model_dir)
     count, width = encoder_shape(encoder, tokenizer)
     # Frozen: every layer by default (ELMo's scalar mix of all of them); trained with the encoder: its last layer.
@@ -690,8 +669,6 @@ def encoder_shape(encoder, tokenizer) -> tuple[int, int]:
 def _by_length(inputs: Sequence[dict], pad_id: int, batch_size: int):
     """(indices, collated batch of their input_ids / token_type_ids / attention_mask) over `inputs`, batched by
     length (little padding)."""
-    from bertkit.tasks.run import collate
-
     order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]["input_ids"]))
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]
@@ -791,9 +768,6 @@ def fit_logistic_head(model: FeatureTaskModel, features: Sequence[dict], pad_id:
     Returns facts for results.json: rows, distinct_rows, repeats (the divisor), C, iterations, evaluations, loss,
     gradient_max, fit_s.
     """
-    import math
-    import time
-
     if model.task_model != "logistic":
         raise ValueError(f"fit_logistic_head fits a --task-model logistic model, not {model.task_model}")
     started = time.perf_counter()
@@ -836,12 +810,9 @@ def word_similarity(model_dir: str | os.PathLike, word: str, texts: Sequence[str
     cosine similarities per layer: {"word", "texts", "tokens" (the token used in each text), "layers": [{"layer",
     "cosine": N x N, "identical": whether the vectors are exactly equal}]}. ValueError naming the text where the
     word does not occur. `words`: how an ELMo's text splits into words (see `extract_features`)."""
-    from bertkit.tokenizers import load_tokenizer
-
-    tokenizer = apply_words(load_tokenizer(model_dir), words)
-    if getattr(tokenizer, "kind", None) == "word":
-        tokenizer.open_vocabulary = True
-    encoder = load_encoder(model_dir).eval()
+    directory = ModelDir.open(model_dir)
+    tokenizer = directory.tokenizer(words=words)  # an ELMo's with open vocabulary
+    encoder = directory.load("encoder").eval()
     positions, tokens, hidden_all = [], [], []
     for i, text in enumerate(texts):
         enc = tokenizer.encode_batch([text], max_length=max_seq_length)[0]
@@ -865,8 +836,6 @@ def word_similarity(model_dir: str | os.PathLike, word: str, texts: Sequence[str
 def _word_position(enc, text: str, word: str) -> int | None:
     """Index in an encoding of `text` of the first token of the first whole-word occurrence of `word`
     (case-insensitive), None when absent or cut off."""
-    import re
-
     match = re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, flags=re.IGNORECASE)
     if match is None:
         return None

@@ -9,6 +9,7 @@ import torch
 
 from bertkit.checkpoint import read_weights, tensor_role
 from bertkit.models import BertForPreTraining, ModelDir
+from bertkit.models.registry import architecture_of
 from bertkit.tokenizers import WordPieceTokenizer
 
 
@@ -40,9 +41,9 @@ def fill_mask(model: str | os.PathLike | BertForPreTraining, text: str, top_k: i
     device = next(model.parameters()).device
     ids = torch.tensor([enc.input_ids], device=device)
     types = torch.tensor([enc.token_type_ids], device=device)
-    # Kept as a branch: XLNet alone asks its LM through the permutation inputs (no masked-LM head reads a mask
-    # token); a second architecture like it would make this a method of the model class.
-    if model.config.model_type == "xlnet":
+    # How the architecture's LM is asked (its registry row): a masked-LM head reads the mask token; XLNet's LM
+    # answers through the permutation inputs.
+    if architecture_of(model.config).mask_prediction == "permutation":
         # XLNet predicts through its query stream: every mask position hidden from every token (itself included),
         # one target row per mask
         T, M = ids.shape[1], len(positions)
@@ -134,7 +135,7 @@ def model_info(directory: str | os.PathLike) -> dict[str, Any]:
     """
     model_dir = ModelDir.open(directory)
     directory, raw, config = model_dir.path, model_dir.raw, model_dir.config
-    state = read_weights(directory)
+    state = read_weights(directory, config)
     counts = {"encoder": 0, "head": 0, "unknown": 0}
     heads: set[str] = set()
     unknown: list[str] = []

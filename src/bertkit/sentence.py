@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bertkit.config import CONFIG_NAME
 from bertkit.io import read_json, read_json_object
 
 MODULES_FILE = "modules.json"
@@ -167,15 +168,15 @@ def read_sentence_config(directory: str | os.PathLike) -> SentenceConfig | None:
         if kind == "pooling":
             if "modes" in values:
                 raise ValueError(f"{modules_path}: more than one Pooling module")
-            raw = read_json_object(folder / "config.json") if (folder / "config.json").is_file() else {}
+            raw = read_json_object(folder / CONFIG_NAME) if (folder / CONFIG_NAME).is_file() else {}
             values["modes"], values["include_prompt"] = _pooling_from(raw)
         elif kind == "normalize":
             values["normalize"] = True
         elif kind == "dense":
-            raw = read_json_object(folder / "config.json")
+            raw = read_json_object(folder / CONFIG_NAME)
             name = raw.get("activation_function", "torch.nn.modules.activation.Tanh")
             if name not in ACTIVATIONS:
-                raise ValueError(f"{folder / 'config.json'}: Dense activation {name!r} is not supported; bertkit "
+                raise ValueError(f"{folder / CONFIG_NAME}: Dense activation {name!r} is not supported; bertkit "
                                  f"computes {', '.join(sorted(set(ACTIVATIONS.values())))}")
             dense.append(DenseSpec(str(entry.get("path")), int(raw["in_features"]), int(raw["out_features"]),
                                    bool(raw.get("bias", True)), ACTIVATIONS[name]))

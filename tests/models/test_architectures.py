@@ -57,9 +57,9 @@ def test_derived_tables_hold_the_rows_facts():
         (name, "export") for name, row in ARCHITECTURES.items() if row.onnx_refusal}
     assert {name for name, row in ARCHITECTURES.items() if row.onnx_refusal} == {"t5", "xlnet", "elmo"}
     roles = models.ROLE_CLASSES
+    assert set(roles) == set(ARCHITECTURES)  # the causal model is a row like every other
     for row in ARCHITECTURES.values():
-        if row.name not in ("causal", "roberta", "albert", "electra", "distilbert"):  # BertConfig: bert's row
-            assert {r: c.__name__ for r, c in roles[row.config_class].items()} == row.roles
+        assert {r: c.__name__ for r, c in roles[row.name].items()} == row.roles
 
 
 def test_class_for_and_pretraining_class_follow_the_rows():
@@ -152,3 +152,53 @@ def test_no_objective_name_is_tested_outside_the_table():
     hits = [f"{path.name}:{n}" for path in Path(bertkit.__file__).parent.rglob("*.py")
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_each_rows_tokenizer_fields_are_its_config_fields_and_the_tokenizers_ids(name):
+    """A fresh model's special ids come from its row (`tokenizer_fields`): each names a field its config class has
+    and a tokenizer attribute, and `tokenizer_ids` reads exactly those (pad_token_id for every row)."""
+    row = ARCHITECTURES[name]
+    fields = {f.name for f in dataclasses.fields(row.config_class)}
+    assert set(row.tokenizer_fields) | {"pad_token_id"} <= fields
+
+    class Tokenizer:  # distinct values, so a field read from the wrong attribute shows
+        pad_id, cls_id, sep_id, char_vocab_size, max_characters = 1, 2, 3, 4, 5
+
+    ids = row.tokenizer_ids(Tokenizer())
+    assert ids == {"pad_token_id": 1, **{k: getattr(Tokenizer, a) for k, a in row.tokenizer_fields.items()}}
+    # the facts each family's config.json names: RoBERTa's <s> </s>, T5's decoder start at the padding id
+    expected = {"roberta": {"bos_token_id": 2, "eos_token_id": 3}, "albert": {"bos_token_id": 2, "eos_token_id": 3},
+                "modernbert": {"cls_token_id": 2, "sep_token_id": 3, "bos_token_id": 2, "eos_token_id": 3},
+                "t5": {"eos_token_id": 3, "decoder_start_token_id": 1},
+                "elmo": {"char_vocab_size": 4, "max_characters": 5}}
+    assert ids == {"pad_token_id": 1, **expected.get(name, {})}
+
+
+def test_one_label_per_architecture_from_its_config_class():
+    from bertkit.config import label_of, with_article
+
+    assert {name: row.label for name, row in ARCHITECTURES.items()} == {
+        "bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA", "distilbert": "DistilBERT",
+        "causal": "causal (GPT-style) BERT", "modernbert": "ModernBERT", "t5": "T5", "xlnet": "XLNet", "elmo": "ELMo"}
+    for row in ARCHITECTURES.values():
+        if row.name != "causal":
+            assert row.label == label_of(row.model_type) == row.config_class.label_of(row.model_type)
+    assert [with_article(label_of(t)) for t in ("t5", "xlnet", "elmo", "albert", "bert")] == [
+        "a T5", "an XLNet", "an ELMo", "an ALBERT", "a BERT"]
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_matrix_family_of_each_rows_config_json_is_the_row(name):
+    """tasks.base.matrix_family reads the row from the registry (no tuple of family names of its own): a config.json
+    of each row's architecture, as bertkit writes it, is that row's (a causal BERT-family one: "causal")."""
+    from bertkit.tasks.base import matrix_family
+
+    row = ARCHITECTURES[name]
+    if row.config_class is BertConfig:
+        config = BertConfig.for_family(row.model_type, **row.config_fields)
+    else:
+        config = row.config_class.preset(next(iter(row.presets)), **row.config_fields)
+    assert matrix_family(config.json_dict()) == name
+    if name in ("roberta", "electra"):  # their causal variants (is_decoder true) are the causal row too
+        assert matrix_family(BertConfig.for_family(name, causal=True).json_dict()) == "causal"

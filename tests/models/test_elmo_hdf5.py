@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 h5py = pytest.importorskip("h5py", reason="reading bilm-tf's weights.hdf5 needs h5py (pip install 'bertkit[elmo]')")
 
-from bertkit.checkpoint import CheckpointError, read_config  # noqa: E402
+from bertkit.errors import CheckpointError  # noqa: E402
+from bertkit.models.modeldir import read_config  # noqa: E402
 from bertkit.cli import main  # noqa: E402
 from bertkit.features import encoder_hidden_states  # noqa: E402
 from bertkit.models import ElmoModel  # noqa: E402

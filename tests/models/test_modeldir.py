@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from bertkit.config import BertConfig, ElmoConfig, ModernBertConfig, T5Config, XLNetConfig
-from bertkit.models import (BertForCausalLM, BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
-                            BertForSequenceClassification, BertForTokenClassification, BertModel, ElmoLanguageModel,
-                            ElmoModel, ModelDir, ModernBertForMaskedLM, ModernBertForSequenceClassification,
-                            ModernBertForTokenClassification, ModernBertModel, T5EncoderModel,
-                            T5ForConditionalGeneration, XLNetForQuestionAnswering, XLNetLMHeadModel, XLNetModel)
+from bertkit.models import (BertForCausalLM, BertForMaskedLM, BertForMultipleChoice, BertForPreTraining,
+                            BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
+                            BertModel, ElmoLanguageModel, ElmoModel, ModelDir, ModernBertForMaskedLM,
+                            ModernBertForSequenceClassification, ModernBertForTokenClassification, ModernBertModel,
+                            T5EncoderModel, T5ForConditionalGeneration, XLNetForQuestionAnswering, XLNetLMHeadModel,
+                            XLNetModel)
 from bertkit.models.modeldir import SERVED_USES, USES
 from bertkit.tasks import KINDS, family_for
 from bertkit.tasks.base import SERVED_KINDS, default_kind
@@ -60,6 +61,25 @@ def test_a_causal_directory_generates(tmp_path, wordpiece):
     model_dir = ModelDir.open(save(BertForCausalLM(bert_config(wordpiece, causal=True)), tmp_path / "gpt", wordpiece))
     assert model_dir.causal and model_dir.generates and model_dir.model_class("generate") is BertForCausalLM
     assert default_kind(model_dir) == "generate" and type(model_dir.load("generate")) is BertForCausalLM
+
+
+def test_config_json_is_parsed_once_per_load(tmp_path, wordpiece, monkeypatch):
+    """from_pretrained reads through ModelDir, and checkpoint.load_model takes the config ModelDir parsed: one read of
+    config.json per load, by whichever door it comes in (a class's from_pretrained, a role, a class)."""
+    import bertkit.models.modeldir as modeldir
+
+    path = save(BertForMaskedLM(bert_config(wordpiece)), tmp_path / "m", wordpiece)
+    reads: list[Path] = []
+    real = modeldir.read_config
+    monkeypatch.setattr(modeldir, "read_config", lambda directory: reads.append(Path(directory)) or real(directory))
+    model = BertForMaskedLM.from_pretrained(path)
+    assert reads == [path] and type(model) is BertForMaskedLM
+    model_dir = ModelDir.open(path)
+    for how, cls in (("mlm", BertForMaskedLM), (BertForMaskedLM, BertForMaskedLM), ("encoder", BertModel),
+                     ("pretraining", BertForPreTraining)):
+        assert type(model_dir.load(how, new_heads=how == "pretraining")) is cls  # an MLM directory has no NSP head
+    assert reads == [path, path]  # the second: ModelDir.open; its loads read no config again
+    torch.testing.assert_close(model_dir.load(BertForMaskedLM).state_dict(), model.state_dict(), rtol=0, atol=0)
 
 
 def test_every_use_loads_its_role_and_the_served_uses_are_served(tmp_path, wordpiece):

@@ -145,12 +145,11 @@ def test_finetune_every_kind_and_predict(made, tmp_path, capsys):
 def test_a_kind_without_a_model_of_the_architecture_is_refused_in_one_line(made, tmp_path, capsys, monkeypatch):
     """Where bertkit has no task model of a directory's architecture for a kind, fine-tuning stops at once with one
     line naming the kind and the model type (ModernBERT has them all; one is taken away here to see the line)."""
-    from bertkit.config import ModernBertConfig
     from bertkit.models import ROLE_CLASSES
 
     data = write_data(tmp_path)
-    row = {k: v for k, v in ROLE_CLASSES[ModernBertConfig].items() if k != "qa"}
-    monkeypatch.setitem(ROLE_CLASSES, ModernBertConfig, row)
+    row = {k: v for k, v in ROLE_CLASSES["modernbert"].items() if k != "qa"}
+    monkeypatch.setitem(ROLE_CLASSES, "modernbert", row)
     err = fails(capsys, "finetune", "squad", "--model", made["model"], "--train", data["squad"], "--dev",
                 data["squad"], "--out", tmp_path / "squad", *FINETUNE)
     assert "squad: bertkit has no question-answering model for model_type 'modernbert'" in err

@@ -215,9 +215,9 @@ def test_resume_reads_an_eval_history_with_a_torn_last_line(tmp_path, monkeypatc
     run = tmp_path / "run"
     run.mkdir()
     (run / "eval.jsonl").write_text('{"epoch": 1, "step": 10, "accuracy": 0.5}\n{"epoch": 2, "st', encoding="utf-8")
-    import bertkit.checkpoint as checkpoint
+    import bertkit.tasks.run as taskrun  # the names resume_history reads
 
-    monkeypatch.setattr(checkpoint, "latest_checkpoint", lambda run_dir: run_dir / "checkpoints" / "step-20.pt")
-    monkeypatch.setattr(checkpoint, "resume_state_step", lambda path: 20)
+    monkeypatch.setattr(taskrun, "latest_checkpoint", lambda run_dir: run_dir / "checkpoints" / "step-20.pt")
+    monkeypatch.setattr(taskrun, "resume_state_step", lambda path: 20)
     history, best = resume_history(run, True, "accuracy")
     assert history == [{"epoch": 1, "step": 10, "accuracy": 0.5}] and best == history[0]

@@ -400,6 +400,41 @@ def test_healthz_metrics_schema_docs_model_and_page(models):
     assert r["/"].headers["content-type"].startswith("text/html") and "/v1/predict" in r["/"].text
 
 
+def test_the_handlers_answer_without_starlette(models):
+    """The handlers are Server methods answering a Reply: called directly, with a request that has only what they
+    read (headers, stream(), url), they give the bytes and status of the HTTP route (and its 401 without the key)."""
+    from bertkit.serve.app import Server
+
+    class Bare:
+        def __init__(self, body: bytes, headers: dict[str, str]) -> None:
+            self.body, self.headers, self.url = body, headers, None
+
+        async def stream(self):
+            yield self.body
+
+    body = json.dumps({"inputs": [{"text": "ada lovelace wrote the first program"}, {"text": 3}]}).encode()
+    key = {"authorization": "Bearer k"}
+    app = create_app(Engine(models["ner"]), ServeConfig(max_wait_ms=1), api_key="k")
+    server = Server(Engine(models["ner"]), ServeConfig(max_wait_ms=1), api_key="k")
+
+    async def main():
+        async with client(app) as c:
+            routed = await c.post("/v1/predict", content=body, headers=key)
+        await server.start(warm_up=False)
+        try:
+            bare = [await server.answer_post("/v1/predict", server.predict, Bare(body, headers))
+                    for headers in (key, {})]
+        finally:
+            await server.stop()
+        return routed, bare
+
+    routed, (bare, refused) = asyncio.run(main())
+    assert routed.status_code == bare.status == 200 and json.loads(bare.body) == routed.json()
+    assert "entities" in routed.json()[0] and list(routed.json()[1]) == ["error"]  # the second input is no text
+    assert (refused.status, json.loads(refused.body)) == (401, {"error": "missing or wrong API key "
+                                                                        "(Authorization: Bearer KEY)"})
+
+
 def test_kind_detection_and_options(models):
     assert Engine(models["squad"]).kind == "squad"
     assert Engine(models["pretraining"]).kind == "fill-mask"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,9 @@ import torch
 
 from bertkit import BertConfig, BertForMaskedLM, BertForPreTraining, WordPieceTokenizer
 from bertkit.cli import main
-from bertkit.training.distill import (DistillationStudent, DistillationTask, DistillConfig, build_student, distill_task,
-                             layer_map, logits_and_hidden, soft_cross_entropy, soft_kl)
+from bertkit.training.distill import (DistillationStudent, DistillationTask, DistillConfig, build_student,
+                                      check_same_vocabulary, distill_task, layer_map, logits_and_hidden,
+                                      soft_cross_entropy, soft_kl)
 from bertkit.tasks.finetune import FinetuneConfig, finetune, predict
 from bertkit.tasks.run import collate
 from bertkit.models import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
@@ -357,6 +359,24 @@ def test_mismatched_vocabularies_are_refused_naming_both_files(teacher, pretrain
     assert code == 2 and "not a fine-tuned BertForSequenceClassification" in err
 
 
+def test_vocabulary_files_are_compared_entry_by_entry(tmp_path):
+    """The message names both files, their sizes and the first entry (counted from 1) where they part, or says that
+    one is a prefix of the other."""
+    dirs = {}
+    for name, words in (("a", ["[PAD]", "x", "y", "z"]), ("b", ["[PAD]", "x", "w", "z"]), ("c", ["[PAD]", "x"])):
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir()
+        (dirs[name] / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    check_same_vocabulary(dirs["a"], dirs["a"])
+    a, b, c = (dirs[n] / "vocab.txt" for n in "abc")
+    with pytest.raises(ValueError, match=re.escape(f"differ: {a} has 4 entries, {b} has 4; first difference at "
+                                                   f"entry 3: 'y' vs 'w'. Distillation")):
+        check_same_vocabulary(dirs["a"], dirs["b"])
+    with pytest.raises(ValueError, match=re.escape(f"differ: {a} has 4 entries, {c} has 2; one is a prefix of the "
+                                                   f"other. Distillation")):
+        check_same_vocabulary(dirs["a"], dirs["c"])
+
+
 def test_resume_repeats_the_uninterrupted_run(teacher, files, tmp_path):
     cfg = DistillConfig(student_layers_from_teacher="0", alpha_hidden=0.5, hidden_map="last")
     config = FinetuneConfig(epochs=2, dropout=0.1, **QUICK)  # dropout on: the RNG state must be restored too
@@ -487,6 +507,7 @@ def test_mlm_distillation_on_the_pretraining_stream(tmp_path, capsys):
 
 def test_mlm_distillation_reads_the_stream_as_pretraining_does_isolate_documents_included(tmp_path, monkeypatch):
     import bertkit.data.loader as loader
+    import bertkit.training.distill as distill_module
     from bertkit.data.instances import SpecialIds
     from bertkit.data.prepare import prepare
     from bertkit.data.shards import ShardedCorpus
@@ -506,7 +527,7 @@ def test_mlm_distillation_reads_the_stream_as_pretraining_does_isolate_documents
             seen.append(options)
             super().__init__(corpus, options, *args, **kwargs)
 
-    monkeypatch.setattr(loader, "PretrainingStream", Recording)
+    monkeypatch.setattr(distill_module, "PretrainingStream", Recording)  # the name distill_mlm reads
     config = resolve_config(None, {"objective": "roberta", "isolate_documents": True, "max_seq_length": 64,
                                    "max_predictions_per_seq": 5, "batch_size": 4, "max_steps": 2, "save_every": 2,
                                    "eval_instances": 0, "progress": False})

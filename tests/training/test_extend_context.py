@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main
 from bertkit.models import BertForPreTraining, BertModel, ModernBertForMaskedLM
-from bertkit.training.pretrain import grown_position_table
+from bertkit.training.extend_context import grown_position_table
 from conftest import tiny_config
 
 transformers = pytest.importorskip("transformers")

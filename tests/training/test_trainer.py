@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from bertkit.training import trainer
-from bertkit.checkpoint import latest_checkpoint, load_checkpoint
+from bertkit.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from bertkit.training.trainer import TrainConfig, learning_rate, param_groups, train
 from device_reads import count_reads
 
@@ -161,6 +162,28 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path):
     losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
               for run in ("whole", "half")]
     assert len(losses[0]) == 6 and losses[0] == losses[1]
+
+
+@pytest.mark.parametrize("change", ["no window", "window losses as a list"])
+def test_resume_refuses_a_state_without_the_metrics_window_in_one_line(tmp_path, change):
+    """A resume state without the metrics window as (sum, steps) (bertkit before the step loop kept it on the
+    device) is refused with the file named, before the model is touched."""
+    c = config(max_steps=2, save_every=2)
+    train(linear(), Regression(), Stream(regression_batches([4] * 2)), c, tmp_path / "run")
+    path = latest_checkpoint(tmp_path / "run")
+    state = load_checkpoint(path)
+    if change == "no window":
+        del state["window"]
+    else:
+        state["window"]["losses"] = [0.5, 0.25]
+    torch.save(state, path)
+    model = linear(seed=5)
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: not a resume state of this bertkit "
+                                              f"\\(no window"):
+        train(model, Regression(), Stream(regression_batches([4] * 4)), config(max_steps=4), tmp_path / "run",
+              resume=True)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
 def test_a_restarted_torchrun_attempt_keeps_its_process_group_keys_apart(monkeypatch):

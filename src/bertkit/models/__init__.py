@@ -37,18 +37,16 @@ _LAZY: dict[str, str] = {name: module for module, names in {
 __all__ = sorted({*_LAZY, "IGNORE_INDEX", "ROLE_CLASSES", "ROLE_NAMES", "class_for", "pretraining_class"} - {"SentenceEncoder"})
 
 
-def _role_classes() -> dict[type, dict[str, type]]:
-    """config class -> {role: model class}, from the architecture table (the BERT family's row for BertConfig)."""
-    rows: dict[type, dict[str, type]] = {}
-    for row in ARCHITECTURES.values():
-        rows.setdefault(row.config_class, {role: __getattr__(name) for role, name in row.roles.items()})
-    return rows
+def _role_classes() -> dict[str, dict[str, type]]:
+    """architecture (a row's name: model_type, or "causal") -> {role: model class}, from the architecture table."""
+    return {row.name: {role: __getattr__(name) for role, name in row.roles.items()} for row in ARCHITECTURES.values()}
 
 
 def __getattr__(name: str) -> Any:
     if name == "ROLE_CLASSES":
-        # The class each use loads a model directory as, by the config class its config.json reads as: derived
-        # once from bertkit.models.registry (a dict, so a test may take a role away with monkeypatch.setitem).
+        # The class each role loads a model directory as, by its architecture (registry.architecture_of: the
+        # model_type, or "causal"): derived once from bertkit.models.registry (a dict, so a test may take a role
+        # away with monkeypatch.setitem).
         value = _role_classes()
     elif name in _LAZY:
         value = getattr(importlib.import_module(f"bertkit.models.{_LAZY[name]}"), name)
@@ -67,7 +65,7 @@ def class_for(config, role: str, what: str = "") -> type:
 
     Raises ValueError naming the model type and the role when bertkit has no such model for that architecture
     (`what`: the directory or verb, for the message)."""
-    row = (globals().get("ROLE_CLASSES") or __getattr__("ROLE_CLASSES")).get(type(config), {})
+    row = (globals().get("ROLE_CLASSES") or __getattr__("ROLE_CLASSES")).get(architecture_of(config).name, {})
     if role not in row:
         where = f" ({what})" if what else ""
         raise ValueError(f"bertkit has no {ROLE_NAMES.get(role, role)} model for model_type "

@@ -41,12 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.checkpoint import load_model, save_model
+from bertkit.checkpoint import save_model
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.models.kernels import Linear, activation, linear
 from bertkit.models import layouts
 from bertkit.models.layouts import (Encoded, Padded, Unpadded, attach_host, attention_bias, exporting, host_copy,
                                     mark_host, positions)
+from bertkit.models.modeldir import ModelDir
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -354,8 +355,9 @@ class PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs):
-        """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin."""
-        return load_model(cls, directory, **kwargs)
+        """Load a model directory (bertkit's or transformers'): config.json + model.safetensors/pytorch_model.bin,
+        through `ModelDir` (`ModelDir.open(directory).load(cls, **kwargs)`: config.json read once)."""
+        return ModelDir.open(directory).load(cls, **kwargs)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> None:
         """Write config.json + model.safetensors (transformers' names), and the tokenizer files when given."""

@@ -40,7 +40,6 @@ class Architecture:
     """Everything bertkit knows about one architecture (a transformers model_type, or "causal")."""
 
     name: str  # the row's key: transformers' model_type, or "causal" (a BERT-family config with causal true)
-    label: str  # how messages and the docs name it
     config_class: type  # the frozen dataclass that reads and writes its config.json
     roles: dict[str, str]  # role (a ROLE_NAMES key) -> the name of its model class in bertkit.models
     pretraining_role: str = "pretraining"  # the role a fresh model to pretrain is built as (T5: "seq2seq")
@@ -54,6 +53,21 @@ class Architecture:
     # no absolute positions), "none" (ELMo's LSTMs).
     positions: str = "learned"
     config_fields: dict[str, Any] = field(default_factory=dict)  # fields its config holds beyond the preset's
+    # Config fields a fresh model takes from its tokenizer beyond pad_token_id: config field -> tokenizer attribute
+    # (RoBERTa's bos/eos <s> </s>, ModernBERT's four framing ids, T5's decoder start, ELMo's character alphabet).
+    tokenizer_fields: dict[str, str] = field(default_factory=dict)
+    # How fill-mask asks its LM: "mask-token" (a masked-LM head reads the mask token), "permutation" (XLNet: the
+    # query stream, every mask position hidden from every token).
+    mask_prediction: str = "mask-token"
+    token_types: bool = True  # its encoder reads token_type_ids (segments); T5's takes none
+    marked_by: str = ""  # how config.json says a model is of this row, for messages ("": its model_type)
+    named: str = ""  # how messages name it where its config class does not say (the causal row)
+
+    @property
+    def label(self) -> str:
+        """How messages and the docs name it: its config class's label for its model_type (`bertkit.config.label_of`,
+        the one display label of an architecture), or the row's own `named`."""
+        return self.named or self.config_class.label_of(self.model_type)
 
     @property
     def presets(self) -> dict[str, tuple]:
@@ -77,10 +91,16 @@ class Architecture:
         """transformers' model_type of its config.json ("causal" models are BERT-family ones: "bert")."""
         return "bert" if self.name == "causal" else self.name
 
-    def refusal(self, kind: str) -> str | None:
-        """Why the kind (a MATRIX_KINDS entry: a fine-tuning kind, "predict" or "export") is refused; None where
-        it works."""
-        return self.onnx_refusal if kind == "export" else self.refused.get(kind)
+    @property
+    def marker(self) -> str:
+        """How messages say which config.json field makes a model this row's ("model_type xlnet", "is_decoder")."""
+        return self.marked_by or f"model_type {self.name}"
+
+    def tokenizer_ids(self, tokenizer: Any) -> dict[str, Any]:
+        """The config fields a fresh model of this row takes from `tokenizer`: pad_token_id, and its
+        `tokenizer_fields`."""
+        return {"pad_token_id": tokenizer.pad_id,
+                **{name: getattr(tokenizer, attribute) for name, attribute in self.tokenizer_fields.items()}}
 
 
 # The task models every BERT-family encoder and ModernBERT has, by role; the BERT family shares one set of classes.
@@ -92,30 +112,38 @@ _BERT_ROLES = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM", "e
 _T5_TEXT = "T5 is an encoder-decoder, fine-tuned as text to text for glue, classify and squad only; "
 
 
-def _bert_row(name: str, label: str, tokenizer: str = "wordpiece", **facts: Any) -> Architecture:
-    return Architecture(name, label, BertConfig, _BERT_ROLES, tokenizer=tokenizer, **facts)
+_FRAMING = {"bos_token_id": "cls_id", "eos_token_id": "sep_id"}  # RoBERTa's <s> </s>, ALBERT's [CLS] [SEP]
+
+
+def _bert_row(name: str, tokenizer: str = "wordpiece", **facts: Any) -> Architecture:
+    return Architecture(name, BertConfig, _BERT_ROLES, tokenizer=tokenizer, **facts)
 
 
 # The one architecture table. Its order is the docs' order (the family matrix's rows).
 ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
-    _bert_row("bert", "BERT"),
-    _bert_row("roberta", "RoBERTa", tokenizer="bpe"),
-    _bert_row("albert", "ALBERT", tokenizer="unigram", config_fields={"embedding_size": 128}),  # the paper's E
-    _bert_row("electra", "ELECTRA"),
-    _bert_row("distilbert", "DistilBERT"),
+    _bert_row("bert"),
+    _bert_row("roberta", tokenizer="bpe", tokenizer_fields=_FRAMING),
+    _bert_row("albert", tokenizer="unigram", config_fields={"embedding_size": 128},  # the paper's E
+              tokenizer_fields=_FRAMING),
+    _bert_row("electra"),
+    _bert_row("distilbert"),
     # A BERT-family config with causal true (is_decoder in config.json): a GPT-style LM that also fine-tunes.
-    Architecture("causal", "causal (GPT-style) BERT", BertConfig, {**_BERT_ROLES, "pretraining": "BertForCausalLM"},
-                 config_fields={"causal": True}, generates=True, tokenizer="bpe"),
-    Architecture("modernbert", "ModernBERT", ModernBertConfig,
+    Architecture("causal", BertConfig, {**_BERT_ROLES, "pretraining": "BertForCausalLM"},
+                 config_fields={"causal": True}, generates=True, tokenizer="bpe", marked_by="is_decoder",
+                 named="causal (GPT-style) BERT"),
+    Architecture("modernbert", ModernBertConfig,
                  {"pretraining": "ModernBertForMaskedLM", "mlm": "ModernBertForMaskedLM", "encoder": "ModernBertModel",
                   **{r: f"ModernBertFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))},
                   "embedding": "SentenceEncoder"},
-                 tokenizer="bpe", positions="rotary"),
+                 tokenizer="bpe", positions="rotary",
+                 tokenizer_fields={"cls_token_id": "cls_id", "sep_token_id": "sep_id", **_FRAMING}),
     # T5 has no masked-LM or classifier heads: every task is text to text ("seq2seq": the encoder-decoder).
-    Architecture("t5", "T5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
-                 pretraining_role="seq2seq", generates=True, text_to_text=True,
+    Architecture("t5", T5Config, {"encoder": "T5EncoderModel", "seq2seq": "T5ForConditionalGeneration"},
+                 pretraining_role="seq2seq", generates=True, text_to_text=True, token_types=False,
                  tokenizer="unigram", positions="relative",
+                 # T5 starts the decoder with the padding id
+                 tokenizer_fields={"eos_token_id": "sep_id", "decoder_start_token_id": "pad_id"},
                  onnx_refusal="an encoder-decoder generates token by token, which needs an encoder graph and a "
                               "decoder-step graph (with its key/value cache) driven by a loop outside ONNX; serve T5 "
                               "with the torch backend",
@@ -124,18 +152,19 @@ ARCHITECTURES: dict[str, Architecture] = {row.name: row for row in (
                           "swag": _T5_TEXT + "scoring choices needs an encoder with a per-choice head (BERT, "
                                              "ModernBERT, XLNet)"}),
     # XLNet pretrains by permutation LM ("pretraining": the LM head model); it has no masked-LM model.
-    Architecture("xlnet", "XLNet", XLNetConfig,
+    Architecture("xlnet", XLNetConfig,
                  {"pretraining": "XLNetLMHeadModel", "encoder": "XLNetModel",
                   **{r: f"XLNetFor{c}" for r, c in zip(_ENCODER_TASKS, (
                       "SequenceClassification", "TokenClassification", "MultipleChoice", "QuestionAnswering"))}},
-                 tokenizer="unigram", positions="relative",
+                 tokenizer="unigram", positions="relative", mask_prediction="permutation",
                  onnx_refusal="bertkit's XLNet is not traced to ONNX (its forward pass checks input values, which "
                               "torch.export cannot follow, and no exported graph is checked against it); serve XLNet "
                               "with the torch backend"),
     # ELMo: a biLM whose layers are features ("encoder"); its task models are bertkit.features' frozen-encoder
     # models.
-    Architecture("elmo", "ELMo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
+    Architecture("elmo", ElmoConfig, {"pretraining": "ElmoLanguageModel", "encoder": "ElmoModel"},
                  tokenizer="word", positions="none",
+                 tokenizer_fields={"char_vocab_size": "char_vocab_size", "max_characters": "max_characters"},
                  onnx_refusal="an ELMo task model (character CNN, LSTMs, scalar mix, task LSTM) is served with the "
                               "torch backend; ONNX export covers the BERT family and ModernBERT",
                  refused={"swag": "ELMo's layers feed frozen-feature task models for sequences, tokens and answer "

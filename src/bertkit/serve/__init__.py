@@ -2,7 +2,7 @@
 
     engine.py    the served task split into input -> rows -> forward -> answer (the task families' own steps)
     batching.py  dynamic batching by token budget: an asyncio queue and one worker
-    app.py       the Starlette application (routes, limits, OpenAPI schema) and `serve` (uvicorn)
+    app.py       the routes' handlers (`Server`), limits, OpenAPI schema, the Starlette application and `serve`
     metrics.py   Prometheus text
     static/      the web page at /
 

@@ -1,4 +1,5 @@
-"""The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`.
+"""The HTTP face of the server: a Starlette (ASGI) application over an `Engine` and its `Batcher`. The routes'
+handlers are methods of `Server` (the served state) and answer a `Reply`; only `create_app` knows Starlette.
 
 Routes:
     POST /v1/predict    {"inputs": [input, ...], "top_k"?: int, "pooling"?: str, "max_new_tokens"?: int} or
@@ -30,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
@@ -241,71 +244,131 @@ fetch("/openapi.json").then(r => r.json()).then(s => {
 """
 
 
-def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bool = True,
-               api_key: str | None = None):
-    """The Starlette application serving `engine` with `config`'s limits; its lifespan starts and stops the
-    batching worker (stop: every queued row still runs). api_key: required as a bearer token on POST routes."""
-    try:
-        from starlette.applications import Starlette
-        from starlette.requests import Request
-        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-        from starlette.routing import Route
-    except ModuleNotFoundError as err:
-        raise needs_extra(err, "bertkit serve needs starlette and uvicorn") from None
+@dataclass
+class Reply:
+    """What a handler answers, whatever the ASGI stack: the body's bytes, the status, the media type, headers."""
 
-    config = config or ServeConfig()
-    metrics = Metrics()
-    batcher = Batcher(engine.forward, max_batch_tokens=config.max_batch_tokens, max_wait_ms=config.max_wait_ms,
-                      max_queue=config.max_queue, on_batch=metrics.batch)
-    metrics.gauges = lambda: {"queue_requests": batcher.queued_requests, "queue_tokens": batcher.queued_tokens,
-                              "in_flight_requests": batcher.in_flight,
-                              "tokens_per_second": batcher.tokens_per_second}
-    page = resources.files("bertkit.serve").joinpath("static/index.html").read_bytes()
-    schema = openapi_schema(engine, config)
-    description = engine.describe()
+    body: bytes
+    status: int = 200
+    media_type: str = "application/json"
+    headers: dict[str, str] | None = None
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    from concurrent.futures import ThreadPoolExecutor
+def json_reply(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(_json_bytes(value), status, "application/json", headers)
 
-    tokenizers: list[ThreadPoolExecutor] = []  # the lifespan's pool (a restarted app gets a fresh one)
-    expected_auth = None if not api_key else f"Bearer {api_key}".encode("utf-8")
 
-    def authorised(request: Request) -> bool:
-        if expected_auth is None:
+def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return json_reply({"error": message}, status, headers)
+
+
+HTML = "text/html; charset=utf-8"
+
+
+def _window(engine: Engine, config: ServeConfig) -> tuple[int, int] | None:
+    """--window and --stride as (tokens, stride) for an embedding model (None: long inputs refused); ValueError
+    when the window leaves no room for text, is longer than the model's length, or strides past its text."""
+    if not config.window or engine.kind != "embeddings":
+        return None
+    room = config.window - engine.tokenizer.num_special_tokens()
+    if room < 1 or config.window > engine.max_length or config.stride > room:
+        raise ValueError(f"--window {config.window} must leave room for text and be at most the model's "
+                         f"{engine.max_length} tokens, and --stride {config.stride} at most its {room} text tokens")
+    return config.window, config.stride or max(room // 2, 1)
+
+
+def _first_error(answers: list[dict[str, Any]], status: int = 422) -> None:
+    """RequestError for the first answer that is an error object: 413 for an input over the model's length."""
+    for answer in answers:
+        if "error" in answer:
+            raise RequestError(413 if "more than" in answer["error"] and "tokens" in answer["error"]
+                               else status, answer["error"])
+
+
+class Server:
+    """The served state (engine, batcher, metrics, the tokeniser pool, the fixed answers) and the routes'
+    handlers as its methods: each takes the request (Starlette's, or anything with its `headers`, `stream()`
+    and `url`) and returns a Reply. `create_app` puts them on Starlette's routes."""
+
+    def __init__(self, engine: Engine, config: ServeConfig, api_key: str | None = None) -> None:
+        self.engine, self.config = engine, config
+        self.metrics = Metrics()
+        self.batcher = Batcher(engine.forward, max_batch_tokens=config.max_batch_tokens,
+                               max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, on_batch=self.metrics.batch)
+        self.metrics.gauges = self.gauges
+        self.page = resources.files("bertkit.serve").joinpath("static/index.html").read_bytes()
+        self.schema = openapi_schema(engine, config)
+        self.description = engine.describe()
+        self.window = _window(engine, config)
+        self.expected_auth = None if not api_key else f"Bearer {api_key}".encode("utf-8")
+        self.tokenizers: ThreadPoolExecutor | None = None  # the lifespan's pool (a restarted app gets a fresh one)
+        self.posts = {"/v1/predict": self.predict, "/v1/embeddings": self.openai_embeddings, "/embed": self.embed,
+                      "/rerank": self.rerank, "/v1/rerank": self.rerank, "/tokenize": self.tokenize}
+        self.gets = {"/v1/model": self.model, "/healthz": self.healthz, "/metrics": self.metrics_text,
+                     "/openapi.json": self.openapi, "/docs": self.docs, "/": self.index}
+
+    # ---- life cycle ------------------------------------------------------------------------------------------
+    async def start(self, warm_up: bool = True) -> None:
+        """Warm the engine up (the first forward pass pays one-time set-up costs, not the first caller), start the
+        batching worker and the tokeniser pool."""
+        if warm_up:
+            await asyncio.get_running_loop().run_in_executor(None, self.engine.warm_up)
+        self.tokenizers = ThreadPoolExecutor(self.config.tokenizer_threads, thread_name_prefix="bertkit-tokenize")
+        self.batcher.start()
+
+    async def stop(self) -> None:
+        """Stop the worker (every queued row still runs), then the tokeniser pool."""
+        try:
+            await self.batcher.stop()
+        finally:
+            if self.tokenizers is not None:
+                self.tokenizers.shutdown(wait=False)
+                self.tokenizers = None
+
+    def gauges(self) -> dict[str, float]:
+        batcher = self.batcher
+        return {"queue_requests": batcher.queued_requests, "queue_tokens": batcher.queued_tokens,
+                "in_flight_requests": batcher.in_flight, "tokens_per_second": batcher.tokens_per_second}
+
+    # ---- what every route shares -----------------------------------------------------------------------------
+    def authorised(self, request) -> bool:
+        if self.expected_auth is None:
             return True
-        import hmac
+        return hmac.compare_digest(request.headers.get("authorization", "").encode("utf-8"), self.expected_auth)
 
-        return hmac.compare_digest(request.headers.get("authorization", "").encode("utf-8"), expected_auth)
+    async def answer_post(self, path: str, handler, request) -> Reply:
+        """A POST route's reply: its RequestError becomes its error object, any other failure a 500; counted."""
+        start = time.perf_counter()
+        try:
+            if not self.authorised(request):
+                raise RequestError(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
+            reply = await handler(request)
+        except RequestError as err:
+            reply = error_reply(err.status, err.message, err.headers)
+        except Exception as err:  # never a crash: the request fails, the server stays
+            reply = error_reply(500, f"{type(err).__name__}: {err}")
+        self.metrics.request(path, reply.status, time.perf_counter() - start)
+        return reply
 
-    def handled(path: str, handler):
-        """A POST route: its RequestError becomes its error object, any other failure a 500; metrics counted."""
-        async def route(request: Request) -> Response:
-            start = time.perf_counter()
-            try:
-                if not authorised(request):
-                    raise RequestError(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
-                response = await handler(request)
-            except RequestError as err:
-                response = error(err.status, err.message, err.headers)
-            except Exception as err:  # never a crash: the request fails, the server stays
-                response = error(500, f"{type(err).__name__}: {err}")
-            metrics.request(path, response.status_code, time.perf_counter() - start)
-            return response
-        return route
+    async def answer_get(self, path: str, handler, request) -> Reply:
+        reply = await handler(request)
+        self.metrics.request(path, reply.status)
+        return reply
 
-    async def off_loop(function, *args):
+    async def off_loop(self, function, *args):
         """Run a tokenising function in the tokeniser pool, so the event loop keeps serving."""
-        if not tokenizers:
-            tokenizers.append(ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="bertkit-tokenize"))
-        return await asyncio.get_running_loop().run_in_executor(tokenizers[0], function, *args)
+        if self.tokenizers is None:  # a handler called without the lifespan (a test's direct call)
+            self.tokenizers = ThreadPoolExecutor(self.config.tokenizer_threads, thread_name_prefix="bertkit-tokenize")
+        return await asyncio.get_running_loop().run_in_executor(self.tokenizers, function, *args)
 
-    async def run(prepared: list[Prepared | str]) -> list[dict[str, Any]]:
+    async def body(self, request) -> dict[str, Any]:
+        return compat.json_body(await read_body(request, self.config.max_request_bytes))
+
+    async def run(self, prepared: list[Prepared | str]) -> list[dict[str, Any]]:
         """The prepared inputs' answers (their rows batched with other requests'), or {"error"} in place."""
         rows = [row for p in prepared if isinstance(p, Prepared) for row in p.rows]
         try:
-            outputs = await batcher.submit(rows) if rows else []
+            outputs = await self.batcher.submit(rows) if rows else []
         except QueueFull as err:
             raise RequestError(503, str(err), {"Retry-After": str(err.retry_after)}) from None
         answers, at = [], 0
@@ -321,137 +384,130 @@ def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bo
             except Exception as err:  # the family could not post-process this input: its own error object
                 answers.append({"error": f"{type(err).__name__}: {err}"})
         for a in answers:
-            metrics.inputs["error" if "error" in a else "ok"] += 1
+            self.metrics.inputs["error" if "error" in a else "ok"] += 1
         return answers
 
-    def prepare_items(items: list[Any], options: dict[str, Any]) -> list[Prepared | str]:
+    def prepare_items(self, items: list[Any], options: dict[str, Any]) -> list[Prepared | str]:
         prepared: list[Prepared | str] = []
         for i, item in enumerate(items):
             try:
-                prepared.append(engine.prepare(item, i, **options))
+                prepared.append(self.engine.prepare(item, i, **options))
             except InputError as err:
                 prepared.append(str(err))
         return prepared
 
-    def needs(kind: str, path: str) -> None:
-        if engine.kind != kind:
+    def needs(self, kind: str, path: str) -> None:
+        """RequestError 404 when the served kind is not the one `path` answers for."""
+        if self.engine.kind != kind:
             what = {"embeddings": "an embedding model", "rerank": "a cross-encoder (bertkit finetune rerank)"}[kind]
-            raise RequestError(404, f"{path} needs {what}; this server serves {engine.kind} (POST /v1/predict)")
+            raise RequestError(404, f"{path} needs {what}; this server serves {self.engine.kind} (POST /v1/predict)")
 
-    def first_error(answers: list[dict[str, Any]], status: int = 422) -> None:
-        for answer in answers:
-            if "error" in answer:
-                raise RequestError(413 if "more than" in answer["error"] and "tokens" in answer["error"]
-                                   else status, answer["error"])
+    # ---- POST routes -----------------------------------------------------------------------------------------
+    async def predict(self, request) -> Reply:
+        items, options = parse_request(await read_body(request, self.config.max_request_bytes), self.engine,
+                                       self.config)
+        return json_reply(await self.run(await self.off_loop(self.prepare_items, items, options)))
 
-    window = None
-    if config.window and engine.kind == "embeddings":
-        room = config.window - engine.tokenizer.num_special_tokens()
-        if room < 1 or config.window > engine.max_length or config.stride > room:
-            raise ValueError(f"--window {config.window} must leave room for text and be at most the model's "
-                             f"{engine.max_length} tokens, and --stride {config.stride} at most its {room} text tokens")
-        window = (config.window, config.stride or max(room // 2, 1))
-
-    async def _openai_embeddings(request: Request) -> Response:
-        needs("embeddings", "/v1/embeddings")
-        data = compat.json_body(await read_body(request, config.max_request_bytes))
-        texts, options = compat.parse_openai_embeddings(data, config.max_inputs, description["dimension"],
-                                                        engine.sentence.prompts)
-        prepared = await off_loop(engine.prepare_texts, texts, None, None, options["truncate"], window)
-        answers = await run(prepared)
-        first_error(answers)
+    async def openai_embeddings(self, request) -> Reply:
+        self.needs("embeddings", "/v1/embeddings")
+        engine = self.engine
+        texts, options = compat.parse_openai_embeddings(await self.body(request), self.config.max_inputs,
+                                                        self.description["dimension"], engine.sentence.prompts)
+        prepared = await self.off_loop(engine.prepare_texts, texts, None, None, options["truncate"], self.window)
+        answers = await self.run(prepared)
+        _first_error(answers)
         counts = [sum(len(r) for r in p.rows) for p in prepared if isinstance(p, Prepared)]
-        body = compat.openai_embeddings_response([a["embedding"] for a in answers], counts,
-                                                 options["model"] or engine.model_dir.name, options["encoding_format"],
-                                                 options["dimensions"], engine.sentence.normalize)
-        return Response(_json_bytes(body), media_type="application/json")
+        return json_reply(compat.openai_embeddings_response(
+            [a["embedding"] for a in answers], counts, options["model"] or engine.model_dir.name,
+            options["encoding_format"], options["dimensions"], engine.sentence.normalize))
 
-    async def _embed(request: Request) -> Response:
-        needs("embeddings", "/embed")
-        data = compat.json_body(await read_body(request, config.max_request_bytes))
-        texts, options = compat.parse_embed(data, config.max_inputs, engine.sentence.prompts)
-        prepared = await off_loop(engine.prepare_texts, texts, None, options["normalize"], options["truncate"],
-                                  window)
-        answers = await run(prepared)
-        first_error(answers)
-        return Response(_json_bytes([a["embedding"] for a in answers]), media_type="application/json")
+    async def embed(self, request) -> Reply:
+        self.needs("embeddings", "/embed")
+        texts, options = compat.parse_embed(await self.body(request), self.config.max_inputs,
+                                            self.engine.sentence.prompts)
+        prepared = await self.off_loop(self.engine.prepare_texts, texts, None, options["normalize"],
+                                       options["truncate"], self.window)
+        answers = await self.run(prepared)
+        _first_error(answers)
+        return json_reply([a["embedding"] for a in answers])
 
-    async def _rerank(request: Request) -> Response:
-        needs("rerank", request.url.path)
-        data = compat.json_body(await read_body(request, config.max_request_bytes))
-        query, documents, options = compat.parse_rerank(data, config.max_inputs)
-        prepared = await off_loop(engine.prepare_rerank, query, documents, options["truncate"])
-        answers = await run(prepared)
-        first_error(answers)
+    async def rerank(self, request) -> Reply:
+        self.needs("rerank", request.url.path)
+        query, documents, options = compat.parse_rerank(await self.body(request), self.config.max_inputs)
+        prepared = await self.off_loop(self.engine.prepare_rerank, query, documents, options["truncate"])
+        answers = await self.run(prepared)
+        _first_error(answers)
         tokens = sum(len(r) for p in prepared if isinstance(p, Prepared) for r in p.rows)
-        body = compat.rerank_response(documents, answers, options, options["model"] or engine.model_dir.name,
-                                      tokens)
-        return Response(_json_bytes(body), media_type="application/json")
+        return json_reply(compat.rerank_response(documents, answers, options,
+                                                 options["model"] or self.engine.model_dir.name, tokens))
 
-    async def _tokenize(request: Request) -> Response:
-        data = compat.json_body(await read_body(request, config.max_request_bytes))
-        texts, special = compat.parse_tokenize(data, config.max_inputs)
-        return Response(_json_bytes(await off_loop(engine.tokenize, texts, special)), media_type="application/json")
+    async def tokenize(self, request) -> Reply:
+        texts, special = compat.parse_tokenize(await self.body(request), self.config.max_inputs)
+        return json_reply(await self.off_loop(self.engine.tokenize, texts, special))
 
-    async def _predict(request: Request) -> Response:
-        body = await read_body(request, config.max_request_bytes)
-        items, options = parse_request(body, engine, config)
-        answers = await run(await off_loop(prepare_items, items, options))
-        return Response(_json_bytes(answers), media_type="application/json")
+    # ---- GET routes ------------------------------------------------------------------------------------------
+    async def model(self, request) -> Reply:
+        if not self.authorised(request):
+            return error_reply(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
+        return json_reply(self.description)
 
-    def counted(path: str, handler):
-        async def route(request: Request) -> Response:
-            response = await handler(request)
-            metrics.request(path, response.status_code)
-            return response
-        return route
+    async def healthz(self, request) -> Reply:
+        running = self.batcher.running
+        return json_reply({"status": "ok" if running else "stopped", "kind": self.engine.kind,
+                           "queue_requests": self.batcher.queued_requests,
+                           "in_flight_requests": self.batcher.in_flight}, 200 if running else 503)
 
-    async def healthz(request: Request) -> Response:
-        running = batcher.running
-        return JSONResponse({"status": "ok" if running else "stopped", "kind": engine.kind,
-                             "queue_requests": batcher.queued_requests, "in_flight_requests": batcher.in_flight},
-                            status_code=200 if running else 503)
+    async def metrics_text(self, request) -> Reply:
+        return Reply(self.metrics.render().encode("utf-8"),
+                     media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def metrics_route(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def index(self, request) -> Reply:
+        return Reply(self.page, media_type=HTML)
 
-    async def index(request: Request) -> Response:
-        return HTMLResponse(page)
-
-    async def docs(request: Request) -> Response:
+    async def docs(self, request) -> Reply:
         # A browser (which asks for HTML) gets the page; a program (curl, httpx: */*) the schema itself.
         if "text/html" in request.headers.get("accept", ""):
-            return HTMLResponse(DOCS_PAGE)
-        return JSONResponse(schema)
+            return Reply(DOCS_PAGE.encode("utf-8"), media_type=HTML)
+        return json_reply(self.schema)
 
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(schema)
+    async def openapi(self, request) -> Reply:
+        return json_reply(self.schema)
 
-    async def model(request: Request) -> Response:
-        if not authorised(request):
-            return error(401, UNAUTHORISED, {"WWW-Authenticate": "Bearer"})
-        return JSONResponse(description)
+
+def create_app(engine: Engine, config: ServeConfig | None = None, *, warm_up: bool = True,
+               api_key: str | None = None):
+    """The Starlette application serving `engine` with `config`'s limits (a `Server`'s handlers on its routes);
+    its lifespan starts and stops the batching worker (stop: every queued row still runs). api_key: required as a
+    bearer token on POST routes and /v1/model."""
+    try:  # the `serve` extra, imported here only
+        from starlette.applications import Starlette
+        from starlette.responses import Response
+        from starlette.routing import Route
+    except ModuleNotFoundError as err:
+        raise needs_extra(err, "bertkit serve needs starlette and uvicorn") from None
+
+    server = Server(engine, config or ServeConfig(), api_key)
+
+    def route(path: str, handler, answer, method: str) -> Route:
+        async def endpoint(request) -> Response:
+            reply = await answer(path, handler, request)
+            return Response(reply.body, reply.status, reply.headers, reply.media_type)
+        return Route(path, endpoint, methods=[method])
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        if warm_up:  # the first forward pass pays one-time set-up costs: not the first caller
-            await asyncio.get_running_loop().run_in_executor(None, engine.warm_up)
-        batcher.start()
+        await server.start(warm_up)
         try:
             yield
         finally:
-            await batcher.stop()
-            while tokenizers:
-                tokenizers.pop().shutdown(wait=False)
+            await server.stop()
 
-    posts = {"/v1/predict": _predict, "/v1/embeddings": _openai_embeddings, "/embed": _embed, "/rerank": _rerank,
-             "/v1/rerank": _rerank, "/tokenize": _tokenize}
-    gets = {"/v1/model": model, "/healthz": healthz, "/metrics": metrics_route, "/openapi.json": openapi,
-            "/docs": docs, "/": index}
-    routes = ([Route(path, handled(path, handler), methods=["POST"]) for path, handler in posts.items()]
-              + [Route(path, counted(path, handler), methods=["GET"]) for path, handler in gets.items()])
+    routes = ([route(path, handler, server.answer_post, "POST") for path, handler in server.posts.items()]
+              + [route(path, handler, server.answer_get, "GET") for path, handler in server.gets.items()])
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.engine, app.state.batcher, app.state.metrics, app.state.config = engine, batcher, metrics, config
+    app.state.server = server
+    app.state.engine, app.state.batcher, app.state.metrics, app.state.config = (
+        engine, server.batcher, server.metrics, server.config)
     return app
 
 

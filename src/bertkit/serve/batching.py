@@ -86,8 +86,8 @@ class Batcher:
         self.forward, self.length, self.on_batch = forward, length, on_batch
         self.max_batch_tokens, self.max_wait, self.max_queue = max_batch_tokens, max_wait_ms / 1000, max_queue
         self._pending: deque[tuple[_Job, int]] = deque()  # (job, row index), arrival order
-        self._pending_tokens = 0
-        self._waiting = 0  # jobs none of whose rows is in a batch yet
+        self.queued_tokens = 0  # real tokens of the rows waiting
+        self.queued_requests = 0  # requests none of whose rows is in a batch yet
         self._executor: ThreadPoolExecutor | None = None
         self._worker: asyncio.Task | None = None
         self._arrived: asyncio.Event | None = None
@@ -120,15 +120,6 @@ class Batcher:
         """Whether the worker runs (started, not stopped, not ended by an error)."""
         return self._worker is not None and not self._worker.done() and not self._closing
 
-    @property
-    def queued_requests(self) -> int:
-        """Requests waiting for their first batch."""
-        return self._waiting
-
-    @property
-    def queued_tokens(self) -> int:
-        return self._pending_tokens
-
     # ---- submitting ------------------------------------------------------------------------------------------
     async def submit(self, rows: Sequence[Any]) -> list:
         """Queue a request's rows and wait for their outputs (in the same order).
@@ -138,8 +129,9 @@ class Batcher:
         """
         if self._worker is None or self._closing:
             raise QueueFull("the server is shutting down", retry_after=5)
-        if self._waiting >= self.max_queue:
-            raise QueueFull(f"the queue is full ({self._waiting} requests waiting)", retry_after=self.retry_after())
+        if self.queued_requests >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.queued_requests} requests waiting)",
+                            retry_after=self.retry_after())
         loop = asyncio.get_running_loop()
         job = _Job(list(rows), loop.create_future(), time.perf_counter())
         if not job.rows:
@@ -147,8 +139,8 @@ class Batcher:
         job.outputs, job.remaining = [None] * len(job.rows), len(job.rows)
         for i, row in enumerate(job.rows):
             self._pending.append((job, i))
-            self._pending_tokens += self.length(row)
-        self._waiting += 1
+            self.queued_tokens += self.length(row)
+        self.queued_requests += 1
         self.in_flight += 1
         self._arrived.set()
         try:
@@ -160,7 +152,7 @@ class Batcher:
         """Seconds until the queued tokens are likely done, at the recent rate (1 to 60)."""
         if self.tokens_per_second <= 0:
             return 1
-        return int(min(60, max(1, math.ceil(self._pending_tokens / self.tokens_per_second))))
+        return int(min(60, max(1, math.ceil(self.queued_tokens / self.tokens_per_second))))
 
     # ---- the worker ------------------------------------------------------------------------------------------
     def _take(self) -> list[tuple[_Job, int]]:
@@ -172,15 +164,15 @@ class Batcher:
             n = self.length(job.rows[i])
             if job.future.done():  # its caller went away (a cancelled request): drop the row
                 self._pending.popleft()
-                self._pending_tokens -= n
+                self.queued_tokens -= n
                 if not job.started:
                     job.started = True
-                    self._waiting -= 1
+                    self.queued_requests -= 1
                 continue
             if batch and tokens + n > self.max_batch_tokens:
                 break
             self._pending.popleft()
-            self._pending_tokens -= n
+            self.queued_tokens -= n
             tokens += n
             batch.append((job, i))
         return batch
@@ -193,7 +185,7 @@ class Batcher:
             self._arrived.clear()
             await self._arrived.wait()
         deadline = self._pending[0][0].arrival + self.max_wait
-        while self._pending_tokens < self.max_batch_tokens and not self._closing:
+        while self.queued_tokens < self.max_batch_tokens and not self._closing:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return
@@ -219,7 +211,7 @@ class Batcher:
             for job, _ in batch:
                 if not job.started:
                     job.started = True
-                    self._waiting -= 1
+                    self.queued_requests -= 1
                     waited.append(start - job.arrival)
             rows = [job.rows[i] for job, i in batch]
             tokens = sum(self.length(r) for r in rows)

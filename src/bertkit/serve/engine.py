@@ -41,10 +41,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
-from bertkit.models.modeldir import USES
-from bertkit.sentence import combine_windows, pooling_modes, windowed_encodings
-from bertkit.tasks.base import SERVED_KINDS, default_kind, json_text
+from bertkit.export import open_session
+from bertkit.inference import top_candidates
+from bertkit.models.modeldir import USES, ModelDir
+from bertkit.models.pooling import calibration_batches, load_dense, quantize_int8
+from bertkit.sentence import SentenceConfig, combine_windows, pooling_modes, read_sentence_config, windowed_encodings
+from bertkit.tasks.base import KINDS, SERVED_KINDS, default_kind, family_for, json_text
+from bertkit.tasks.finetune import load_predictor
+from bertkit.tasks.run import generate_all
 
 MAX_NEW_TOKENS = 20  # tokens a generation adds at most unless a request says otherwise (`bertkit generate`'s default)
 # A request's pooling: "none" (every token's vector), or one of sentence-transformers' modes in our spelling
@@ -74,15 +80,22 @@ def pool_tokens(vectors: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
     return np.concatenate([_POOL_TOKENS.get(mode, lambda v: v[-1])(x) for mode in modes])
 
 
+# Linear layers that --quantize int8 leaves in fp32 (module-name suffixes, `quantize_int8`'s `keep`): the first two
+# layers' FFN output projections, whose inputs carry BERT's largest outlier channels (1/9 of the products). On
+# all-MiniLM-L6-v2, cosine of int8 to fp32 sentence vectors over all 2,910 STS-B dev sentences (none of them
+# calibration text), all quantised / layer 0's kept / layers 0 and 1 kept: min 0.9805 / 0.9838 / 0.9834, 1st
+# percentile 0.9910 / 0.9938 / 0.9950, below 0.99: 15 / 5 / 2; on 400 SST-2 and WikiText-2 texts (up to 256
+# tokens) min 0.9882 with layer 0's kept, 0.9932 with both; the last layer's kept instead helps least. Forward
+# speed over fp32's in CPU time (96 such texts, batches of 8, one thread, 2-core AVX-512 VNNI EPYC under load 6-9,
+# two runs): 1.87x-1.99x / 1.83x / 1.71x-1.84x.
+INT8_KEEP = ("layers.0.ffn.down", "layers.1.ffn.down")
+
+
 def _with_precision(model, device: str, dtype: str, quantize: str | None, calibration=None):
     """The served model in the weights' type asked for: int8 dynamic quantisation (CPU; smoothed on `calibration`
     batches where given), bf16 / fp16 on a GPU ("auto": bf16 where the GPU has it, else fp16; fp32 on a CPU)."""
-    import torch
-
     if quantize == "int8":
-        from bertkit.models.pooling import quantize_int8
-
-        return quantize_int8(model, calibration=calibration)
+        return quantize_int8(model, keep=INT8_KEEP, calibration=calibration)
     on_gpu = str(device).startswith("cuda")
     if dtype == "auto":
         dtype = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
@@ -160,14 +173,10 @@ class TorchBackend:
         self.device = next(model.parameters()).device
 
     def __call__(self, rows: list[Row]) -> list[np.ndarray]:
-        import torch
-
         if self.kind == "generate":
             with torch.no_grad():
                 return self._generate(rows)
         if self.max_new_tokens is not None:
-            from bertkit.tasks.run import generate_all
-
             features = [{"input_ids": r.input_ids, "token_type_ids": r.token_type_ids} for r in rows]
             with torch.no_grad():
                 return generate_all(self.model, features, self.pad_id, len(rows), self.max_new_tokens)
@@ -190,10 +199,6 @@ class TorchBackend:
 
     def _generate(self, rows: list[Row]) -> list[np.ndarray]:
         """Greedy generations (the new token ids) of the rows; see the module docstring."""
-        import torch
-
-        from bertkit.tasks.run import generate_all
-
         out: list[np.ndarray | None] = [None] * len(rows)
         groups: dict[tuple[int, int], list[int]] = {}
         causal = bool(getattr(self.model.config, "causal", False))  # else an encoder-decoder (T5)
@@ -225,8 +230,6 @@ class OnnxBackend:
 
     def __init__(self, kind: str, path: str | os.PathLike, pad_id: int, threads: int | None = None,
                  layout: str | None = None) -> None:
-        from bertkit.export import open_session
-
         self.kind, self.pad_id, self.layout = kind, pad_id, layout or kind  # layout: as TorchBackend's kind
         self.session = open_session(path, kind, threads=threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
@@ -262,9 +265,26 @@ class OnnxBackend:
 # ------------------------------------------------------------------------------------------------------------------
 def detect_kind(model_dir: str | os.PathLike) -> str:
     """The kind a model directory serves by default (`bertkit.tasks.base.default_kind`)."""
-    from bertkit.models.modeldir import ModelDir
-
     return default_kind(ModelDir.open(model_dir))
+
+
+def _check_options(kind: str | None, backend: str, pooling: str | None, dtype: str, quantize: str | None,
+                   device: str, top_k: int | None) -> None:
+    """ValueError naming the first of the Engine's options that is not one it takes."""
+    if kind is not None and kind not in SERVED_KINDS:
+        raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+    if backend not in ("torch", "onnx"):
+        raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    if dtype not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(f"unknown dtype {dtype!r}; choose auto, fp32, bf16 or fp16")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"unknown quantization {quantize!r}; the server quantises to int8")
+    if quantize and (backend != "torch" or not str(device).startswith("cpu")):
+        raise ValueError("--quantize int8 is for the torch backend on a CPU")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
 
 
 class Engine:
@@ -292,91 +312,83 @@ class Engine:
                  top_k: int | None = None, pooling: str | None = None, device: str = "cpu",
                  threads: int | None = None, dtype: str = "auto", quantize: str | None = None,
                  words: str | None = None) -> None:
-        import torch
-
-        from bertkit.models.modeldir import ModelDir
-        from bertkit.tasks.base import KINDS, family_for
-
-        if kind is not None and kind not in SERVED_KINDS:
-            raise ValueError(f"unknown task {kind!r}; choose one of {', '.join(SERVED_KINDS)}")
+        _check_options(kind, backend, pooling, dtype, quantize, device, top_k)
         directory = ModelDir.open(model_dir)
         self.model_dir = directory.path
         self.kind = kind or default_kind(directory)
-        if backend not in ("torch", "onnx"):
-            raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
-        if pooling is not None and pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-        if dtype not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"unknown dtype {dtype!r}; choose auto, fp32, bf16 or fp16")
-        if quantize not in (None, "int8"):
-            raise ValueError(f"unknown quantization {quantize!r}; the server quantises to int8")
-        if quantize and (backend != "torch" or not str(device).startswith("cpu")):
-            raise ValueError("--quantize int8 is for the torch backend on a CPU")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
-        self.top_k = top_k
+        self.top_k, self.pooling, self.backend_name = top_k, pooling, backend
         self.sentence, self.dense = None, []
         self.predictor = None
         # A task kind's facts (input fields, truncation, row layout) are its family's; a use's are its USES row's.
         self.task = family_for(self.kind) if self.kind in KINDS else None
         self.input_fields = self.task.input_fields if self.task is not None else USES[self.kind].input_fields
-        layout = ROW_OUTPUTS[self.task.model_role] if self.task is not None else self.kind
-        if self.task is not None:  # a task head: the task family's predictor, as `bertkit predict` loads it
-            from bertkit.tasks.finetune import load_predictor
-
-            self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device,
-                                            words=words)
-            model, self.tokenizer = self.predictor.model, self.predictor.tokenizer
-            self.max_length = self.predictor.config.seq_length
-        else:  # a use of the directory without a task head (`bertkit.models.modeldir.USES`)
-            self.tokenizer = directory.tokenizer(words=words)
-            model = directory.load(self.kind)
-            if self.kind == "fill-mask" and self.tokenizer.mask_id is None:
-                raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
-            if self.kind == "embeddings":  # the directory's sentence-transformers modules, read as numpy
-                from bertkit.models.pooling import load_dense
-                from bertkit.sentence import SentenceConfig, read_sentence_config
-
-                self.sentence = read_sentence_config(self.model_dir) or SentenceConfig()
-                # the Dense layers as numpy (weight (out, in), bias, activation): applied per answer
-                self.dense = [(layer.linear.weight.detach().float().numpy(),
-                               None if layer.linear.bias is None else layer.linear.bias.detach().float().numpy(),
-                               layer.activation) for layer in load_dense(self.model_dir, self.sentence)]
-                if max_seq_length is None and self.sentence.max_seq_length:
-                    max_seq_length = self.sentence.max_seq_length  # what sentence-transformers cuts inputs to
-            model = model.to(device).eval()
-            limit = getattr(model.config, "max_length", 512)  # T5's relative positions: 512, its pretraining length
-            self.max_length = min(max_seq_length or limit, limit)
+        if self.task is not None:
+            model = self._load_task(directory, max_seq_length, device, words)
+        else:
+            model = self._load_use(directory, max_seq_length, device, words)
         if backend == "torch":
-            calibration = None
-            # BERT's and ModernBERT's encoders (an `unpad` switch) take forward(input_ids, attention_mask, types)
-            if quantize and self.kind == "embeddings" and isinstance(getattr(model, "unpad", None), bool):
-                from bertkit.models.pooling import calibration_batches
-
-                calibration = calibration_batches(self.tokenizer, max_length=self.max_length)
-            model = _with_precision(model, device, dtype, quantize, calibration)
+            model = self._set_precision(model, device, dtype, quantize)
         self.dtype = "int8" if quantize else {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
             next(model.parameters()).dtype, "fp32")
-        self.pooling = pooling
         self.model_config = model.config
         family = self.predictor.family() if self.predictor is not None else None
         # A text-to-text model (T5 fine-tuned on a task) answers the task's kind by generating its answer.
         self.generates = bool(getattr(family, "generates", False))
         # The label names the answers use (classify, ner; a text-to-text model's from its finetune.json).
         self.labels = None if family is None or getattr(family, "regression", False) else family.labels
+        self.backend = self._make_backend(model, family, onnx_path, threads)
+
+    def _load_task(self, directory: ModelDir, max_seq_length: int | None, device: str, words: str | None):
+        """A task head: the task family's predictor, as `bertkit predict` loads it; its model."""
+        self.predictor = load_predictor(directory, self.kind, max_seq_length=max_seq_length, device=device,
+                                        words=words)
+        self.tokenizer = self.predictor.tokenizer
+        self.max_length = self.predictor.config.seq_length
+        return self.predictor.model
+
+    def _load_use(self, directory: ModelDir, max_seq_length: int | None, device: str, words: str | None):
+        """A use of the directory without a task head (`bertkit.models.modeldir.USES`): its model, in eval mode on
+        `device`; embeddings: the directory's sentence-transformers modules too."""
+        self.tokenizer = directory.tokenizer(words=words)
+        model = directory.load(self.kind)
+        if self.kind == "fill-mask" and self.tokenizer.mask_id is None:
+            raise ValueError(f"{self.model_dir}: its tokenizer has no mask token; serve it as embeddings")
+        if self.kind == "embeddings":
+            self.sentence = read_sentence_config(self.model_dir) or SentenceConfig()
+            # the Dense layers as numpy (weight (out, in), bias, activation): applied per answer
+            self.dense = [(layer.linear.weight.detach().float().numpy(),
+                           None if layer.linear.bias is None else layer.linear.bias.detach().float().numpy(),
+                           layer.activation) for layer in load_dense(self.model_dir, self.sentence)]
+            if max_seq_length is None and self.sentence.max_seq_length:
+                max_seq_length = self.sentence.max_seq_length  # what sentence-transformers cuts inputs to
+        model = model.to(device).eval()
+        limit = getattr(model.config, "max_length", 512)  # T5's relative positions: 512, its pretraining length
+        self.max_length = min(max_seq_length or limit, limit)
+        return model
+
+    def _set_precision(self, model, device: str, dtype: str, quantize: str | None):
+        """The torch backend's model in the weights' type asked for (`_with_precision`); int8 embeddings of a
+        BERT or ModernBERT encoder (an `unpad` switch: forward(input_ids, attention_mask, types)) smoothed on
+        calibration batches of the served length."""
+        calibration = None
+        if quantize and self.kind == "embeddings" and isinstance(getattr(model, "unpad", None), bool):
+            calibration = calibration_batches(self.tokenizer, max_length=self.max_length)
+        return _with_precision(model, device, dtype, quantize, calibration)
+
+    def _make_backend(self, model, family, onnx_path, threads: int | None) -> Callable[[list[Row]], list[np.ndarray]]:
+        """The backend that runs the rows: the model itself (torch) or the exported graph (onnx)."""
+        layout = ROW_OUTPUTS[self.task.model_role] if self.task is not None else self.kind
         pad_id = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
-        if backend == "torch":
+        if self.backend_name == "torch":
             if threads:
                 torch.set_num_threads(threads)
-            self.backend: Callable[[list[Row]], list[np.ndarray]] = TorchBackend(
-                layout, model, pad_id, family.max_new_tokens if self.generates else None, self.tokenizer.sep_id)
-        else:
-            if self.generates or self.kind == "generate":
-                raise ValueError(f"{self.model_dir} generates its answers token by token, which the ONNX backend "
-                                 f"does not; serve it with the torch backend")
-            # The torch model stays loaded: restoring a family for each input reads its labels.
-            self.backend = OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads, layout)
-        self.backend_name = backend
+            return TorchBackend(layout, model, pad_id, family.max_new_tokens if self.generates else None,
+                                self.tokenizer.sep_id)
+        if self.generates or self.kind == "generate":
+            raise ValueError(f"{self.model_dir} generates its answers token by token, which the ONNX backend "
+                             f"does not; serve it with the torch backend")
+        # The torch model stays loaded: restoring a family for each input reads its labels.
+        return OnnxBackend(self.kind, onnx_path or self.model_dir / "model.onnx", pad_id, threads, layout)
 
     # ---- the three steps -------------------------------------------------------------------------------------
     def prepare(self, item: Any, index: int = 0, top_k: int | None = None, pooling: str | None = None,
@@ -433,10 +445,6 @@ class Engine:
     def _prepare_fill_mask(self, text: str, top_k: int) -> Prepared:
         """As `bertkit.inference.fill_mask`: the text framed and cut to the model's length, candidates for every
         mask token left; the answer is what `bertkit fill-mask --json` prints."""
-        import torch
-
-        from bertkit.inference import top_candidates
-
         tok = self.tokenizer
         enc = tok.encode(text, max_length=self.max_length)
         positions = [i for i, t in enumerate(enc.input_ids) if t == tok.mask_id]

@@ -45,10 +45,11 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.config import config_from_dict
 from bertkit.data.readers import MISSING, Table, field
 from bertkit.errors import DataError
 from bertkit.models.modeldir import SERVED_USES, architecture_role
-from bertkit.models.registry import ARCHITECTURES, refused_cells
+from bertkit.models.registry import ARCHITECTURES, architecture_of, refused_cells
 
 # kind -> the module whose family registers it: the one line a new task adds here.
 TASK_MODULES = {
@@ -98,10 +99,9 @@ REFUSED: dict[tuple[str, str], str] = refused_cells()
 
 
 def matrix_family(raw_config: dict) -> str:
-    """The matrix family of a model directory's config.json (as a dict): its model_type, or "causal" for a
-    BERT-family model with causal attention."""
-    model_type = raw_config.get("model_type") or "bert"
-    return "causal" if raw_config.get("is_decoder") and model_type in ("bert", "roberta", "electra") else model_type
+    """The matrix family of a model directory's config.json (as a dict): its row of the architecture table (its
+    model_type, or "causal" for a BERT-family model with causal attention)."""
+    return architecture_of(config_from_dict(raw_config)).name
 
 
 def refusal(family: str, kind: str, what: str) -> str | None:
@@ -110,8 +110,8 @@ def refusal(family: str, kind: str, what: str) -> str | None:
     reason = REFUSED.get((family, kind))
     if reason is None:
         return None
-    which = "is_decoder" if family == "causal" else f"model_type {family}"
-    return f"{what}: refused for {MATRIX_FAMILIES.get(family, family)} models ({which}): {reason}"
+    row = ARCHITECTURES[family]  # a refused cell is a row's
+    return f"{what}: refused for {row.label} models ({row.marker}): {reason}"
 
 
 def register(*kinds: str):

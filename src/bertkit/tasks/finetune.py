@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.checkpoint import HeadMismatchError
+from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
+from bertkit.io import atomic_write, writer_lock
 from bertkit.models.modeldir import TASK_FILE, ModelDir
-from bertkit.tasks.run import FinetuneConfig, load_task_data, load_task_model, model_outputs, run_task
 from bertkit.tasks.base import KINDS, family_for, kind_of_architectures, prediction_kind
+from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
+from bertkit.tasks.metrics import confusion_matrix
+from bertkit.tasks.run import (FinetuneConfig, load_task_data, load_task_model, model_outputs, resolved_combine,
+                               run_task)
+from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
 from bertkit.tokenizers.word import apply_words
+from bertkit.training.trainer import seed_everything, setup_distributed
 
 __all__ = ["FinetuneConfig", "Predictor", "evaluate_predictions", "finetune", "finetune_sweep", "load_predictor",
            "predict", "pretrained_lm_head", "score_best"]
@@ -89,50 +98,16 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
         classify) also "confusion_matrix" {"labels", "dev", file stem: rows = gold, columns = predicted}, written
         to OUT/confusion_matrix.json too.
     """
-    import time
-
     started = time.perf_counter()
-    from bertkit.io import writer_lock
-    from bertkit.training.trainer import seed_everything, setup_distributed
-
     if kind not in KINDS:
         raise ValueError(f"unknown fine-tuning kind {kind!r}; choose one of {', '.join(KINDS)}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    names = [Path(p).stem for p in eval_files]
-    if len(set(names)) < len(names) or "dev" in names:
-        raise ValueError(f"--eval-file: the files' names must differ from each other and from 'dev' ({names})")
-    for path in eval_files:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--eval-file {path}: no such file")
+    _check_eval_files(eval_files)
     data = load_task_data(kind, model_dir, train_path, dev_path, config)
     config, family, tokenizer = data.config, data.family, data.tokenizer
-    directory = data.model_dir
-
     dist_info, device = setup_distributed(config.device)
     seed_everything(config.seed)  # the fresh head's initialisation comes from the seed
-    feature_facts, fit = None, None
-    if config.frozen or config.task_model == "bilstm" or not directory.has_task_heads:
-        # A task model on the encoder's layers (bertkit.features): frozen (feature-based) or trained with them;
-        # the only task models of an architecture without task heads of its own (ELMo).
-        from bertkit.features import FeatureTaskModel, build_task_model, fit_logistic_head
-
-        if not (config.frozen or config.task_model == "bilstm"):
-            raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
-                             f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
-                             f"ELMo paper's task models)")
-        kwargs = family.model_kwargs()
-        model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
-                                                num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
-                                                regression=kwargs.get("regression", False),
-                                                train_inputs=[*data.train_features, *data.dev_features])
-        cls = FeatureTaskModel  # what reads the best epoch's directory back
-        if config.task_model == "logistic":  # fitted at once on the cached layers instead of trained
-            def fit(m):
-                return fit_logistic_head(m, data.train_features, tokenizer.pad_id, config.eval_batch_size,
-                                         config.logistic_c)
-    else:
-        cls = directory.model_class(family.model_role, kind)  # the architecture's: BertFor..., ModernBertFor...
-        model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
+    model, cls, feature_facts, fit = _task_model(data, model_dir, new_heads)
     if feature_facts is None and tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size} embeddings")
@@ -168,15 +143,49 @@ def finetune(kind: str, model_dir: str | os.PathLike, train_path: str | os.PathL
                           feature_cache=model.cache if feature_facts is not None else None)
 
 
+def _check_eval_files(eval_files: Sequence[str | os.PathLike]) -> None:
+    """--eval-file: the files exist and their names differ from each other and from 'dev' (results.json's keys)."""
+    names = [Path(p).stem for p in eval_files]
+    if len(set(names)) < len(names) or "dev" in names:
+        raise ValueError(f"--eval-file: the files' names must differ from each other and from 'dev' ({names})")
+    for path in eval_files:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--eval-file {path}: no such file")
+
+
+def _task_model(data, model_dir: Path, new_heads: bool):
+    """(model, the class that reads the best epoch's directory back, the feature task model's facts or None, the
+    fit at once or None) for a fine-tuning run: the architecture's task model with the family's head, or a task
+    model on the encoder's layers (bertkit.features: frozen or trained with them; the only task models of an
+    architecture without task heads of its own, ELMo)."""
+    config, family, tokenizer, directory = data.config, data.family, data.tokenizer, data.model_dir
+    if not (config.frozen or config.task_model == "bilstm" or not directory.has_task_heads):
+        cls = directory.model_class(family.model_role, data.kind)  # the architecture's: BertFor..., ModernBertFor...
+        model = load_task_model(cls, model_dir, new_heads=new_heads, dropout=config.dropout, **family.model_kwargs())
+        return model, cls, None, None
+    if not (config.frozen or config.task_model == "bilstm"):
+        raise ValueError(f"{model_dir} holds a {directory.model_type} model, which has no task heads of its "
+                         f"own; its layers feed a task model: add --frozen (and --task-model bilstm for the "
+                         f"ELMo paper's task models)")
+    kwargs = family.model_kwargs()
+    model, feature_facts = build_task_model(model_dir, tokenizer, family.model_role, config,
+                                            num_labels=kwargs.get("num_labels", 2), labels=kwargs.get("labels"),
+                                            regression=kwargs.get("regression", False),
+                                            train_inputs=[*data.train_features, *data.dev_features])
+    if config.task_model != "logistic":
+        return model, FeatureTaskModel, feature_facts, None
+
+    def fit(m):  # --task-model logistic: fitted at once on the cached layers instead of trained
+        return fit_logistic_head(m, data.train_features, tokenizer.pad_id, config.eval_batch_size, config.logistic_c)
+    return model, FeatureTaskModel, feature_facts, fit
+
+
 def pretrained_lm_head(model_dir: str | os.PathLike):
     """The LM head a causal model directory was pretrained with (`BertForCausalLM.mlm`: dense, activation,
     LayerNorm, bias; its decoder, the tied embeddings, left out), or None when the directory holds no LM head (a
     task model's directory): GPT-1's auxiliary loss then scores with the bare tied embeddings."""
-    from bertkit.checkpoint import HeadMismatchError
-    from bertkit.models import BertForCausalLM
-
     try:
-        head = BertForCausalLM.from_pretrained(model_dir).mlm
+        head = ModelDir.open(model_dir).load("causal").mlm
     except HeadMismatchError:
         return None
     head.word_embeddings = None  # the task model decodes with its own embeddings; drop the loaded copy
@@ -189,10 +198,6 @@ def score_best(data, cls, out_dir: Path, eval_files: Sequence[str | os.PathLike]
     evaluation file, and for a classifier the confusion matrices (dev and every file; also confusion_matrix.json).
     feature_cache: the run's frozen-encoder layers (`FeatureCache`), which the model read back uses as its own.
     """
-    from bertkit.io import atomic_write
-    from bertkit.tasks.run import model_outputs
-    from bertkit.tasks.metrics import confusion_matrix
-
     family, tokenizer, batch = data.family, data.tokenizer, data.config.eval_batch_size
     classifier = (data.kind in ("glue", "classify") and not getattr(family, "regression", True)
                   and not getattr(family, "generates", False))
@@ -233,8 +238,6 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
     out_dir (`bertkit.tasks.card.run_dir_name`: seedS, or lrX/seedS), then the card (out_dir/card.json, card.md; see
     bertkit.tasks.card). A run directory that already holds a finished run is kept as it is, so an interrupted sweep
     continues where it stopped when called again. Returns the card."""
-    from bertkit.tasks.card import card_from_runs, read_results, run_dir_name, write_card
-
     config = config or FinetuneConfig(kind=kind)
     if not seeds:
         raise ValueError("--seeds: give at least one seed")
@@ -264,8 +267,6 @@ def finetune_sweep(kind: str, model_dir: str | os.PathLike, train_path: str | os
 def _same_setting(run_dir: Path, done: dict[str, Any], wanted: dict[str, Any]) -> None:
     """ValueError naming the first setting in which a finished run differs from the one a sweep asks for (what
     only changes how a run is shown or checkpointed does not count)."""
-    from bertkit.tasks.run import resolved_combine
-
     ignored = ("progress", "device", "log_every", "save_every", "eval_batch_size", "workers")
     if "combine" in done:  # compared resolved: an unset combine is its default
         done = {**done, "combine": resolved_combine(done["combine"], done.get("task_model", "linear"))}
@@ -393,8 +394,6 @@ def _feature_task_predictor(model_dir: ModelDir, kind: str | None, max_seq_lengt
     """`load_predictor` for a task model on encoder layers (what a `--frozen` or `--task-model bilstm` run keeps:
     the encoder directory with task_model.json and task_model.safetensors beside it, `bertkit.features`); the kind
     it was fine-tuned for comes from its finetune.json, the labels from task_model.json."""
-    from bertkit.features import FeatureTaskModel
-
     if model_dir.trained_kind is None:
         raise ValueError(f"{model_dir}: a task model on encoder layers without its {TASK_FILE} (the kind it was "
                          f"fine-tuned for); use the model directory a bertkit finetune run wrote")
@@ -410,8 +409,6 @@ def _text_to_text_predictor(model_dir: ModelDir, kind: str | None, max_seq_lengt
     """`load_predictor` for an encoder-decoder (T5) fine-tuned as text to text: the kind, the GLUE task, the
     columns and lengths it was fine-tuned with come from its finetune.json; it predicts as that kind (a GLUE model
     as classify), greedily."""
-    from bertkit.tasks.text2text import Text2TextFamily, text_to_text_family
-
     if kind is not None:
         text_to_text_family(kind, model_dir.model_type, "predict")  # the kinds text to text refuses
     info = model_dir.info

@@ -31,12 +31,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
+from bertkit.checkpoint import HeadMismatchError, latest_checkpoint, resume_state_step, unwrap
 from bertkit.config import IGNORE_INDEX, check_finite, field_with_help
+from bertkit.data.loader import pack_batch, unpack_batch, unpack_pinned, worker_items
 from bertkit.io import atomic_write, disk_full_as_error, read_json_lines
 from bertkit.models.modeldir import TASK_FILE, ModelDir  # TASK_FILE: what `predict` needs besides the weights
-from bertkit.tasks.base import KINDS, TaskFamily, family_for
-from bertkit.training.trainer import end_distributed
+from bertkit.sentence import pooling_modes
+from bertkit.tasks.base import KINDS, TaskFamily, family_for, matrix_family, refusal
+from bertkit.tasks.metrics import canonical_task
+from bertkit.tasks.text2text import text_to_text_family
+from bertkit.training.trainer import TrainConfig, end_distributed, train
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
 
@@ -144,6 +150,14 @@ class FinetuneConfig:
     progress: bool = _f(True, "show a progress bar")
 
     def __post_init__(self) -> None:
+        # Each check raises ValueError naming the field (the option): the kind and task, the numbers, the choices,
+        # then the embed family's options.
+        self._check_kind()
+        self._check_numbers()
+        self._check_choices()
+        self._check_embed()
+
+    def _check_kind(self) -> None:
         if self.kind is not None and self.kind not in KINDS:
             raise ValueError(f"unknown fine-tuning kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         if self.words not in (None, "whitespace", "bert"):
@@ -151,9 +165,9 @@ class FinetuneConfig:
         if self.kind == "glue" and self.task is None:
             raise ValueError("glue fine-tuning needs the task name (--task cola, sst2, mrpc, ...)")
         if self.task is not None and self.kind == "glue":
-            from bertkit.tasks.metrics import canonical_task
-
             canonical_task(self.task)  # raises with the list of tasks
+
+    def _check_numbers(self) -> None:
         positive = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "batch_size",
                     "eval_batch_size", "grad_accumulation", "log_every")
         for name in positive:
@@ -179,6 +193,8 @@ class FinetuneConfig:
         if self.column is not None and (isinstance(self.column, bool) or not isinstance(self.column, int)
                                         or self.column < 1):
             raise ValueError(f"column must be a tag column of at least 1 (column 0 is the word), got {self.column!r}")
+
+    def _check_choices(self) -> None:
         if self.scheme not in ("auto", "none"):
             raise ValueError(f"scheme must be auto or none, got {self.scheme!r}")
         if self.optimizer not in ("adamw", "lamb"):
@@ -202,6 +218,8 @@ class FinetuneConfig:
             raise ValueError(f"lstm_hidden must be at least 1, got {self.lstm_hidden}")
         if self.feature_cache is not None and not self.frozen:
             raise ValueError("--feature-cache keeps a frozen encoder's layers; add --frozen")
+
+    def _check_embed(self) -> None:
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"scale must be a positive number, got {self.scale!r}")
         if self.mini_batch_size is not None and (isinstance(self.mini_batch_size, bool)
@@ -217,8 +235,6 @@ class FinetuneConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if self.pooling is not None:
-            from bertkit.sentence import pooling_modes
-
             pooling_modes(self.pooling)  # raises naming the choices
         if self.bucket_window < 0:
             raise ValueError(f"bucket_window must be 0 (no length bucketing) or positive, got {self.bucket_window}")
@@ -467,8 +483,6 @@ class EpochBatches:
             made.close()  # worker processes end with the iteration
 
     def _from_workers(self) -> Iterator[dict[str, Any]]:
-        from bertkit.data.loader import unpack_batch, unpack_pinned, worker_items
-
         items = worker_items(_WorkerBatches(self), self.workers, self.prefetch, self.seed, self.rank)
         try:
             for item in items:
@@ -486,8 +500,6 @@ class _WorkerBatches(torch.utils.data.IterableDataset):
         self.stream = stream
 
     def __iter__(self) -> Iterator[tuple]:
-        from bertkit.data.loader import pack_batch
-
         info = torch.utils.data.get_worker_info()
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         for k, (indices, position) in enumerate(self.stream.planned()):
@@ -564,8 +576,6 @@ def load_task_model(cls, model_dir: str | Path, new_heads: bool = False, dropout
     The checkpoint code explains a head that does not fit (another number of labels, say); the message is kept
     and told how to replace the head from the command line too.
     """
-    from bertkit.checkpoint import HeadMismatchError
-
     try:
         model = cls.from_pretrained(model_dir, new_heads=new_heads, **kwargs)
     except HeadMismatchError as err:
@@ -655,15 +665,11 @@ def task_family(kind: str, model_dir: str | os.PathLike | ModelDir, verb: str = 
     (T5) the text-to-text family (`bertkit.tasks.text2text`), which takes glue, classify and squad; ValueError
     naming the verb, the kind and the model type for another kind, and for the matrix's refused cells
     (`bertkit.tasks.base.REFUSED`), before any task file is read."""
-    from bertkit.tasks.base import matrix_family, refusal
-
     model_dir = ModelDir.open(model_dir)
     message = refusal(matrix_family(model_dir.raw), kind, f"bertkit {verb} {kind}")
     if message is not None:
         raise ValueError(message)
     if model_dir.text_to_text:
-        from bertkit.tasks.text2text import text_to_text_family
-
         if verb == "distill":
             raise ValueError(f"bertkit distill {kind}: {model_dir} holds a {model_dir.model_type} model (model_type "
                              f"{model_dir.model_type}); distillation takes encoder models (BERT, ModernBERT)")
@@ -674,8 +680,6 @@ def task_family(kind: str, model_dir: str | os.PathLike | ModelDir, verb: str = 
 def epoch_train_config(config: FinetuneConfig, steps_per_epoch: int):
     """The trainer's settings for a task run: `config.epochs` epochs of `steps_per_epoch` steps, evaluated (and
     checkpointed, unless `save_every` says otherwise) at every epoch's end. Shared by fine-tuning and distillation."""
-    from bertkit.training.trainer import TrainConfig
-
     return TrainConfig(
         max_steps=max(1, round(config.epochs * steps_per_epoch)), learning_rate=config.learning_rate,
         warmup_steps=0, warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay, optimizer=config.optimizer,
@@ -697,8 +701,6 @@ def task_workers(workers: int | None, device: torch.device) -> int:
 def resume_history(run_dir: Path, resume: bool, metric: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(evaluations so far, the best of them) for a resumed run: eval.jsonl up to the newest checkpoint's step;
     nothing for a fresh run."""
-    from bertkit.checkpoint import latest_checkpoint, resume_state_step
-
     checkpoint = latest_checkpoint(run_dir) if resume else None
     path = run_dir / "eval.jsonl"
     if checkpoint is None or not path.is_file():
@@ -719,17 +721,15 @@ def record_evaluation(run_dir: Path, history: list[dict[str, Any]], record: dict
 
 
 def train_and_report(model, objective, stream, train_config, run_dir: Path, evaluate, resume: bool, dist_info,
-                     device, timing: dict[str, float], write_results) -> None:
+                     device, runs: _Evaluations) -> None:
     """The shared training loop for a task run, then the run's throughput (evaluation time excluded) into
-    results.json through `write_results`; ends the process group of a distributed run."""
-    from bertkit.training.trainer import train
-
+    results.json through `runs.write_results`; ends the process group of a distributed run."""
     started = time.perf_counter()
     result = train(model, objective, stream, train_config, run_dir, evaluate=evaluate, resume=resume,
                    dist_info=dist_info, device=device)
-    train_seconds = max(time.perf_counter() - started - timing["eval_s"], 1e-9)
+    train_seconds = max(time.perf_counter() - started - runs.eval_s, 1e-9)
     if dist_info.is_main:
-        write_results({"steps": result.step, "stopped_by": result.stopped_by,
+        runs.write_results({"steps": result.step, "stopped_by": result.stopped_by,
                        "train_seconds": round(train_seconds, 3),
                        "train_examples_per_s": stream.examples_yielded * dist_info.world_size / train_seconds,
                        "train_tokens_per_s": stream.tokens_yielded * dist_info.world_size / train_seconds,
@@ -768,83 +768,101 @@ def run_task(data: TaskData, model, objective, run_dir: str | os.PathLike, *, di
         "max_steps", "epochs" (every evaluation), "best", "data" (the readers' counts), "config", and at the end
         the run's steps and throughput.
     """
-    from bertkit.checkpoint import unwrap
-
     run_dir = Path(run_dir)
-    config, family, tokenizer, metric = data.config, data.family, data.tokenizer, data.metric
-    evaluated = evaluated or (lambda m: m)
+    config = data.config
     if fit is None:
-        stream = EpochBatches([*data.train_features, *extra_features], tokenizer.pad_id, config.batch_size,
+        stream = EpochBatches([*data.train_features, *extra_features], data.tokenizer.pad_id, config.batch_size,
                               config.seed, config.grad_accumulation, dist_info.rank, dist_info.world_size,
                               stop_after_steps, bucket_window=config.bucket_window,
                               workers=task_workers(config.workers, device), pin_memory=device.type == "cuda")
-        steps_per_epoch = stream.steps_per_epoch
-        train_config = epoch_train_config(config, steps_per_epoch)
-        max_steps = train_config.max_steps
+        train_config = epoch_train_config(config, stream.steps_per_epoch)
+        steps_per_epoch, max_steps = stream.steps_per_epoch, train_config.max_steps
     else:  # a fit at once: no batches, no steps
         stream, train_config, steps_per_epoch, max_steps = None, None, 0, 0
-    history, best = resume_history(run_dir, resume, metric)
-    timing = {"eval_s": 0.0}
-    results: dict[str, Any] = {}
-    shown = list(family.metric_names)
-
-    def write_results(extra: dict[str, Any] | None = None) -> None:
-        results.clear()
-        results.update({
-            **(summary or {}), "labels": family.labels, "metric": metric,
-            "train_examples": len(data.train_examples), "train_features": len(data.train_features),
-            "dev_examples": len(data.dev_examples), "steps_per_epoch": steps_per_epoch, "max_steps": max_steps,
-            "epochs": history, "best": best, **({"data": family.stats} if family.stats else {}),
-            "config": config.to_dict(), **(extra or {})})
-        atomic_write(run_dir / "results.json", json.dumps(results, indent=2, default=float) + "\n")
-
-    def evaluate(m) -> dict[str, float]:
-        step = stream.steps_done
-        if step % steps_per_epoch and step != max_steps:
-            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
-        return evaluate_at(m, step, round(step / steps_per_epoch, 4))
-
-    def evaluate_at(m, step: int, epoch: float) -> dict[str, float]:
-        nonlocal best, history
-        started = time.perf_counter()
-        plain = evaluated(unwrap(m))
-        logits = model_outputs(family, plain, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
-        metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
-        if extra_metrics is not None:
-            more = extra_metrics(output)
-            shown.extend(k for k in more if k not in shown)
-            metrics.update(more)
-        record = {"epoch": epoch, "step": step, **metrics}
-        history = record_evaluation(run_dir, history, record)
-        if best is None or record[metric] > best[metric] or best["step"] == step:
-            best = record
-            save_best(family, run_dir, data.dev_examples, output, plain, tokenizer)
-        write_results()
-        timing["eval_s"] += time.perf_counter() - started
-        if dist_info.is_main:
-            line = ", ".join(f"{k} {record[k]:.4f}" for k in shown if k in record)
-            print(f"epoch {record['epoch']:g} (step {step}): {line}", flush=True)
-        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-
+    runs = _Evaluations(data, run_dir, evaluated or (lambda m: m), extra_metrics, summary or {}, dist_info.is_main,
+                        stream, steps_per_epoch, max_steps, *resume_history(run_dir, resume, data.metric))
     if dist_info.is_main:
-        import yaml
-
         run_dir.mkdir(parents=True, exist_ok=True)
         written = {**(resolved or {}), "world_size": dist_info.world_size,
                    **({"train_config": dataclasses.asdict(train_config)} if train_config is not None else {})}
         atomic_write(run_dir / "config.yaml", yaml.safe_dump(written, sort_keys=False))
         if banner is not None:
             print(banner(max_steps, steps_per_epoch), flush=True)
-
     if fit is None:
-        train_and_report(model, objective, stream, train_config, run_dir, evaluate, resume, dist_info, device,
-                         timing, write_results)
+        train_and_report(model, objective, stream, train_config, run_dir, runs.at_epoch_end, resume, dist_info,
+                         device, runs)
     else:
         started = time.perf_counter()
         facts = fit(model.to(device))
         fit_seconds = time.perf_counter() - started
         if dist_info.is_main:
-            evaluate_at(model, 0, 1)
-            write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3), "fit": facts})
+            runs.evaluate_at(model, 0, 1)
+            runs.write_results({"steps": 0, "stopped_by": "fit", "train_seconds": round(fit_seconds, 3),
+                                "fit": facts})
         end_distributed()
-    return dict(results)
+    return dict(runs.results)
+
+
+@dataclass
+class _Evaluations:
+    """A task run's dev evaluations (eval.jsonl, the best epoch's model directory and predictions) and its
+    results.json, rewritten after each; see `run_task`."""
+
+    data: TaskData
+    run_dir: Path
+    evaluated: Callable[[torch.nn.Module], torch.nn.Module]  # the trained model -> the task model to evaluate
+    extra_metrics: Callable[[Any], dict[str, float]] | None
+    summary: dict[str, Any]  # the fields results.json starts with
+    is_main: bool
+    stream: EpochBatches | None  # None for a fit at once
+    steps_per_epoch: int
+    max_steps: int
+    history: list[dict[str, Any]]  # every evaluation so far
+    best: dict[str, Any] | None
+    eval_s: float = 0.0  # seconds spent evaluating (left out of the throughput)
+    results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    shown: list[str] = dataclasses.field(default_factory=list)  # the metrics printed, the family's first
+
+    def __post_init__(self) -> None:
+        self.shown = list(self.data.family.metric_names)
+
+    def write_results(self, extra: dict[str, Any] | None = None) -> None:
+        data, family = self.data, self.data.family
+        self.results = {
+            **self.summary, "labels": family.labels, "metric": data.metric,
+            "train_examples": len(data.train_examples), "train_features": len(data.train_features),
+            "dev_examples": len(data.dev_examples), "steps_per_epoch": self.steps_per_epoch,
+            "max_steps": self.max_steps, "epochs": self.history, "best": self.best,
+            **({"data": family.stats} if family.stats else {}), "config": data.config.to_dict(), **(extra or {})}
+        atomic_write(self.run_dir / "results.json", json.dumps(self.results, indent=2, default=float) + "\n")
+
+    def at_epoch_end(self, m) -> dict[str, float]:
+        """The trainer's `evaluate`: whole epochs (and the end) only."""
+        step = self.stream.steps_done
+        if step % self.steps_per_epoch and step != self.max_steps:
+            return {}  # an interrupted run's final evaluation: only whole epochs (and the end) are evaluated
+        return self.evaluate_at(m, step, round(step / self.steps_per_epoch, 4))
+
+    def evaluate_at(self, m, step: int, epoch: float) -> dict[str, float]:
+        """Evaluate on dev, record it (the best epoch's model and predictions saved), print its line; the record's
+        finite numbers."""
+        data, family, metric = self.data, self.data.family, self.data.metric
+        started = time.perf_counter()
+        plain = self.evaluated(unwrap(m))
+        logits = model_outputs(family, plain, data.dev_features, data.tokenizer.pad_id, data.config.eval_batch_size)
+        metrics, output = family.evaluate(data.dev_examples, data.dev_features, logits)
+        if self.extra_metrics is not None:
+            more = self.extra_metrics(output)
+            self.shown.extend(k for k in more if k not in self.shown)
+            metrics.update(more)
+        record = {"epoch": epoch, "step": step, **metrics}
+        self.history = record_evaluation(self.run_dir, self.history, record)
+        if self.best is None or record[metric] > self.best[metric] or self.best["step"] == step:
+            self.best = record
+            save_best(family, self.run_dir, data.dev_examples, output, plain, data.tokenizer)
+        self.write_results()
+        self.eval_s += time.perf_counter() - started
+        if self.is_main:
+            line = ", ".join(f"{k} {record[k]:.4f}" for k in self.shown if k in record)
+            print(f"epoch {record['epoch']:g} (step {step}): {line}", flush=True)
+        return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and math.isfinite(v)}

@@ -52,14 +52,25 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
+from bertkit.checkpoint import unwrap
 from bertkit.config import PRESETS, BertConfig, check_finite, field_with_help, presets_for
+from bertkit.data.instances import SpecialIds
+from bertkit.data.loader import PretrainingStream, fixed_batches
+from bertkit.data.shards import ShardedCorpus
 from bertkit.errors import DataError
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, writer_lock
 from bertkit.models import (IGNORE_INDEX, ROLE_CLASSES, BertForSequenceClassification, BertForTokenClassification,
                             ModelDir)
 from bertkit.models.layouts import mark_host, positions
+from bertkit.models.registry import OBJECTIVES
+from bertkit.tasks.ner import encode_words, split_words
+from bertkit.tasks.run import forward_all, load_task_data, load_task_model, run_task, with_dropout
+from bertkit.training.objectives import MaskedLMObjective, evaluate_pretraining
+from bertkit.training.pretrain import data_workers, random_token_ids, stream_options
+from bertkit.training.trainer import end_distributed, seed_everything, setup_distributed, train
 
 TASK_KINDS = ("glue", "classify", "ner")  # task kinds (bertkit.tasks) that distill_task supports
 UNLABELLED = -1  # token label of a transfer-set word: distilled (soft losses), but no gold tag (no hard loss)
@@ -405,12 +416,9 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
         else:
             ta, tb = x.read_text(encoding="utf-8").splitlines(), y.read_text(encoding="utf-8").splitlines()
         if ta != tb:
-            i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
-            where = (f"first difference at entry {i + 1}: {ta[i]!r} vs {tb[i]!r}" if i < min(len(ta), len(tb))
-                     else "one is a prefix of the other")
             raise ValueError(f"the teacher's and the student's vocabularies differ: {x} has {len(ta)} entries, {y} "
-                             f"has {len(tb)}; {where}. Distillation compares predictions token by token, so both "
-                             f"models need one tokenizer")
+                             f"has {len(tb)}; {_first_difference(ta, tb, 'entry', 1)}. Distillation compares "
+                             f"predictions token by token, so both models need one tokenizer")
     casing = []
     for d in (teacher_dir, student_dir):
         path = d / "tokenizer_config.json"
@@ -421,17 +429,24 @@ def check_same_vocabulary(teacher_dir: str | os.PathLike, student_dir: str | os.
                          f"{casing[0][0]} in {casing[0][1]} and {casing[1][0]} in {casing[1][1]}")
 
 
+def _first_difference(a: list[str], b: list[str], unit: str, first: int) -> str:
+    """Where two token lists part: "first difference at {unit} N: 'x' vs 'y'" (N counted from `first`), or that
+    one is a prefix of the other."""
+    common = min(len(a), len(b))
+    i = next((i for i, (p, q) in enumerate(zip(a, b)) if p != q), common)
+    if i == common:
+        return "one is a prefix of the other"
+    return f"first difference at {unit} {i + first}: {a[i]!r} vs {b[i]!r}"
+
+
 def _check_same_tokenizer(teacher_dir: Path, student_dir: Path) -> None:
     """check_same_vocabulary through the tokenizer interface, for kinds without vocab.txt / vocab.json."""
     teacher, student = ModelDir.open(teacher_dir).tokenizer("teacher"), ModelDir.open(student_dir).tokenizer("student")
     ta, tb = (sorted(t.get_vocab(), key=t.get_vocab().get) for t in (teacher, student))
     if ta != tb:
-        i = next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb)))
-        where = (f"first difference at id {i}: {ta[i]!r} vs {tb[i]!r}" if i < min(len(ta), len(tb))
-                 else "one is a prefix of the other")
         raise ValueError(f"the teacher's and the student's vocabularies differ: {teacher_dir} has {len(ta)} tokens, "
-                         f"{student_dir} has {len(tb)}; {where}. Distillation compares predictions token by token, "
-                         f"so both models need one tokenizer")
+                         f"{student_dir} has {len(tb)}; {_first_difference(ta, tb, 'id', 0)}. Distillation "
+                         f"compares predictions token by token, so both models need one tokenizer")
     probe = "Hello Wörld, ÉCOLE of naïve Tokens 123"  # casing and accents: the same vocabulary, normalised alike?
     if teacher.encode(probe).input_ids != student.encode(probe).input_ids:
         raise ValueError(f"the teacher's and the student's tokenizers differ in normalisation (casing, accents): "
@@ -479,8 +494,6 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
     len(layers) layers; A = H/64 heads and 4H intermediate for a BERT preset, as `BertConfig.preset`; a ModernBERT
     teacher's student takes MODERNBERT_PRESETS' shapes (its rotary, window and attention pattern stay the
     teacher's). overrides: config fields of the student (a `model_type` among them must be the teacher's)."""
-    from bertkit.tasks.run import with_dropout
-
     model_type = overrides.pop("model_type", teacher_config.model_type)
     if model_type != teacher_config.model_type:
         raise ValueError(f"the recipe's model section is a {model_type!r} model but the teacher is a "
@@ -521,8 +534,6 @@ def student_config(teacher_config, preset: str | None = None, layers: list[int] 
 
 
 def _load_student(cls, student_dir: Path, dropout: float | None, model_kwargs: dict[str, Any]):
-    from bertkit.tasks.run import load_task_model
-
     student = ModelDir.open(student_dir)
     # The student directory may hold another architecture than the teacher (a ModernBERT student of a BERT teacher,
     # say): the class for the same use, of the student's architecture.
@@ -581,7 +592,7 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
     # The class of the head it holds, among those a student is cut with (else its bare encoder)
     role = source.head_role if source.head_role in ("sequence", "token", "mlm", "pretraining") else "encoder"
     cls = source.model_class(role)
-    source = cls.from_pretrained(source.path)
+    source = source.load(role)
     kwargs = {k: getattr(source, k) for k in ("num_labels", "labels", "regression") if hasattr(source, k)}
     if cls.__name__ == "BertModel":
         kwargs["add_pooler"] = source.pooler is not None
@@ -591,14 +602,17 @@ def init_student(source_dir: str | os.PathLike, out_dir: str | os.PathLike, *, l
     return Path(out_dir)
 
 
-def _load_teacher(cls, teacher_dir: Path, what: str):
-    architectures = ModelDir.open(teacher_dir).architectures
+def _load_teacher(cls, teacher_dir: Path, role: str, what: str):
+    """The fine-tuned teacher for `role` (its class `cls`), in eval mode; ValueError when the directory holds no
+    fine-tuned head of that class."""
+    directory = ModelDir.open(teacher_dir)
+    architectures = directory.architectures
     needs = next((s for s in ("ForSequenceClassification", "ForTokenClassification") if cls.__name__.endswith(s)),
                  None)
     if needs and not any(a.endswith(needs) for a in architectures):
         raise ValueError(f"{teacher_dir} holds a {' / '.join(architectures) or 'model without a task head'}, not a "
                          f"fine-tuned {cls.__name__}; fine-tune the teacher for {what} first (bertkit finetune)")
-    return cls.from_pretrained(teacher_dir).eval()
+    return directory.load(role).eval()
 
 
 def _pairs_for(config: DistillConfig, student: nn.Module, teacher: nn.Module) -> list[tuple[int, int]]:
@@ -620,10 +634,39 @@ def distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run
                 config, distill: DistillConfig, student_dir: str | os.PathLike | None = None,
                 resume: bool = False, eval_at_start: bool = True):
     """`_distill_mlm` with run_dir locked by rank 0 (`bertkit.io.lock_directory`: a second writer fails at once)."""
-    from bertkit.io import writer_lock
-
     with writer_lock(run_dir, int(os.environ.get("RANK", "0")) == 0):
         return _distill_mlm(teacher_dir, data_dir, run_dir, config, distill, student_dir, resume, eval_at_start)
+
+
+def _mlm_teacher(teacher_dir: Path, corpus, data_dir: Path, max_seq_length: int, device: torch.device):
+    """(the masked-LM class, the teacher on `device` in eval mode) for MLM distillation; ValueError when the shards
+    were prepared with another tokenizer or the teacher has fewer positions than the inputs."""
+    directory = ModelDir.open(teacher_dir)
+    if directory.tokenizer("teacher").vocab_hash() != corpus.manifest.vocab_hash:
+        raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
+                         f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
+    teacher = directory.load("mlm").eval().to(device)
+    _check_positions(teacher, max_seq_length, "teacher", teacher_dir)
+    return directory.model_class("mlm"), teacher  # BertForMaskedLM, ModernBertForMaskedLM, ...
+
+
+def _mlm_batches(corpus, data_dir: Path, tokenizer, config, dist_info, device: torch.device):
+    """(this rank's training stream, the fixed held-out batches or None) of MLM distillation: the recipe's data
+    section read exactly as pretraining reads it; held-out batches on rank 0 when the shards have an eval split
+    and eval_instances > 0."""
+    d = config.data
+    options = stream_options(d)
+    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
+    random_ids = random_token_ids(tokenizer)
+    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
+                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids,
+                               workers=data_workers(d.workers, device, dist_info))
+    if "eval" not in corpus.manifest.splits or not dist_info.is_main or d.eval_instances <= 0:
+        return stream, None
+    eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval").require_documents(),
+                                    dataclasses.replace(options, dupe_factor=None), special,
+                                    tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
+    return stream, fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
 
 
 def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, run_dir: str | os.PathLike,
@@ -638,17 +681,6 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     Writes RUN_DIR/model (a BertForMaskedLM directory), metrics.jsonl, checkpoints/, config.yaml, results.json
     (held-out MLM metrics of the student, and of the teacher for reference). Returns the TrainResult.
     """
-    import yaml
-
-    from bertkit.checkpoint import unwrap
-    from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, fixed_batches
-    from bertkit.data.shards import ShardedCorpus
-    from bertkit.models.registry import OBJECTIVES
-    from bertkit.training.objectives import MaskedLMObjective, evaluate_pretraining
-    from bertkit.training.pretrain import data_workers, random_token_ids, stream_options
-    from bertkit.training.trainer import end_distributed, seed_everything, setup_distributed, train
-
     teacher_dir, data_dir, run_dir = Path(teacher_dir), Path(data_dir), Path(run_dir)
     d = config.data
     if not OBJECTIVES[d.objective].masked_lm:
@@ -658,13 +690,7 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     dist_info, device = setup_distributed(config.train.device)
     corpus = ShardedCorpus(data_dir, "train").require_documents()
     tokenizer = corpus.manifest.load_tokenizer()  # WordPiece or byte-level BPE, as the shards were made with
-    teacher_model_dir = ModelDir.open(teacher_dir)
-    if teacher_model_dir.tokenizer("teacher").vocab_hash() != corpus.manifest.vocab_hash:
-        raise ValueError(f"{data_dir} was prepared with another tokenizer ({corpus.manifest.tokenizer_dir}) than the "
-                         f"teacher's ({teacher_dir}); prepare the data with the teacher's tokenizer")
-    mlm_class = teacher_model_dir.model_class("mlm")  # BertForMaskedLM, ModernBertForMaskedLM, ...
-    teacher = mlm_class.from_pretrained(teacher_dir).eval().to(device)
-    _check_positions(teacher, d.max_seq_length, "teacher", teacher_dir)
+    mlm_class, teacher = _mlm_teacher(teacher_dir, corpus, data_dir, d.max_seq_length, device)
     seed_everything(config.train.seed)
     student = build_student(mlm_class, teacher, distill, student_dir, teacher_dir, overrides=dict(config.model))
     _check_positions(student, d.max_seq_length, "student", student_dir or "its config")
@@ -672,20 +698,10 @@ def _distill_mlm(teacher_dir: str | os.PathLike, data_dir: str | os.PathLike, ru
     model = DistillationStudent(student, pairs, teacher.config.hidden_size)
     task = DistillationTask(teacher, distill, "mlm", pairs)
 
-    options = stream_options(d)  # the recipe's data section read exactly as pretraining reads it
-    special = SpecialIds(cls=tokenizer.cls_id, sep=tokenizer.sep_id, pad=tokenizer.pad_id, mask=tokenizer.mask_id)
-    random_ids = random_token_ids(tokenizer)
-    stream = PretrainingStream(corpus, options, special, tokenizer.vocab_size, d.batch_size, seed=config.train.seed,
-                               rank=dist_info.rank, world_size=dist_info.world_size, random_ids=random_ids,
-                               workers=data_workers(d.workers, device, dist_info))
-
-    eval_batches, teacher_eval = None, {}
+    stream, eval_batches = _mlm_batches(corpus, data_dir, tokenizer, config, dist_info, device)
+    teacher_eval = {}
     objective = MaskedLMObjective(pair_task=None)
-    if "eval" in corpus.manifest.splits and dist_info.is_main and d.eval_instances > 0:
-        eval_stream = PretrainingStream(ShardedCorpus(data_dir, "eval").require_documents(),
-                                        dataclasses.replace(options, dupe_factor=None), special,
-                                        tokenizer.vocab_size, d.batch_size, seed=12345, random_ids=random_ids)
-        eval_batches = fixed_batches(eval_stream, d.eval_instances, min(d.batch_size, 64))
+    if eval_batches is not None:
         with torch.no_grad():
             teacher_eval = evaluate_pretraining(teacher, objective, eval_batches)
 
@@ -729,8 +745,6 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
         your CSV/TSV/JSONL with the text and pair columns) whose labels, if any, are ignored.
     ner: a .txt file of sentences, one per line, split into words and punctuation like `bertkit predict ner`.
     """
-    from bertkit.tasks.ner import encode_words, split_words
-
     path = Path(path)
     c = finetune_config
     lines = None
@@ -766,6 +780,41 @@ def read_transfer(path: str | os.PathLike, family, tokenizer, finetune_config) -
     return features
 
 
+def _task_teacher(data, teacher_dir: Path, train_path, device: torch.device):
+    """(the task model class, the fine-tuned teacher on `device`), checked against the task: its positions cover
+    the inputs, its head is the task's (labels, or regression)."""
+    config, family, kind = data.config, data.family, data.kind
+    cls = data.model_dir.model_class(family.model_role, kind)
+    teacher = _load_teacher(cls, teacher_dir, family.model_role,
+                            kind if kind != "glue" else f"glue {config.task}").to(device)
+    _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
+    regression = getattr(family, "regression", False)
+    if teacher.regression != regression or (not regression and teacher.labels != family.labels):
+        have = "a regression head" if teacher.regression else f"labels {teacher.labels}"
+        want = "a regression head" if regression else f"labels {family.labels}"
+        raise ValueError(f"the teacher {teacher_dir}/config.json has {have}, but {train_path} needs {want}; "
+                         f"distil a teacher fine-tuned on this task")
+    return cls, teacher
+
+
+def _teacher_reference(teacher, data, head: str, temperature: float):
+    """The teacher's dev metrics, the reference the student is measured against, and for a classifier the
+    student's extra dev metrics: how often its class is the teacher's, and how close (None for other heads)."""
+    logits = forward_all(teacher, data.dev_features, data.tokenizer.pad_id, data.config.eval_batch_size)
+    metrics, output = data.family.evaluate(data.dev_examples, data.dev_features, logits)
+    if head != "classification":
+        return metrics, None
+    teacher_top = np.asarray(output).argmax(-1)
+    teacher_dev = torch.as_tensor(output, dtype=torch.float32)
+
+    def agreement(output) -> dict[str, float]:
+        output = np.asarray(output)
+        return {"teacher_agreement": float(np.mean(output.argmax(-1) == teacher_top)),
+                "teacher_kl": float(soft_kl(torch.as_tensor(output, dtype=torch.float32), teacher_dev,
+                                            temperature).mean())}
+    return metrics, agreement
+
+
 def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os.PathLike,
                  dev_path: str | os.PathLike, run_dir: str | os.PathLike, config=None,
                  distill: DistillConfig | None = None, *, student_dir: str | os.PathLike | None = None,
@@ -789,10 +838,6 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     Returns:
         The content of results.json: the teacher's dev metrics, every epoch's student metrics, the best, sizes.
     """
-    from bertkit.io import writer_lock
-    from bertkit.tasks.run import forward_all, load_task_data, run_task
-    from bertkit.training.trainer import seed_everything, setup_distributed
-
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown distillation kind {kind!r}; choose one of mlm, {', '.join(TASK_KINDS)}")
     distill = distill or DistillConfig()
@@ -801,15 +846,8 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     config, family, tokenizer = data.config, data.family, data.tokenizer
 
     dist_info, device = setup_distributed(config.device)
-    cls = data.model_dir.model_class(family.model_role, kind)
-    teacher = _load_teacher(cls, teacher_dir, kind if kind != "glue" else f"glue {config.task}").to(device)
-    _check_positions(teacher, config.seq_length, "teacher", teacher_dir)
+    cls, teacher = _task_teacher(data, teacher_dir, train_path, device)
     regression = getattr(family, "regression", False)
-    if teacher.regression != regression or (not regression and teacher.labels != family.labels):
-        have = "a regression head" if teacher.regression else f"labels {teacher.labels}"
-        want = "a regression head" if regression else f"labels {family.labels}"
-        raise ValueError(f"the teacher {teacher_dir}/config.json has {have}, but {train_path} needs {want}; "
-                         f"distil a teacher fine-tuned on this task")
     transfer = read_transfer(transfer_path, family, tokenizer, config) if transfer_path is not None else []
 
     seed_everything(config.seed)  # the student's fresh weights (its head, or all of it) come from the seed
@@ -821,18 +859,7 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     head = "tokens" if kind == "ner" else ("regression" if regression else "classification")
     task = DistillationTask(teacher, distill, head, pairs)
 
-    # The teacher's dev figures, the reference the student is measured against.
-    teacher_logits = forward_all(teacher, data.dev_features, tokenizer.pad_id, config.eval_batch_size)
-    teacher_metrics, teacher_output = family.evaluate(data.dev_examples, data.dev_features, teacher_logits)
-    teacher_top = np.asarray(teacher_output).argmax(-1) if head == "classification" else None
-    teacher_dev = torch.as_tensor(teacher_output, dtype=torch.float32) if teacher_top is not None else None
-
-    def agreement(output) -> dict[str, float]:  # how often the student's class is the teacher's, and how close
-        output = np.asarray(output)
-        return {"teacher_agreement": float(np.mean(output.argmax(-1) == teacher_top)),
-                "teacher_kl": float(soft_kl(torch.as_tensor(output, dtype=torch.float32), teacher_dev,
-                                            distill.temperature).mean())}
-
+    teacher_metrics, agreement = _teacher_reference(teacher, data, head, distill.temperature)
     summary = {"kind": kind, "task": config.task, "teacher_dir": str(teacher_dir),
                "student_dir": str(student_dir) if student_dir is not None else None, "train": str(train_path),
                "dev": str(dev_path), "transfer": str(transfer_path) if transfer_path is not None else None,
@@ -859,5 +886,5 @@ def distill_task(kind: str, teacher_dir: str | os.PathLike, train_path: str | os
     with writer_lock(run_dir, dist_info.is_main):  # one writer per run directory (a second one fails at once)
         return run_task(data, model, task, run_dir, dist_info=dist_info, device=device, resume=resume,
                         stop_after_steps=stop_after_steps, extra_features=transfer, evaluated=lambda m: m.student,
-                        extra_metrics=agreement if teacher_top is not None else None,
+                        extra_metrics=agreement,
                         summary=summary, resolved=resolved, banner=banner)

@@ -17,10 +17,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import bertkit.models as models
 from bertkit.data.masking import row_uniforms
 from bertkit.models import IGNORE_INDEX
 from bertkit.models.layouts import mark_host, positions
 from bertkit.models.registry import OBJECTIVE_MODEL_TYPES, OBJECTIVES, Objective, architecture, objective
+
 
 def _count(n: int, like: torch.Tensor) -> torch.Tensor:
     """A host count as a float32 () tensor beside `like`, written by a fill kernel: `new_tensor(n)` would copy it
@@ -206,19 +208,28 @@ def next_token_targets(attention_mask: torch.Tensor) -> torch.Tensor:
     return (nxt != 0) & (nxt == attention_mask[:, :-1])
 
 
+class _LabelCounted:
+    """An objective that takes no recipe settings and has one loss term, `loss_name`, over the labelled positions
+    (labels other than IGNORE_INDEX)."""
+
+    loss_name = ""
+
+    @classmethod
+    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "_LabelCounted":
+        return cls()
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {self.loss_name: float((batch["labels"] != IGNORE_INDEX).sum())}
+
+
 @dataclass
-class SpanCorruptionObjective:
+class SpanCorruptionObjective(_LabelCounted):
     """T5's span corruption on a `bertkit.models.T5ForConditionalGeneration`: the encoder reads the corrupted
     input (each dropped span replaced by a sentinel), the decoder is trained by cross-entropy to write the target
     (each sentinel followed by its span, then EOS) token by token. The batches are the "spans" instances of
     `bertkit.data.loader` (labels (B, T), padding IGNORE_INDEX)."""
 
-    @classmethod
-    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "SpanCorruptionObjective":
-        return cls()
-
-    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {"span_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
+    loss_name = "span_loss"
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         labels = batch["labels"]
@@ -286,7 +297,7 @@ class BiLMObjective:
                 "backward_loss": (out.backward_loss, out.backward_count)}
 
 
-class PermutationLMObjective:
+class PermutationLMObjective(_LabelCounted):
     """XLNet's permutation LM on a `bertkit.models.XLNetLMHeadModel`: the query stream predicts each target token
     from the tokens before it in the factorisation order (the "xlnet" batches of `bertkit.data.loader`: perm_mask,
     target_mapping, labels (B, P)), with the memory the previous segment of each row left.
@@ -300,12 +311,7 @@ class PermutationLMObjective:
     def __init__(self) -> None:
         self.mems: list[torch.Tensor] | None = None
 
-    @classmethod
-    def for_recipe(cls, row: Objective, settings: dict[str, Any]) -> "PermutationLMObjective":
-        return cls()
-
-    def counts(self, batch: dict[str, Any]) -> dict[str, float]:
-        return {"plm_loss": float((batch["labels"] != IGNORE_INDEX).sum())}
+    loss_name = "plm_loss"
 
     def __call__(self, model: torch.nn.Module, batch: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         training = "_state" in batch
@@ -352,8 +358,6 @@ def build_pretraining(name: str, config, **settings: Any):
     model, ELMo's biLM); the objective is the row's class built by its `for_recipe` from `settings` (the recipe's
     data fields: sparse_prediction, rtd_weight, generator_fraction, lstm_state; ELMo's char_table).
     """
-    import bertkit.models as models
-
     row = objective(name)
     if row.requires is not None:
         field_name, value, why = row.requires

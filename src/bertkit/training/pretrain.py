@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -28,11 +30,23 @@ import numpy as np
 import torch
 import yaml
 
-from bertkit.config import FAMILIES, BertConfig, check_finite, config_class_for, field_with_help, presets_for
-from bertkit.models.registry import ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, objective
+from bertkit.checkpoint import RESUME_DIR, CheckpointError, latest_checkpoint, refuse_oversized
+from bertkit.config import (FAMILIES, BertConfig, ElmoConfig, T5Config, check_finite, config_class_for, field_with_help,
+                            presets_for)
+from bertkit.data.instances import SpecialIds
+from bertkit.data.lmstream import WordWindowStream, fixed_windows
+from bertkit.data.loader import PretrainingStream, StreamOptions, fixed_batches
+from bertkit.data.shards import ShardedCorpus
+from bertkit.io import atomic_write, remove_stale_temporaries, writer_lock
+from bertkit.models import ElmoLanguageModel, ModelDir, pretraining_class
+from bertkit.models.registry import (ARCHITECTURES, OBJECTIVE_MODEL_TYPES, OBJECTIVES, architecture, architecture_of,
+                                     objective)
+from bertkit.tokenizers import load_tokenizer
+# `bertkit extend-context`'s function, also at this module's path (the CLI's import)
+from bertkit.training.extend_context import extend_context  # noqa: F401
 from bertkit.training.objectives import build_pretraining, check_objective, evaluate_pretraining
 from bertkit.training.trainer import (TrainConfig, TrainResult, end_distributed, seed_everything, setup_distributed,
-                             train)
+                                      train)
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -278,8 +292,6 @@ def stream_options(data: DataConfig, tokenizer=None, source: str | Path = "the t
 
     Span corruption (objective t5) takes its sentinels from `tokenizer` (`source` names it in errors).
     """
-    from bertkit.data.loader import StreamOptions
-
     instances = objective(data.objective).instances
     spans = {}
     if instances == "xlnet":
@@ -337,21 +349,9 @@ def span_sentinels(tokenizer, source: str | Path) -> dict[str, int]:
 
 def _special_token_fields(tokenizer, model_fields: dict[str, Any]) -> dict[str, Any]:
     """The config fields the tokenizer's special ids set: pad_token_id (RoBERTa's <pad> is 1, and its positions
-    count from it), and bos/eos_token_id where the family writes them (RoBERTa <s>/</s>, ALBERT [CLS]/[SEP])."""
-    from bertkit.config import FAMILIES
-
-    fields: dict[str, Any] = {"pad_token_id": tokenizer.pad_id}
-    family = FAMILIES.get(model_fields.get("model_type", "bert"))
-    if family is not None and "bos_token_id" in family.keys:
-        fields.update(bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
-    if model_fields.get("model_type") == "modernbert":  # ModernBERT's config.json names all four framing ids
-        fields.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
-                      eos_token_id=tokenizer.sep_id)
-    if model_fields.get("model_type") == "t5":  # T5 starts the decoder with the padding id
-        fields.update(eos_token_id=tokenizer.sep_id, decoder_start_token_id=tokenizer.pad_id)
-    if model_fields.get("model_type") == "elmo":  # the character CNN's alphabet and word width
-        fields.update(char_vocab_size=tokenizer.char_vocab_size, max_characters=tokenizer.max_characters)
-    return fields
+    count from it), and those the architecture's registry row names (`tokenizer_fields`: RoBERTa's and ALBERT's
+    bos/eos, ModernBERT's four framing ids, T5's decoder start, ELMo's character alphabet)."""
+    return architecture(model_fields.get("model_type")).tokenizer_ids(tokenizer)
 
 
 def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: str | Path | None = None,
@@ -369,8 +369,6 @@ def build_pretraining_model(config: PretrainConfig, vocab_size: int, init_from: 
 def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """`build_pretraining_model` for the encoders (the BERT family, the causal LM, ModernBERT, XLNet): the preset
     with the recipe's model fields over it, or `init_from`'s weights."""
-    from bertkit.models import model_class
-
     d = config.data
     row = objective(d.objective)
     overrides = {"vocab_size": vocab_size, "max_position_embeddings": max(512, d.max_seq_length)}
@@ -391,13 +389,11 @@ def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer
         else:
             # The directory's pretraining heads when it has them whole (a later stage continues them), fresh ones
             # where it has none or only part (an encoder, or an MLM head without BERT's NSP head).
-            from bertkit.checkpoint import CheckpointError
-
-            cls = model_class(init_from, row.model_role)  # BertForPreTraining, or the architecture's MLM model
+            directory = ModelDir.open(init_from)  # BertForPreTraining, or the architecture's MLM model
             try:
-                model = cls.from_pretrained(init_from)
+                model = directory.load(row.model_role)
             except CheckpointError:
-                model = cls.from_pretrained(init_from, new_heads=True)
+                model = directory.load(row.model_role, new_heads=True)
         check_same_vocabulary(init_from, tokenizer, model, vocab_size)
         if row.pair_task is not None and getattr(model, "nsp", None) is None:
             raise ValueError(f"{init_from}: the {d.objective} objective trains a sentence-pair head, which a "
@@ -409,9 +405,6 @@ def _build_encoder(config: PretrainConfig, vocab_size: int, init_from, tokenizer
 def _build_elmo(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """(ElmoLanguageModel, BiLMObjective) for the elmo objective: the preset's sizes, the word tokenizer's
     vocabulary, characters and word width (`init_from`: continue an ELMo directory)."""
-    from bertkit.config import ElmoConfig
-    from bertkit.models import ElmoLanguageModel
-
     if tokenizer is not None and getattr(tokenizer, "kind", None) != "word":
         raise ValueError(f"the elmo objective reads words and their characters: prepare the corpus with a word "
                          f"tokenizer (bertkit tokenizer train --kind word), not a {tokenizer.kind} one")
@@ -438,8 +431,6 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
     the paper's long-context stage, the window, dropout) replace the directory's. A model with a position table
     (the BERT family) shorter than max_seq_length is refused, pointing at `bertkit extend-context`.
     """
-    from bertkit.models.registry import architecture_of
-
     length = config.data.max_seq_length
     current = model.config
     if architecture_of(current).positions != "rotary":
@@ -450,7 +441,7 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
                              f"--max-position-embeddings {length} --out NEW_DIR) and continue from NEW_DIR")
         return model
     fields = {}
-    if config.model.get("model_type") == "modernbert":
+    if config.model.get("model_type") == current.model_type:  # the recipe's fields are this architecture's
         fields = {k: v for k, v in config.model.items() if k != "model_type" and getattr(current, k) != v}
     if current.max_position_embeddings < length:
         fields["max_position_embeddings"] = max(length, fields.get("max_position_embeddings", length))
@@ -469,8 +460,6 @@ def continued_model(model, config: PretrainConfig, init_from: str | Path):
 def _build_t5(config: PretrainConfig, vocab_size: int, init_from, tokenizer):
     """`build_pretraining_model` for T5: the preset's encoder-decoder (padding, EOS and decoder start ids from the
     tokenizer: T5 starts the decoder with the padding id), or `init_from`'s weights."""
-    from bertkit.config import T5Config
-
     fields: dict[str, Any] = {"vocab_size": vocab_size}
     if tokenizer is not None:
         fields.update(_special_token_fields(tokenizer, {"model_type": "t5"}))
@@ -491,10 +480,6 @@ def check_same_vocabulary(model_dir: str | Path, tokenizer, model=None, vocab_si
     """ValueError when `model` (loaded from `model_dir`) has another vocab_size than the prepared data's, or the
     tokenizer files of `model_dir` hold another vocabulary than `tokenizer` (same size or not: ids would mean other
     tokens; None: not compared). A directory without tokenizer files cannot be checked; that is said."""
-    import sys
-
-    from bertkit.tokenizers import load_tokenizer
-
     if model is not None and model.config.vocab_size != vocab_size:
         raise ValueError(f"{model_dir}: vocab_size {model.config.vocab_size} does not match the prepared data's "
                          f"tokenizer ({vocab_size})")
@@ -522,9 +507,6 @@ def init_model_dir(out_dir: str | Path, tokenizer_path: str | Path, preset: str 
     LM, ModernBERT's masked LM, T5's encoder-decoder, XLNet's LM head model, ELMo's biLM (a word tokenizer); the
     padding and framing ids (ELMo: the characters) are the tokenizer's. overrides: config fields over the preset.
     """
-    from bertkit.models import pretraining_class
-    from bertkit.tokenizers import load_tokenizer
-
     try:
         row = architecture(model_type)
     except ValueError as err:
@@ -559,8 +541,6 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     Written as the pretraining model (BERT: BertForPreTraining, a causal config: BertForCausalLM, ModernBERT: its
     masked LM, T5: the encoder-decoder), so every verb that takes the source takes the copy.
     """
-    from bertkit.models import ModelDir, pretraining_class
-
     try:
         source = ModelDir.open(source_dir)
     except FileNotFoundError as err:
@@ -570,130 +550,6 @@ def init_like(out_dir: str | Path, source_dir: str | Path, seed: int = 0) -> Pat
     model = pretraining_class(source.config)(source.config)
     model.save_pretrained(out_dir, tokenizer=tokenizer)
     return Path(out_dir)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Context extension: a model directory made ready for continued pretraining at a longer length
-# ------------------------------------------------------------------------------------------------------------------
-EXTEND_METHODS = ("copy", "interpolate")
-
-
-def grown_position_table(table: torch.Tensor, positions: int, method: str = "copy", offset: int = 0) -> torch.Tensor:
-    """A learned position table (P, E) grown to `positions` usable rows: (positions + offset, E).
-
-    offset: rows before the learned positions that are not positions (RoBERTa's pad_token_id + 1); kept as they are.
-    copy: the P - offset learned rows repeated one after the other (Longformer's initialisation, Beltagy et al. 2020):
-        rows 0 .. P - 1 are unchanged, and every window of the new table looks like one the model learned (only at
-        the seams does the position jump back).
-    interpolate: the learned rows stretched over the new positions (position interpolation): new position i takes
-        the linear blend of the learned rows either side of i x (P - offset - 1) / (positions - 1); the first and
-        last rows are the learned first and last, neighbours grow more alike, and continued pretraining then has
-        to tell them apart.
-    """
-    if method not in EXTEND_METHODS:
-        raise ValueError(f"unknown extension method {method!r}; choose one of {', '.join(EXTEND_METHODS)}")
-    head, learned = table[:offset], table[offset:]  # (offset, E), (P', E)
-    P = learned.shape[0]
-    if positions <= P:
-        raise ValueError(f"the table already has {P} positions; give more than that")
-    if method == "copy":
-        rows = learned[torch.arange(positions) % P]  # (positions, E)
-    else:
-        x = torch.arange(positions, dtype=torch.float64) * (P - 1) / (positions - 1)  # (positions,) in [0, P - 1]
-        low = x.floor().long().clamp(max=P - 1)
-        high = (low + 1).clamp(max=P - 1)
-        w = (x - low).to(learned.dtype)[:, None]  # (positions, 1)
-        rows = learned[low] * (1 - w) + learned[high] * w
-    return torch.cat([head, rows]).contiguous()
-
-
-def extend_context(model_dir: str | Path, max_position_embeddings: int, out_dir: str | Path, method: str = "copy",
-                   global_rope_theta: float | None = None) -> dict[str, Any]:
-    """Write `model_dir` as a model directory that takes inputs of `max_position_embeddings` tokens, to continue
-    pretraining at that length (`bertkit pretrain --init-from OUT --max-seq-length N`).
-
-    BERT family (learned absolute positions): the position table grows to N rows by `method` (see
-    `grown_position_table`); every other tensor, every head and the tokenizer files are kept, and config.json says
-    the new max_position_embeddings (RoBERTa's offset rows included). ModernBERT (rotary positions, no table): only
-    config.json changes: its max_position_embeddings, and `global_rope_theta` when given (the paper's 8k stage
-    raised it from 10,000 to 160,000). T5 (relative positions) has nothing to grow.
-
-    out_dir must not exist or be empty; it is written completely or not at all. Returns {"model_type", "method",
-    "positions_before", "positions_after"}.
-    """
-    import shutil
-
-    from safetensors.torch import save_file
-
-    from bertkit.checkpoint import CONFIG_NAME, LEGACY_WEIGHTS_NAME, WEIGHTS_NAME, config_from_dict, read_weights
-    from bertkit.models import ModelDir, model_class
-    from bertkit.models.registry import architecture_of
-
-    source = ModelDir.open(model_dir)
-    model_dir, out_dir = source.path, Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir}: exists and is not empty; give a new directory")
-    raw, config = source.raw, source.config
-    if not isinstance(max_position_embeddings, int) or max_position_embeddings < 1:
-        raise ValueError(f"--max-position-embeddings must be a positive integer, got {max_position_embeddings!r}")
-    weights = read_weights(model_dir)
-    raw = dict(raw)
-    positions = architecture_of(config).positions
-    if positions == "rotary":
-        before = config.max_position_embeddings
-        if max_position_embeddings < before:
-            raise ValueError(f"{model_dir} already takes {before} tokens (max_position_embeddings); give more")
-        raw["max_position_embeddings"] = max_position_embeddings
-        if global_rope_theta is not None:
-            raw["global_rope_theta"] = global_rope_theta
-            if isinstance(raw.get("rope_parameters"), dict) and "full_attention" in raw["rope_parameters"]:
-                raw["rope_parameters"] = {**raw["rope_parameters"], "full_attention": {
-                    **raw["rope_parameters"]["full_attention"], "rope_theta": global_rope_theta}}
-        config_from_dict(raw, source=f"{out_dir / CONFIG_NAME}")  # what is written must read back
-        after, method = max_position_embeddings, "config"
-    elif positions == "learned":
-        if global_rope_theta is not None:
-            raise ValueError(f"--global-rope-theta is a ModernBERT setting; {model_dir} holds a {config.model_type} "
-                             f"model with learned positions")
-        before, after = config.max_length, max_position_embeddings
-        offset = config.max_position_embeddings - config.max_length  # RoBERTa's pad_token_id + 1 rows
-        keys = [k for k in weights if k.endswith("embeddings.position_embeddings.weight")]
-        if not keys:
-            raise ValueError(f"{model_dir}: no position table (...embeddings.position_embeddings.weight) in the "
-                             f"weights")
-        for key in keys:
-            if weights[key].shape[0] != config.max_position_embeddings:
-                raise ValueError(f"{model_dir}: tensor {key!r} has {weights[key].shape[0]} rows but config.json "
-                                 f"says max_position_embeddings {config.max_position_embeddings}")
-            weights[key] = grown_position_table(weights[key], after, method, offset)
-        for key in [k for k in weights if k.endswith(("embeddings.position_ids", "embeddings.token_type_ids"))]:
-            # Buffers older writers stored, one entry per position: regrown as transformers makes them.
-            grown = torch.arange(after + offset) if key.endswith("position_ids") else torch.zeros(after + offset)
-            weights[key] = grown.to(weights[key].dtype)[None]
-        raw["max_position_embeddings"] = after + offset
-    else:
-        raise ValueError(f"{model_dir} holds a {config.model_type} model, which has no absolute positions to extend")
-
-    staging = out_dir.with_name(f".{out_dir.name}.extend-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        for path in model_dir.iterdir():  # tokenizer files, finetune.json, ...: everything but weights and config
-            if path.is_file() and path.name not in (CONFIG_NAME, WEIGHTS_NAME, LEGACY_WEIGHTS_NAME):
-                shutil.copy2(path, staging / path.name)
-        (staging / CONFIG_NAME).write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        # Tied tensors may share storage in a .bin file; safetensors wants each tensor on its own.
-        save_file({k: v.contiguous().clone() for k, v in weights.items()}, str(staging / WEIGHTS_NAME),
-                  metadata={"format": "pt"})
-        # The result must load: the encoder through bertkit's strict tables, at the new length.
-        model_class(staging, "encoder").from_pretrained(staging)
-        if out_dir.exists():
-            out_dir.rmdir()  # empty, checked above
-        os.replace(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return {"model_type": config.model_type, "method": method, "positions_before": before, "positions_after": after,
-            "out": str(out_dir)}
 
 
 # The tokenizer attribute that holds each special token an objective row may need (its `special_tokens`).
@@ -714,9 +570,6 @@ def _instance_stream(corpus, held_out, tokenizer, config: PretrainConfig, rank: 
                      workers: int):
     """(this rank's PretrainingStream, fixed held-out batches or None): the objective's masked instances (or
     spans, or permutation segments) from the shards."""
-    from bertkit.data.instances import SpecialIds
-    from bertkit.data.loader import PretrainingStream, fixed_batches
-
     d = config.data
     options = stream_options(d, tokenizer, corpus.manifest.tokenizer_dir, config.model)
     check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
@@ -735,8 +588,6 @@ def _word_window_stream(corpus, held_out, tokenizer, config: PretrainConfig, ran
                         workers: int):
     """(this rank's WordWindowStream, fixed held-out windows or None): word windows in lanes
     (bertkit.data.lmstream), not masked instances; made in the training process (`workers` unused)."""
-    from bertkit.data.lmstream import WordWindowStream, fixed_windows
-
     d = config.data
     check_special_tokens(d.objective, tokenizer, corpus.manifest.tokenizer_dir)
     stream = WordWindowStream(corpus, tokenizer.cls_id, tokenizer.sep_id, d.max_seq_length - 1, d.batch_size,
@@ -769,8 +620,6 @@ def pretrain(data_dir: str | Path, run_dir: str | Path, config: PretrainConfig, 
     verify_data: check every shard file's SHA-256 before training (otherwise a shard's index files are checked at
         open and its token files just before its first use; see `bertkit.data.shards.ShardedCorpus`).
     """
-    from bertkit.io import writer_lock
-
     run_dir = Path(run_dir)
     dist_info, device = setup_distributed(config.train.device)
     # DDP ranks of one job are one writer: rank 0 holds the lock, the others write nothing of their own.
@@ -799,8 +648,6 @@ def data_workers(workers: int | None, device, dist_info) -> int:
 def data_fingerprint(corpus) -> dict[str, Any]:
     """What identifies a prepared training split: its vocabulary and its shards' checksums (not its path, so a
     moved data directory resumes)."""
-    import hashlib
-
     shards = [{k: shard[k] for k in ("name", "documents", "sentences", "tokens", "files")}
               for shard in corpus.manifest.split(corpus.split)["shards"]]
     digest = hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()[:16]
@@ -841,12 +688,6 @@ def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _pretrain(data_dir: Path, run_dir: Path, config: PretrainConfig, resume: bool, init_from, eval_at_start: bool,
               verify_data: bool, dist_info, device) -> TrainResult:
-    import sys
-
-    from bertkit.checkpoint import RESUME_DIR, latest_checkpoint, refuse_oversized
-    from bertkit.data.shards import ShardedCorpus
-    from bertkit.io import atomic_write, remove_stale_temporaries
-
     def say(message: str) -> None:
         if dist_info.is_main:
             print(message, file=sys.stderr, flush=True)

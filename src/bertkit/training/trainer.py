@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -40,12 +41,15 @@ import torch.distributed as dist
 import torch.distributed.nn.functional  # noqa: F401
 from torch import nn
 
-from bertkit.checkpoint import (RESUME_DIR, latest_checkpoint, load_checkpoint, resume_state_path, rng_state,
-                                save_checkpoint, set_rng_state)
+from bertkit.checkpoint import (RESUME_DIR, CheckpointError, latest_checkpoint, load_checkpoint, resume_state_path,
+                                rng_state, save_checkpoint, set_rng_state)
 from bertkit.config import field_with_help
 from bertkit.errors import DataError
 from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_temporaries, writer_lock
+from bertkit.models.bert import compile_layers
+from bertkit.models.kernels import Linear, linear_choice
 from bertkit.models.layouts import attach_host
+from bertkit.training.optim import Adafactor, Lamb, param_groups
 
 
 _f = field_with_help  # a dataclass field with its help text (the CLI options come from these)
@@ -253,143 +257,6 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     if precision == "bf16":
         return True
     return precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices and embeddings only: not on biases or norm parameters (as in BERT)."""
-    decay, no_decay = [], []
-    for module_name, module in model.named_modules():
-        for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad:
-                continue
-            # Norm scales (LayerNorm, and T5's RMS norm, which marks itself `is_norm`) are not decayed either.
-            if isinstance(module, nn.LayerNorm) or getattr(module, "is_norm", False) or name.endswith("bias"):
-                no_decay.append(param)
-            else:
-                decay.append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class PerTensorOptimizer(torch.optim.Optimizer):
-    """An optimizer whose step treats each parameter tensor on its own: `step` walks the groups and calls
-    `update(p, group, state)` for every parameter with a gradient (LAMB and Adafactor below)."""
-
-    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self.update(p, group, self.state[p])
-        return loss
-
-
-class Lamb(PerTensorOptimizer):
-    """LAMB (You et al., 2019, "Large batch optimization for deep learning", algorithm 2), as ALBERT and NVIDIA's
-    BERT pretrain with it. For each parameter tensor w with gradient g, at step t (from 1):
-
-        m = beta1 m + (1 - beta1) g               v = beta2 v + (1 - beta2) g^2
-        r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)     Adam's direction, bias-corrected
-        u = r + weight_decay w                    decoupled weight decay, as AdamW
-        w = w - lr x trust x u,   trust = ||w|| / ||u||   (2-norms over the whole tensor: the "layer")
-
-    trust is 1 where ||w|| or ||u|| is 0 (a tensor initialised to zeros still moves; a zero update stays zero),
-    and in a group with `trust_ratio` False (bertkit puts biases and norm scales there, the parameters without
-    weight decay: ALBERT's `exclude_from_layer_adaptation`, NVIDIA's default), where the step is AdamW's.
-    """
-
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0, trust_ratio: bool = True) -> None:
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      trust_ratio=trust_ratio))
-
-    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        beta1, beta2 = group["betas"]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["step"] += 1
-        t = float(state["step"])
-        m, v, g = state["exp_avg"], state["exp_avg_sq"], p.grad
-        m.mul_(beta1).add_(g, alpha=1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt_().add_(group["eps"]))
-        if group["weight_decay"]:
-            update.add_(p, alpha=group["weight_decay"])
-        if group["trust_ratio"]:  # on the device: no host synchronisation per tensor
-            w_norm, u_norm = p.norm(), update.norm()
-            update.mul_(torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm)))
-        p.add_(update, alpha=-group["lr"])
-
-
-class Adafactor(PerTensorOptimizer):
-    """Adafactor (Shazeer and Stern, 2018, "Adafactor: adaptive learning rates with sublinear memory cost"), with
-    the settings T5 pretrains with (Mesh TensorFlow's AdafactorOptimizer defaults). For each parameter tensor w
-    with gradient g, at step t (from 1):
-
-        beta2 = 1 - t^-decay_rate                           (decay_rate 0.8)
-        G = g^2 + eps1                                      (eps1 1e-30)
-        matrices (the last two dimensions), factored:       R = beta2 R + (1 - beta2) mean of G over columns
-                                                            C = beta2 C + (1 - beta2) mean of G over rows
-                                                            V = R C^T / mean(R)   (rank one, never stored)
-        vectors and scalars:                                V = beta2 V + (1 - beta2) G
-        u = g / sqrt(V);   u = u / max(1, RMS(u) / clip_threshold)      update clipping (threshold 1)
-        w = w - a u,   a = lr x max(eps2, RMS(w))           relative step (eps2 1e-3; lr x 1 without
-                                                            scale_parameter)
-
-    lr is the relative step size: T5's inverse-square-root schedule is the trainer's `inverse_sqrt` schedule with
-    learning_rate 0.01 and 10,000 warm-up steps (1 / sqrt(max(t, 10^4))). No momentum (beta1 0, T5's choice);
-    weight_decay, where a group has it, subtracts weight_decay x a x w, decoupled as AdamW does.
-    """
-
-    def __init__(self, params: Any, lr: float = 1e-2, eps: tuple[float, float] = (1e-30, 1e-3),
-                 clip_threshold: float = 1.0, decay_rate: float = 0.8, scale_parameter: bool = True,
-                 weight_decay: float = 0.0) -> None:
-        super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
-                                      scale_parameter=scale_parameter, weight_decay=weight_decay))
-
-    @staticmethod
-    def _rms(x: torch.Tensor) -> torch.Tensor:
-        return x.norm(2) / (x.numel() ** 0.5)
-
-    def update(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        eps1, eps2 = group["eps"]
-        dtype = torch.promote_types(p.dtype, torch.float32)  # half-precision weights update in float32
-        g = p.grad.to(dtype)
-        factored = g.dim() >= 2
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            if factored:
-                state["row"] = torch.zeros(g.shape[:-1], dtype=dtype, device=g.device)
-                state["col"] = torch.zeros(g.shape[:-2] + g.shape[-1:], dtype=dtype, device=g.device)
-            else:
-                state["second"] = torch.zeros_like(g)
-        state["step"] += 1
-        beta2 = 1.0 - float(state["step"]) ** -group["decay_rate"]
-        squared = g * g + eps1
-        if factored:
-            row, col = state["row"], state["col"]
-            row.mul_(beta2).add_(squared.mean(dim=-1), alpha=1.0 - beta2)  # (..., rows)
-            col.mul_(beta2).add_(squared.mean(dim=-2), alpha=1.0 - beta2)  # (..., columns)
-            row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt().unsqueeze(-1)
-            update = g * row_factor * col.unsqueeze(-2).rsqrt()
-        else:
-            second = state["second"]
-            second.mul_(beta2).add_(squared, alpha=1.0 - beta2)
-            update = g * second.rsqrt()
-        update.div_((self._rms(update) / group["clip_threshold"]).clamp(min=1.0))
-        w = p.to(dtype)
-        scale = group["lr"] * (torch.clamp(self._rms(w), min=eps2) if group["scale_parameter"] else 1.0)
-        if group["weight_decay"]:
-            update.add_(w, alpha=group["weight_decay"])
-        p.copy_(w - scale * update)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -613,247 +480,338 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
            eval_at_start: bool) -> TrainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     model.to(device)
-    if device.type == "cpu":
+    if device.type == "cpu" and any(isinstance(m, Linear) and m.onednn == "auto" for m in model.modules()):
         # The CPU matmul kernel of bertkit's layers is chosen by timing both once per process (about a second on
         # busy cores): here, with the set-up, rather than inside the first step, whose time the first log reports
-        from bertkit.models.kernels import Linear, linear_choice
-
-        if any(isinstance(m, Linear) and m.onednn == "auto" for m in model.modules()):
-            linear_choice()
-    bf16 = use_bf16(config.precision, device)
+        linear_choice()
     optimizer = make_optimizer(model, config)
-    step, tokens, elapsed_before = 0, 0, 0.0
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None and dist_info.is_main:
-        print(f"bertkit: resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh run",
-              file=sys.stderr, flush=True)
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
-        # Each rank's own position (checkpoints of one process, or older ones, hold one for all)
-        batches.load_state_dict(state["data_ranks"][dist_info.rank] if "data_ranks" in state else state["data"])
-        set_rng_state(state["rng"][dist_info.rank])
-        if dist_info.is_main:
-            print(f"resuming from {checkpoint} (step {step})", flush=True)
+    start = _resume(run_dir, model, optimizer, batches, dist_info) if resume else _Start()
     if config.compile:
-        from bertkit.models import compile_layers
-
         compile_layers(model)
     wrapped: nn.Module = model
     if dist_info.world_size > 1:
         wrapped = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    log = MetricsLog(run_dir, step if checkpoint is not None else None, dist_info.is_main)
-
-    bar = None
-    if config.progress and dist_info.is_main:
-        from tqdm.auto import tqdm
-
-        if config.max_time:  # a time budget: the bar counts seconds, so its ETA is the budget's end
-            bar = tqdm(total=round(config.max_time), initial=round(elapsed_before), unit="s", dynamic_ncols=True,
-                       desc="training", bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt}s [{elapsed}<{remaining}{postfix}]")
-        else:
-            bar = tqdm(total=config.max_steps, initial=step, unit="step", dynamic_ncols=True,
-                       desc="training", smoothing=0.05)
-
-    data_state: Any = state["data"] if checkpoint is not None else None
+    run = _Run(model, optimizer, config, run_dir, dist_info, device, use_bf16(config.precision, device),
+               MetricsLog(run_dir, start.step if start.resumed else None, dist_info.is_main), evaluate, on_save,
+               start.step, start.tokens, start.elapsed, start.data, _Window(device, start.window))
+    progress = _Progress(config, run.step, run.elapsed_before, dist_info.is_main)
     # Counts are host numbers (they come from the batch, before the step); across ranks they are summed over a gloo
     # group, so NCCL runs never read the GPU for them.
     host_group = _host_group(dist_info)
     stream = iter(batches)
-    # The metrics window lives on the device: per term (sum, count) as a (2,) float64 tensor, the sum of the steps'
-    # losses, the last step's gradient norm; it is read only when a line is logged or a checkpoint is written.
-    window: dict[str, torch.Tensor] = {}
-    window_loss = torch.zeros((), dtype=torch.float64, device=device)
-    window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
-    if checkpoint is not None and "window" in state:  # checkpoints written before the window was saved have none
-        window = {k: torch.tensor([float(x) for x in v], dtype=torch.float64, device=device)
-                  for k, v in state["window"]["sums"].items()}
-        losses = state["window"]["losses"]
-        # Older checkpoints kept every step's loss; newer ones their sum and number.
-        if isinstance(losses, dict):
-            window_loss.fill_(float(losses["sum"]))
-            window_steps = int(losses["steps"])
-        else:
-            window_loss.fill_(float(sum(float(x) for x in losses)))
-            window_steps = len(losses)
-        window_tokens = int(state["window"]["tokens"])
-    grad_norm = torch.zeros((), device=device)
     eval_metrics: dict[str, float] = {}
     last: dict[str, float] = {}
-    start = time.perf_counter()
     stopped_by = "max_steps"
-
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - start
-
-    evaluated_at = [-1]  # the step of the last evaluation: the one at the end is not repeated
-
-    def run_eval() -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        evaluated_at[0] = step
-        if evaluate is not None and dist_info.is_main:  # the other ranks wait at the barrier
-            was_training = model.training
-            model.eval()
-            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                metrics = {f"eval_{k}": float(v) for k, v in evaluate(model).items()}
-            model.train(was_training)
-            log.write({"step": step, **metrics})
-        if dist_info.world_size > 1:
-            dist.barrier()
-        return metrics
-
-    def save() -> None:
-        rng = [rng_state()]
-        # an objective's state in the data position (XLNet's memory, ELMo's LSTM state) may be the device's
-        data = [on_host(data_state)]
-        if dist_info.world_size > 1:
-            # Every rank's RNG and data position: a rank's stream makes only its own rows, so its position is its own
-            gathered: list[Any] = [None] * dist_info.world_size
-            dist.all_gather_object(gathered, (rng[0], data[0]))
-            rng, data = [g[0] for g in gathered], [g[1] for g in gathered]
-        if dist_info.is_main:
-            # The open metrics window goes with the checkpoint: when save_every is not a multiple of log_every, the
-            # first line a resumed run logs then averages the same steps as the uninterrupted run's.
-            state = {"step": step, "tokens": tokens, "elapsed": elapsed(), "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict(), "data": data[0], "rng": rng,
-                     "config": dataclasses.asdict(config),
-                     "window": {"sums": {k: v.tolist() for k, v in window.items()},
-                                "losses": {"sum": float(window_loss), "steps": window_steps},
-                                "tokens": window_tokens}}
-            if dist_info.world_size > 1:
-                state["data_ranks"] = data
-            save_checkpoint(resume_state_path(run_dir, step), state, config.keep_last)
-            if on_save is not None:
-                on_save(model, step)
-        if dist_info.world_size > 1:
-            dist.barrier()
-
-    if eval_at_start and step == 0:
-        run_eval()
+    if eval_at_start and run.step == 0:
+        run.evaluate()
     model.train()
-    while step < config.max_steps:
-        if config.max_time is not None and elapsed() >= config.max_time:
-            stopped_by = "max_time"
-            break
-        if config.max_tokens is not None and tokens >= config.max_tokens:
-            stopped_by = "max_tokens"
-            break
+    while run.step < config.max_steps:
         # Take the step's micro-batches first: the loss of each term is normalised by its count over all of them.
-        micro = []
-        for _ in range(micro_batches(config, step)):
-            try:
-                micro.append(next(stream))
-            except StopIteration:
-                break
+        budget = _budget_spent(config, run)
+        micro = [] if budget else list(itertools.islice(stream, micro_batches(config, run.step)))
         if not micro:
-            stopped_by = "end_of_data"
+            stopped_by = budget or "end_of_data"
             break
-        data_state = micro[-1].get("_state")
-        counts: dict[str, float] = {}
-        real_tokens = 0
-        for b in micro:  # host arrays: the batch is still where the loader left it
-            for k, v in task.counts(b).items():
-                counts[k] = counts.get(k, 0.0) + float(v)
-            real_tokens += int(b["attention_mask"].ne(0).sum())
-        names = sorted(counts)
-        totals = [counts[k] for k in names] + [float(real_tokens)]
-        if dist_info.world_size > 1:
-            reduced = torch.tensor(totals, dtype=torch.float64)
-            dist.all_reduce(reduced, group=host_group)
-            totals = reduced.tolist()
-        global_counts = {k: max(totals[i], 1.0) for i, k in enumerate(names)}
-        step_tokens = int(totals[-1])
-
-        lr = learning_rate(config, step, elapsed())
+        run.data_state = micro[-1].get("_state")
+        global_counts, step_tokens = _global_counts(task, micro, dist_info, host_group)
+        lr = learning_rate(config, run.step, run.elapsed())
         for group in optimizer.param_groups:
             group["lr"] = lr
-        sums: dict[str, torch.Tensor] = {}
-        for i, b in enumerate(micro):
-            # The key of this micro-batch's random draws made on the device (ELECTRA's samples): (seed, step,
-            # micro-batch, first global row), the same for a row whatever the number of ranks
-            b = _move({**b, "_draw": (config.seed, step, i, dist_info.rank * len(b["attention_mask"]))}, device)
-            sync = i == len(micro) - 1 or dist_info.world_size == 1
-            context = wrapped.no_sync() if not sync else contextlib.nullcontext()
-            with context:
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    out = task(wrapped, b)
-                loss = sum(out[k][0].float() / global_counts[k] for k in out if k.endswith("_loss"))
-                (loss * dist_info.world_size).backward()  # DDP averages gradients over ranks; undo that
-            for k, (value, count) in out.items():
-                pair = torch.stack([_device_scalar(value, device), _device_scalar(count, device)])
-                sums[k] = sums[k] + pair if k in sums else pair
-        # The norm stays a device tensor: clip_grad_norm_ scales by min(1, max / norm) on the device.
-        if config.max_grad_norm > 0:
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        else:
-            grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        tokens += step_tokens
-
+        sums = _forward_backward(task, wrapped, micro, global_counts, run)
+        grad_norm = _optimizer_step(model, optimizer, config.max_grad_norm)
+        run.step += 1
+        run.tokens += step_tokens
         # Step metrics over the global batch, summed on the device (an all-reduce is queued, nothing is read).
         keys = sorted(sums)
         flat = torch.stack([sums[k] for k in keys])  # (terms, 2)
         if dist_info.world_size > 1:
             dist.all_reduce(flat)
-        step_loss = torch.zeros((), dtype=torch.float64, device=device)
-        for j, k in enumerate(keys):
-            window[k] = window[k] + flat[j] if k in window else flat[j].clone()
-            if k.endswith("_loss"):
-                step_loss = step_loss + flat[j, 0] / flat[j, 1].clamp(min=1.0)
-        window_loss = window_loss + step_loss
-        window_steps += 1
-        window_tokens += step_tokens
-
-        if step % config.log_every == 0 or step == config.max_steps:
-            # The one read of the device between log steps: the window's terms, its loss and the gradient norm.
-            now = time.perf_counter()
-            names_logged = list(window)
-            values = torch.cat([torch.stack([window[k] for k in names_logged]).reshape(-1) if names_logged
-                                else window_loss.new_zeros(0), window_loss.reshape(1),
-                                grad_norm.detach().to(torch.float64).reshape(1)]).tolist()
-            mean_loss = values[-2] / max(window_steps, 1)
-            if not math.isfinite(mean_loss):
-                raise FloatingPointError(f"the loss became {mean_loss} by step {step} (the average of steps "
-                                         f"{step - window_steps + 1}-{step}); lower the learning rate or check the "
-                                         f"data")
-            record: dict[str, Any] = {"step": step, "loss": mean_loss}
-            for j, k in enumerate(names_logged):
-                record[k] = values[2 * j] / max(values[2 * j + 1], 1.0)
-            record.update(lr=lr, grad_norm=values[-1], tokens=tokens,
-                          tokens_per_s=window_tokens / max(now - window_start, 1e-9), elapsed_s=elapsed())
+        run.window.add(keys, flat, step_tokens)
+        if run.step % config.log_every == 0 or run.step == config.max_steps:
+            last = run.window.record(run.step, grad_norm, lr, run.tokens, run.elapsed())
             if config.batch_warmup_steps:  # the batch-size warm-up's current step: micro-batches per rank
-                record["micro_batches"] = len(micro)
-            log.write(record)
-            last = record
-            if bar is not None:
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
-                                tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
-            window = {}
-            window_loss = torch.zeros((), dtype=torch.float64, device=device)
-            window_steps, window_tokens, window_start = 0, 0, now
-        if bar is not None:
-            if config.max_time:
-                bar.set_postfix_str(f"step {step}" + (f", loss {last.get('loss', float('nan')):.3f}" if last else ""),
-                                    refresh=False)
-                bar.update(min(round(elapsed()), round(config.max_time)) - bar.n)
-            else:
-                bar.update(1)
-        if config.eval_every and step % config.eval_every == 0 and step < config.max_steps:
-            eval_metrics = run_eval()
-        if step % config.save_every == 0 and step < config.max_steps:
-            save()
-
-    if bar is not None:
-        bar.close()
+                last["micro_batches"] = len(micro)
+            run.log.write(last)
+        progress.update(run, last, lr)
+        if config.eval_every and run.step % config.eval_every == 0 and run.step < config.max_steps:
+            eval_metrics = run.evaluate()
+        if run.step % config.save_every == 0 and run.step < config.max_steps:
+            run.save()
+    progress.close()
     if hasattr(stream, "close"):  # stop a prefetching stream's worker now, not at interpreter exit
         stream.close()
-    save()
-    if evaluated_at[0] != step:  # a run stopped by time right after an evaluation has its last one already
-        eval_metrics = run_eval() or eval_metrics
-    log.close()
-    return TrainResult(step, tokens, elapsed(), last, eval_metrics, stopped_by)
+    run.save()
+    if run.evaluated_at != run.step:  # a run stopped by time right after an evaluation has its last one already
+        eval_metrics = run.evaluate() or eval_metrics
+    run.log.close()
+    return TrainResult(run.step, run.tokens, run.elapsed(), last, eval_metrics, stopped_by)
+
+
+def _budget_spent(config: TrainConfig, run: _Run) -> str | None:
+    """"max_time" or "max_tokens" when that budget is spent before the next step, else None."""
+    if config.max_time is not None and run.elapsed() >= config.max_time:
+        return "max_time"
+    if config.max_tokens is not None and run.tokens >= config.max_tokens:
+        return "max_tokens"
+    return None
+
+
+# The keys of a resume state this loop writes; `_resume` refuses a file without them.
+RESUME_KEYS = ("step", "tokens", "elapsed", "model", "optimizer", "data", "rng", "config", "window")
+
+
+@dataclass
+class _Start:
+    """Where a run starts: a fresh run at 0, a resumed one at its checkpoint's counters, data position and open
+    metrics window."""
+
+    step: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    data: Any = None
+    window: dict[str, Any] | None = None
+    resumed: bool = False
+
+
+def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, batches: Any,
+            dist_info: Distributed) -> _Start:
+    """Load the newest checkpoint of run_dir into the model, the optimizer, the data stream (this rank's position)
+    and the RNG; a fresh start (with a note) when there is none. CheckpointError naming the file when it lacks a
+    field of RESUME_KEYS (a resume state of another program, or of a bertkit before the metrics window was saved)."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        if dist_info.is_main:
+            print(f"bertkit: resume: {run_dir} holds no checkpoint (a new or empty run directory); starting a fresh "
+                  f"run", file=sys.stderr, flush=True)
+        return _Start()
+    state = load_checkpoint(checkpoint)
+    missing = [key for key in RESUME_KEYS if key not in state]
+    if not missing and not isinstance(state["window"].get("losses"), dict):
+        missing = ["window losses (sum, steps)"]
+    if missing:
+        raise CheckpointError(f"{checkpoint}: not a resume state of this bertkit (no {', '.join(missing)}); start "
+                              f"the run afresh without --resume")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    # Each rank's own position (a checkpoint of one process holds one for all)
+    data = state["data_ranks"][dist_info.rank] if "data_ranks" in state else state["data"]
+    batches.load_state_dict(data)
+    set_rng_state(state["rng"][dist_info.rank])
+    if dist_info.is_main:
+        print(f"resuming from {checkpoint} (step {state['step']})", flush=True)
+    return _Start(state["step"], state["tokens"], state["elapsed"], state["data"], state["window"], resumed=True)
+
+
+class _Window:
+    """The open metrics window, on the device: per term (sum, count) as a (2,) float64 tensor, the sum of the steps'
+    losses; read only when a line is logged or a checkpoint is written. A checkpoint carries it (`state`), so the
+    first line a resumed run logs averages the same steps as the uninterrupted run's."""
+
+    def __init__(self, device: torch.device, state: dict[str, Any] | None = None) -> None:
+        self.device = device
+        self.reset(time.perf_counter())
+        if state is not None:
+            self.sums = {k: torch.tensor([float(x) for x in v], dtype=torch.float64, device=device)
+                         for k, v in state["sums"].items()}
+            self.loss.fill_(float(state["losses"]["sum"]))
+            self.steps = int(state["losses"]["steps"])
+            self.tokens = int(state["tokens"])
+
+    def reset(self, now: float) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.steps, self.tokens, self.start = 0, 0, now
+
+    def add(self, keys: list[str], flat: torch.Tensor, step_tokens: int) -> None:
+        """One step's global (sum, count) per term (`flat`: (terms, 2), rows in the order of `keys`)."""
+        step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for j, k in enumerate(keys):
+            self.sums[k] = self.sums[k] + flat[j] if k in self.sums else flat[j].clone()
+            if k.endswith("_loss"):
+                step_loss = step_loss + flat[j, 0] / flat[j, 1].clamp(min=1.0)
+        self.loss = self.loss + step_loss
+        self.steps += 1
+        self.tokens += step_tokens
+
+    def record(self, step: int, grad_norm: torch.Tensor, lr: float, tokens: int, elapsed: float) -> dict[str, Any]:
+        """The metrics line of the window ending at `step`, then an empty window. The one read of the device
+        between log steps: the window's terms, its loss and the gradient norm. FloatingPointError when the mean
+        loss is not finite."""
+        now = time.perf_counter()
+        names = list(self.sums)
+        values = torch.cat([torch.stack([self.sums[k] for k in names]).reshape(-1) if names
+                            else self.loss.new_zeros(0), self.loss.reshape(1),
+                            grad_norm.detach().to(torch.float64).reshape(1)]).tolist()
+        mean_loss = values[-2] / max(self.steps, 1)
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(f"the loss became {mean_loss} by step {step} (the average of steps "
+                                     f"{step - self.steps + 1}-{step}); lower the learning rate or check the data")
+        record: dict[str, Any] = {"step": step, "loss": mean_loss}
+        for j, k in enumerate(names):
+            record[k] = values[2 * j] / max(values[2 * j + 1], 1.0)
+        record.update(lr=lr, grad_norm=values[-1], tokens=tokens,
+                      tokens_per_s=self.tokens / max(now - self.start, 1e-9), elapsed_s=elapsed)
+        self.reset(now)
+        return record
+
+    def state(self) -> dict[str, Any]:
+        return {"sums": {k: v.tolist() for k, v in self.sums.items()},
+                "losses": {"sum": float(self.loss), "steps": self.steps}, "tokens": self.tokens}
+
+
+@dataclass
+class _Run:
+    """What the loop's evaluation and saving read: the fixed pieces and the counters the loop advances."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    run_dir: Path
+    dist_info: Distributed
+    device: torch.device
+    bf16: bool
+    log: MetricsLog
+    evaluate_fn: Callable[[nn.Module], dict[str, float]] | None
+    on_save: Callable[[nn.Module, int], None] | None
+    step: int
+    tokens: int
+    elapsed_before: float
+    data_state: Any  # the data position just after the last batch taken
+    window: _Window
+    evaluated_at: int = -1  # the step of the last evaluation: the one at the end is not repeated
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def evaluate(self) -> dict[str, float]:
+        """evaluate_fn's metrics ("eval_" prefixed) on rank 0, logged; the other ranks wait at the barrier."""
+        metrics: dict[str, float] = {}
+        self.evaluated_at = self.step
+        if self.evaluate_fn is not None and self.dist_info.is_main:
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                metrics = {f"eval_{k}": float(v) for k, v in self.evaluate_fn(self.model).items()}
+            self.model.train(was_training)
+            self.log.write({"step": self.step, **metrics})
+        if self.dist_info.world_size > 1:
+            dist.barrier()
+        return metrics
+
+    def save(self) -> None:
+        """A resume checkpoint of the step (rank 0 writes it, with every rank's RNG and data position), then
+        on_save."""
+        rng = [rng_state()]
+        # an objective's state in the data position (XLNet's memory, ELMo's LSTM state) may be the device's
+        data = [on_host(self.data_state)]
+        world = self.dist_info.world_size
+        if world > 1:
+            # Every rank's RNG and data position: a rank's stream makes only its own rows, so its position is its own
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, (rng[0], data[0]))
+            rng, data = [g[0] for g in gathered], [g[1] for g in gathered]
+        if self.dist_info.is_main:
+            state = {"step": self.step, "tokens": self.tokens, "elapsed": self.elapsed(),
+                     "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "data": data[0],
+                     "rng": rng, "config": dataclasses.asdict(self.config), "window": self.window.state()}
+            if world > 1:
+                state["data_ranks"] = data
+            save_checkpoint(resume_state_path(self.run_dir, self.step), state, self.config.keep_last)
+            if self.on_save is not None:
+                self.on_save(self.model, self.step)
+        if world > 1:
+            dist.barrier()
+
+
+def _global_counts(task: Task, micro: list[dict[str, Any]], dist_info: Distributed,
+                   host_group: Any) -> tuple[dict[str, float], int]:
+    """Per term, its count over the step's micro-batches on every rank (at least 1), and the real tokens of the
+    global batch; from the host arrays (the batches are still where the loader left them)."""
+    counts: dict[str, float] = {}
+    real_tokens = 0
+    for b in micro:
+        for k, v in task.counts(b).items():
+            counts[k] = counts.get(k, 0.0) + float(v)
+        real_tokens += int(b["attention_mask"].ne(0).sum())
+    names = sorted(counts)
+    totals = [counts[k] for k in names] + [float(real_tokens)]
+    if dist_info.world_size > 1:
+        reduced = torch.tensor(totals, dtype=torch.float64)
+        dist.all_reduce(reduced, group=host_group)
+        totals = reduced.tolist()
+    return {k: max(totals[i], 1.0) for i, k in enumerate(names)}, int(totals[-1])
+
+
+def _forward_backward(task: Task, wrapped: nn.Module, micro: list[dict[str, Any]], global_counts: dict[str, float],
+                      run: _Run) -> dict[str, torch.Tensor]:
+    """Forward and backward over the step's micro-batches (DDP syncs on the last); per term the (2,) device
+    tensor (sum, count) over them."""
+    world, device = run.dist_info.world_size, run.device
+    sums: dict[str, torch.Tensor] = {}
+    for i, b in enumerate(micro):
+        # The key of this micro-batch's random draws made on the device (ELECTRA's samples): (seed, step,
+        # micro-batch, first global row), the same for a row whatever the number of ranks
+        b = _move({**b, "_draw": (run.config.seed, run.step, i, run.dist_info.rank * len(b["attention_mask"]))},
+                  device)
+        sync = i == len(micro) - 1 or world == 1
+        with contextlib.nullcontext() if sync else wrapped.no_sync():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.bf16):
+                out = task(wrapped, b)
+            loss = sum(out[k][0].float() / global_counts[k] for k in out if k.endswith("_loss"))
+            (loss * world).backward()  # DDP averages gradients over ranks; undo that
+        for k, (value, count) in out.items():
+            pair = torch.stack([_device_scalar(value, device), _device_scalar(count, device)])
+            sums[k] = sums[k] + pair if k in sums else pair
+    return sums
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    """Clip the gradients to max_grad_norm (0: no clipping), step and clear them; the gradient norm before
+    clipping, which stays a device tensor (clip_grad_norm_ scales by min(1, max / norm) on the device)."""
+    if max_grad_norm > 0:
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    else:
+        grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+class _Progress:
+    """The progress bar of rank 0 (none elsewhere, or with progress off): steps, or seconds under a time budget
+    (so its ETA is the budget's end)."""
+
+    def __init__(self, config: TrainConfig, step: int, elapsed_before: float, enabled: bool) -> None:
+        self.config = config
+        self.bar = None
+        if not (config.progress and enabled):
+            return
+        from tqdm.auto import tqdm
+
+        if config.max_time:
+            self.bar = tqdm(total=round(config.max_time), initial=round(elapsed_before), unit="s",
+                            dynamic_ncols=True, desc="training",
+                            bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt}s [{elapsed}<{remaining}{postfix}]")
+        else:
+            self.bar = tqdm(total=config.max_steps, initial=step, unit="step", dynamic_ncols=True,
+                            desc="training", smoothing=0.05)
+
+    def update(self, run: _Run, last: dict[str, Any], lr: float) -> None:
+        """After a step; `last` is the newest metrics line (shown when it is the step's)."""
+        if self.bar is None:
+            return
+        if last.get("step") == run.step:
+            self.bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{last['tokens_per_s']:.0f}",
+                                 refresh=False)
+        if self.config.max_time:
+            self.bar.set_postfix_str(f"step {run.step}" + (f", loss {last.get('loss', float('nan')):.3f}"
+                                                           if last else ""), refresh=False)
+            self.bar.update(min(round(run.elapsed()), round(self.config.max_time)) - self.bar.n)
+        else:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

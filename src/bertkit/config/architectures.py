@@ -1,491 +1,15 @@
-"""Model configuration: `BertConfig`, one frozen dataclass for BERT and its family, with transformers' config.json.
-
-The BERT family differs in a few precise places, and each is a field here rather than another class:
-
-    model_type                 the on-disk family: bert, roberta, albert, electra or distilbert
-    embedding_size             factorised embeddings: vocab x E tables, then a learned E -> H map (ALBERT, ELECTRA)
-    num_hidden_groups          cross-layer sharing: L layers run with only this many distinct weight sets (ALBERT)
-    padding_offset_positions   position ids count from pad_token_id + 1 and padding keeps pad_token_id (RoBERTa)
-    causal                     each token attends only to itself and the tokens before it (GPT-style)
-
-A `config.json` written here is read by the transformers config class of `model_type` (`BertConfig`,
-`RobertaConfig`, `AlbertConfig`, `ElectraConfig`, `DistilBertConfig`), and one written by transformers is read
-here: `FAMILIES` says, per family, which config.json key holds each field. Keys transformers adds for its own
-machinery (`architectures`, `transformers_version`, `use_cache`, ...) are accepted and ignored; keys that would
-change the architecture in a way bertkit does not implement (relative position embeddings, cross-attention,
-sinusoidal positions) are refused.
-
-ModernBERT, T5, XLNet and ELMo are other architectures, each with a config class of its own (transformers' keys,
-its size presets in `PRESETS`); `config_class_for(model_type)` picks the class for a model_type, by the class's own
-`model_type`. The other facts about each architecture live in its row of `bertkit.models.registry`.
-"""
+"""The config classes of the architectures beside the BERT family: ModernBERT, T5, XLNet and ELMo, each its own
+frozen dataclass with transformers' config.json keys and its size presets (see `bertkit.config`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, ClassVar
-
-from bertkit.io import read_json_object
-
-# Activations the feed-forward block and the MLM head understand, by their transformers names.
-IGNORE_INDEX = -100  # the label value every loss skips (unmasked positions, padding, sub-words without a tag)
-
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
-
-# config.json keys that carry no architectural meaning for an encoder; read and dropped.
-_IGNORED_KEYS = {
-    "_name_or_path", "architectures", "transformers_version", "model_type", "use_cache", "gradient_checkpointing",
-    "torch_dtype", "dtype", "classifier_dropout", "bos_token_id", "eos_token_id", "tie_word_embeddings",
-    "add_cross_attention", "is_decoder", "output_past", "chunk_size_feed_forward", "output_hidden_states",
-    "output_attentions", "return_dict", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
-    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "problem_type", "id2label", "label2id",
-    "finetuning_task", "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
-    "torchscript", "pruned_heads", "is_encoder_decoder", "tf_legacy_loss", "use_bfloat16",
-}
-# Keys whose value must be exactly this for bertkit to compute the same function as the checkpoint's author.
-_REQUIRED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
-
-# The 13 fields of BERT's config.json, in BertConfig's order; every family has them (DistilBERT under other names).
-_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-                "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one transformers model family spells a config, and the few architectural facts it fixes."""
-
-    keys: dict[str, str]  # BertConfig field -> config.json key, always written
-    optional: dict[str, str] = dataclasses.field(default_factory=dict)  # same, written only when not the default
-    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # fields this family pins to one value
-    written: dict[str, Any] = dataclasses.field(default_factory=dict)  # constant config.json keys we write
-    required: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json keys that must have this value
-    ignored: frozenset[str] = frozenset()  # family-specific keys read and dropped (their heads' dropout, ...)
-    pair_head: bool = False  # the pretraining model has a sentence-pair head on the pooler (NSP, SOP)
-    pooler: bool = True  # the bare encoder has a pooler (ELECTRA and DistilBERT have none)
-    head_act: str | None = None  # the MLM head's activation when the family hard-codes one (else hidden_act)
-    projection_always: bool = False  # embedding_size is always projected, even when equal to hidden_size (ALBERT)
-
-
-_SAME = {f: f for f in _BERT_FIELDS}
-FAMILIES: dict[str, Family] = {
-    "bert": Family(keys=_SAME, optional={"causal": "is_decoder", "classifier_pooling": "classifier_pooling"},
-                   pair_head=True,
-                   written={"position_embedding_type": "absolute", "tie_word_embeddings": True}),
-    # RoBERTa: BERT's fields, positions offset past the padding id, an LM head with a hard-coded exact GELU.
-    "roberta": Family(keys={**_SAME, "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
-                      optional={"causal": "is_decoder"}, fixed={"padding_offset_positions": True},
-                      written={"tie_word_embeddings": True}, head_act="gelu"),
-    # ALBERT: factorised embeddings and shared layers; one layer per group (inner_group_num 1) is all we build.
-    "albert": Family(keys={**_SAME, "embedding_size": "embedding_size", "num_hidden_groups": "num_hidden_groups",
-                           "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"},
-                     written={"inner_group_num": 1, "tie_word_embeddings": True},
-                     # Google's released configs carry switches of never-released variants, all off.
-                     required={"inner_group_num": 1, "down_scale_factor": 1, "gap_size": 0, "net_structure_type": 0,
-                               "num_memory_blocks": 0},
-                     ignored=frozenset({"classifier_dropout_prob"}), pair_head=True, projection_always=True),
-    # ELECTRA: the embedding projection exists only when embedding_size differs from hidden_size; no pooler. The
-    # multiple-choice head is the sequence summary transformers' defaults describe (bertkit.models.heads).
-    "electra": Family(keys={**_SAME, "embedding_size": "embedding_size"}, optional={"causal": "is_decoder"},
-                      written={"tie_word_embeddings": True}, pooler=False, head_act="gelu",
-                      required={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
-                      ignored=frozenset({"summary_last_dropout", "summary_first_dropout"})),
-    # DistilBERT: other key names, no token types, LayerNorm epsilon hard-coded to 1e-12, no pooler.
-    "distilbert": Family(keys={"vocab_size": "vocab_size", "hidden_size": "dim", "num_hidden_layers": "n_layers",
-                               "num_attention_heads": "n_heads", "intermediate_size": "hidden_dim",
-                               "hidden_act": "activation", "hidden_dropout_prob": "dropout",
-                               "attention_probs_dropout_prob": "attention_dropout",
-                               "max_position_embeddings": "max_position_embeddings",
-                               "initializer_range": "initializer_range", "pad_token_id": "pad_token_id"},
-                         fixed={"type_vocab_size": 0, "layer_norm_eps": 1e-12},
-                         written={"sinusoidal_pos_embds": False, "tie_word_embeddings": True},
-                         required={"sinusoidal_pos_embds": False}, pooler=False,
-                         ignored=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"})),
-}
-
-
-MAX_SIZE = 2**31 - 1  # the largest size field (vocabulary, widths, positions) a config may hold
-
-
-def check_finite(config: Any, names: tuple[str, ...]) -> None:
-    """ValueError naming the first of `config`'s fields `names` that is not a real, finite number (NaN and
-    infinities pass every range check, so they are refused here first; so are strings and booleans)."""
-    for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {value!r}")
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# A field rule -> (the test a value passes, what the error says it must be); "RULE or None" also lets None pass.
-_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "positive integer": (lambda v: _integer(v) and v > 0, "be a positive integer"),
-    "non-negative integer": (lambda v: _integer(v) and v >= 0, "be a non-negative integer"),
-    "integer": (_integer, "be an integer"),
-    "positive number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
-                        "be a positive number"),
-    "probability": (lambda v: 0.0 <= v <= 1.0, "be in [0, 1]"),
-    "boolean": (lambda v: isinstance(v, bool), "be true or false"),
-}
-
-
-def check_fields(config: Any, names: tuple[str, ...], rule: str) -> None:
-    """ValueError naming the first of `config`'s fields `names` that breaks `rule`, a key of _RULES ("positive
-    integer": an int, not a bool, above 0; "probability": in [0, 1]; ...) optionally followed by " or None"; an
-    integer beyond MAX_SIZE (larger than any tensor dimension torch indexes) is refused too."""
-    base = rule.removesuffix(" or None")
-    test, said = _RULES[base]
-    for name in names:
-        value = getattr(config, name)
-        if value is None and base != rule:
-            continue
-        if not test(value):
-            raise ValueError(f"{type(config).__name__}.{name} must {said}{rule[len(base):]}, got {value!r}")
-        if _integer(value) and value > MAX_SIZE:  # the memory check never sees these
-            raise ValueError(f"{type(config).__name__}.{name} {value} is absurdly large (at most {MAX_SIZE})")
-
-
-def check_choice(config: Any, name: str, choices: tuple) -> None:
-    """ValueError naming field `name` of `config` when its value is not one of `choices`."""
-    value = getattr(config, name)
-    if value not in choices:
-        raise ValueError(f"{type(config).__name__}.{name} {value!r} is not supported by bertkit; choose one of "
-                         f"{', '.join(map(str, choices))}")
-
-
-def check_token_ids(config: Any, names: tuple[str, ...]) -> None:
-    """ValueError naming the first of the token-id fields `names` that is not an id of the vocabulary."""
-    for name in names:
-        value = getattr(config, name)
-        if not _integer(value) or not 0 <= value < config.vocab_size:
-            raise ValueError(f"{type(config).__name__}.{name} {value!r} is outside the vocabulary "
-                             f"(vocab_size {config.vocab_size})")
-
-
-def field_with_help(default: Any, help: str) -> Any:
-    """A dataclass field carrying its help text: the CLI builds its options and `--help` from these."""
-    return dataclasses.field(default=default, metadata={"help": help})
-
-
-_f = field_with_help
-
-
-class ConfigFile:
-    """config.json io that every architecture's config shares; each brings `to_dict` and `from_dict(data, source)`,
-    its `model_type` and its size `PRESETS`."""
-
-    LABEL: ClassVar[str] = ""  # how errors name the architecture, with its article ("a T5", "an XLNet")
-    # config.json keys read besides the fields (and checked by from_dict), and keys read and dropped
-    EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset()
-    IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset()
-    # config.json keys that must hold one value (compared by identity) for bertkit to build it: key -> (value, why)
-    REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {}
-
-    @classmethod
-    def model_types(cls) -> tuple[str, ...]:
-        """The config.json model_types this class reads (BertConfig: the whole BERT family)."""
-        return (cls.model_type,)
-
-    # the fields a row of PRESETS gives, in its order
-    PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                                "intermediate_size")
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any):
-        """A size preset of PRESETS with fields over it (tiny, mini, small, ...); a `model_type` among them (a recipe's
-        model section names its architecture so) must be this class's. ValueError for another model_type or an
-        unknown preset."""
-        if overrides.pop("model_type", cls.model_type) != cls.model_type:
-            raise ValueError(f"{cls.__name__}.preset builds model_type {cls.model_type!r} only")
-        if name not in cls.PRESETS:
-            raise ValueError(f"unknown {cls.LABEL.split(' ', 1)[-1]} size preset {name!r}; choose one of "
-                             f"{', '.join(cls.PRESETS)}")
-        return cls(**{**dict(zip(cls.PRESET_FIELDS, cls.PRESETS[name])), **overrides})
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def max_length(self) -> int:
-        """The longest input the model takes."""
-        return self.max_position_embeddings
-
-    def field_dict(self) -> dict[str, Any]:
-        """Every field under its own name: the config.json keys of an architecture whose fields are its keys."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def read_fields(cls, data: dict[str, Any], source: str) -> dict[str, Any]:
-        """The fields a config.json dict gives, strictly: a model_type other than the class's, any key that is
-        neither a field nor one of EXTRA_KEYS / IGNORED_KEYS / REQUIRED, and a REQUIRED key of another value, are
-        refused naming it and `source` (the file)."""
-        if data.get("model_type") != cls.model_type:
-            raise ValueError(f"{source}: model_type {data.get('model_type')!r} is not {cls.LABEL} config")
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = names | cls.EXTRA_KEYS | cls.IGNORED_KEYS | set(cls.REQUIRED)
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
-        for key, (want, why) in cls.REQUIRED.items():
-            if key in data and data[key] is not want:
-                raise ValueError(f"{source}: {key}={data[key]!r} is not supported by bertkit ({why})")
-        return {name: data[name] for name in names if name in data}
-
-    @classmethod
-    def build(cls, fields: dict[str, Any], source: str):
-        """cls(**fields), a wrong type or value refused in one line naming `source` (the file)."""
-        try:
-            return cls(**fields)
-        except (TypeError, ValueError) as err:
-            key = next((k for k in sorted(fields, key=len, reverse=True) if f".{k} " in str(err)), None)
-            raise ValueError(f"{source}: {err}" + (f" (config key {key!r})" if key else "")) from None
-
-    def json_dict(self) -> dict[str, Any]:
-        """The keys config.json gets (a config whose `to_dict` leaves some out adds them here)."""
-        return self.to_dict()
-
-    def to_json_file(self, path: str | os.PathLike, architectures: list[str] | None = None,
-                     extra: dict[str, Any] | None = None) -> None:
-        """Write `config.json` in transformers' form (its extra keys included so its loaders are at home).
-
-        extra: further transformers keys a task model needs (id2label, label2id, problem_type).
-        """
-        data = self.json_dict()
-        if architectures:
-            data["architectures"] = architectures
-        data.update(extra or {})
-        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike):
-        """Read a config.json (ValueError naming the file when it is not a JSON object)."""
-        return cls.from_dict(read_json_object(path, "config file"), source=str(path))
-
-
-# name -> (layers L, hidden H); heads A = H/64 and intermediate 4H follow the BERT papers.
-PRESETS: dict[str, tuple[int, int]] = {
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
-
-
-@dataclass(frozen=True)
-class BertConfig(ConfigFile):
-    """Hyper-parameters of a BERT-family encoder; names and defaults are those of BERT-base in transformers."""
-
-    PRESETS: ClassVar[dict[str, tuple]] = PRESETS  # the size presets `preset` builds
-
-    vocab_size: int = _f(30522, 'rows of the word-embedding matrix (and of the MLM output layer)')
-    hidden_size: int = _f(768, 'H: width of every hidden state')
-    num_hidden_layers: int = _f(12, 'L: number of encoder layers')
-    num_attention_heads: int = _f(12, 'A: heads per self-attention; must divide H')
-    intermediate_size: int = _f(3072, 'width of the feed-forward block, 4H in the paper')
-    hidden_act: str = _f("gelu", 'feed-forward and MLM-head activation; "gelu" is the exact (erf) GELU')
-    hidden_dropout_prob: float = _f(0.1, 'dropout on embeddings and on every residual branch')
-    attention_probs_dropout_prob: float = _f(0.1, 'dropout on attention probabilities')
-    max_position_embeddings: int = _f(512, 'rows of the learned position table')
-    type_vocab_size: int = _f(2, 'number of token types (segments A and B); 0 = no token-type embedding')
-    initializer_range: float = _f(0.02, 'standard deviation of the normal initialisation')
-    layer_norm_eps: float = _f(1e-12, 'LayerNorm epsilon')
-    pad_token_id: int = _f(0, 'id of the padding token; RoBERTa positions count from it')
-    # ---- the family's variants (all off for BERT) -----------------------------------------------------------
-    model_type: str = _f("bert", 'on-disk family: bert, roberta, albert, electra or distilbert')
-    embedding_size: int | None = _f(None, 'E: embedding width, projected to H (ALBERT, ELECTRA); None = H, no '
-                                          'projection (ELECTRA: E = H means None)')
-    num_hidden_groups: int | None = _f(None, 'distinct layer weight sets shared across the L layers (ALBERT); '
-                                             'None = every layer its own')
-    padding_offset_positions: bool = _f(False, 'position ids start at pad_token_id + 1, padding gets '
-                                               'pad_token_id (RoBERTa)')
-    causal: bool = _f(False, 'causal self-attention: token t sees tokens <= t only (GPT-style LM)')
-    bos_token_id: int | None = _f(None, 'beginning-of-sequence id written to config.json (RoBERTa <s>, ALBERT [CLS])')
-    eos_token_id: int | None = _f(None, 'end-of-sequence id written to config.json (RoBERTa </s>, ALBERT [SEP])')
-    classifier_pooling: str = _f("cls", 'BERT sequence classification reads the pooled first token ("cls", the '
-                                        'paper\'s) or the mean of the real tokens ("mean", a bertkit variant for '
-                                        'encoders pretrained without a sentence objective; transformers reads "cls")')
-
-    def __post_init__(self) -> None:
-        if self.classifier_pooling not in ("cls", "mean"):
-            raise ValueError(f"BertConfig.classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
-        check_fields(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                            "intermediate_size", "max_position_embeddings"), "positive integer")
-        check_fields(self, ("type_vocab_size",), "non-negative integer")
-        check_fields(self, ("bos_token_id", "eos_token_id"), "integer or None")
-        check_finite(self, ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                            "layer_norm_eps"))
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"BertConfig: num_attention_heads ({self.num_attention_heads}) must divide "
-                             f"hidden_size ({self.hidden_size})")
-        check_fields(self, ("hidden_dropout_prob", "attention_probs_dropout_prob"), "probability")
-        check_choice(self, "hidden_act", ACTIVATIONS)
-        check_token_ids(self, ("pad_token_id",))
-        check_fields(self, ("initializer_range", "layer_norm_eps"), "positive number")
-        self._check_family()
-
-    def _check_family(self) -> None:
-        """Refuse a combination of fields that the on-disk family cannot write (so every config can be saved)."""
-        family = FAMILIES.get(self.model_type)
-        if family is None:
-            raise ValueError(f"BertConfig.model_type {self.model_type!r} is not supported; choose one of "
-                             f"{', '.join(FAMILIES)}")
-        check_fields(self, ("embedding_size",), "positive integer or None")
-        groups = self.num_hidden_groups
-        if groups is not None and not (isinstance(groups, int) and 1 <= groups <= self.num_hidden_layers):
-            raise ValueError(f"BertConfig.num_hidden_groups must be in [1, num_hidden_layers="
-                             f"{self.num_hidden_layers}] or None, got {groups!r}")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, value in family.fixed.items():
-            if getattr(self, name) != value:
-                raise ValueError(f"BertConfig.{name} must be {value!r} for model_type {self.model_type!r}, "
-                                 f"got {getattr(self, name)!r}")
-        for name, default in defaults.items():
-            if name in family.keys or name in family.optional or name in family.fixed or name == "model_type":
-                continue
-            if getattr(self, name) != default:
-                raise ValueError(f"BertConfig.{name}={getattr(self, name)!r} cannot be written in the "
-                                 f"{self.model_type!r} format; families with {name}: "
-                                 f"{', '.join(k for k, f in FAMILIES.items() if name in f.keys or name in f.optional)}")
-        if self.type_vocab_size == 0 and family.fixed.get("type_vocab_size") != 0:
-            raise ValueError(f"BertConfig.type_vocab_size 0 (no token types) is a DistilBERT setting; "
-                             f"{self.model_type!r} needs at least 1")
-        if family.projection_always and self.embedding_size is None:
-            raise ValueError(f"model_type {self.model_type!r} always projects its embeddings; set embedding_size")
-        if not family.projection_always and self.embedding_size == self.hidden_size:
-            # ELECTRA writes E = H for "no factorisation": normalise, so both spellings are one config.
-            object.__setattr__(self, "embedding_size", None)
-        if self.padding_offset_positions and self.max_length < 1:
-            raise ValueError(f"max_position_embeddings {self.max_position_embeddings} leaves no positions after the "
-                             f"padding offset (pad_token_id {self.pad_token_id})")
-
-    # ---- derived facts -------------------------------------------------------------------------------------
-    @classmethod
-    def model_types(cls) -> tuple[str, ...]:
-        return tuple(FAMILIES)
-
-    @property
-    def family(self) -> Family:
-        return FAMILIES[self.model_type]
-
-    @property
-    def embedding_width(self) -> int:
-        """E: width of the embedding tables (and of the MLM head's output transform)."""
-        return self.embedding_size or self.hidden_size
-
-    @property
-    def num_layer_weights(self) -> int:
-        """How many distinct layers' weights the encoder holds (L without sharing)."""
-        return self.num_hidden_groups or self.num_hidden_layers
-
-    def layer_weights_index(self, layer: int) -> int:
-        """Which weight set layer `layer` uses; transformers' ALBERT formula, so shares agree exactly."""
-        return int(layer / (self.num_hidden_layers / self.num_layer_weights))
-
-    @property
-    def max_length(self) -> int:
-        """The longest input the position table covers (RoBERTa spends pad_token_id + 1 rows on the offset)."""
-        offset = self.pad_token_id + 1 if self.padding_offset_positions else 0
-        return self.max_position_embeddings - offset
-
-    @property
-    def pair_head(self) -> bool:
-        """Whether this family's pretraining model has a sentence-pair head (BERT's NSP, ALBERT's SOP)."""
-        return self.family.pair_head
-
-    @property
-    def mlm_head_act(self) -> str:
-        return self.family.head_act or self.hidden_act
-
-    # ---- construction --------------------------------------------------------------------------------------
-    @classmethod
-    def for_family(cls, model_type: str, **fields: Any) -> "BertConfig":
-        """A config of `model_type` with the values that family pins filled in (RoBERTa's positions, ...)."""
-        if model_type not in FAMILIES:
-            raise ValueError(f"unknown model_type {model_type!r}; choose one of {', '.join(FAMILIES)}")
-        return cls(**{**FAMILIES[model_type].fixed, **fields, "model_type": model_type})
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
-        """A size preset (tiny, mini, small, medium, base, large): A = H/64 heads, intermediate 4H."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown size preset {name!r}; choose one of {', '.join(PRESETS)}")
-        layers, hidden = PRESETS[name]
-        fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
-                      intermediate_size=4 * hidden)
-        fields.update(overrides)
-        return cls(**fields)
-
-    # ---- JSON io -------------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """The config as transformers' config class of this family takes it (its key names).
-
-        For BERT this is BertConfig's 13 fields (plus is_decoder for a causal model); other families add
-        `model_type`, so `from_dict(to_dict())` rebuilds the same config.
-        """
-        family = self.family
-        data = {key: getattr(self, name) for name, key in family.keys.items()}
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        data.update({key: getattr(self, name) for name, key in family.optional.items()
-                     if getattr(self, name) != defaults[name]})
-        if "embedding_size" in family.keys:
-            data["embedding_size"] = self.embedding_width  # ELECTRA writes E = H when there is no projection
-        if "num_hidden_groups" in family.keys:
-            data["num_hidden_groups"] = self.num_layer_weights
-        if self.model_type != "bert":
-            data["model_type"] = self.model_type
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
-        """Build from a transformers-style dict of any supported family; `source` names the file in errors."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: a config must be a JSON object, found "
-                             f"{'null' if data is None else type(data).__name__}")
-        model_type = data.get("model_type") or "bert"
-        family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
-        if family is None:
-            raise ValueError(f"{source}: model_type {model_type!r} is not a BERT-family config (bertkit reads "
-                             f"{', '.join(FAMILIES)})")
-        required = {k: v for k, v in {**_REQUIRED_VALUES, **family.required}.items()
-                    if k not in family.optional.values()}
-        for key, want in required.items():
-            if key in data and data[key] != want:
-                raise ValueError(f"{source}: {key}={data[key]!r} is not supported by bertkit (only {want!r})")
-        keys = {**family.keys, **family.optional}
-        known = set(keys.values()) | set(family.written) | set(required) | family.ignored | _IGNORED_KEYS
-        if model_type == "distilbert":  # transformers aliases these to dim/n_heads/n_layers
-            known |= {"hidden_size", "num_attention_heads", "num_hidden_layers"}
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise ValueError(f"{source}: unknown config keys {unknown}")
-        fields = {name: data[key] for name, key in keys.items() if key in data}
-        fields.update(family.fixed)
-        fields["model_type"] = model_type
-        if "embedding_size" in family.keys:
-            fields["embedding_size"] = data.get("embedding_size", 128)  # AlbertConfig's and ElectraConfig's default
-        if "num_hidden_groups" in family.keys:
-            groups = data.get("num_hidden_groups", 1)  # AlbertConfig's default: one weight set for every layer
-            fields["num_hidden_groups"] = None if groups == fields.get("num_hidden_layers", 12) else groups
-        try:  # no key hint: the family's config.json keys are not the field names (DistilBERT's `dim`)
-            return cls(**fields)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from None
-
-    def json_dict(self) -> dict[str, Any]:
-        """config.json's keys: the fields under transformers' names, the family's model_type and constant keys."""
-        return {**self.to_dict(), "model_type": self.model_type, **self.family.written}
-
+from typing import Any, ClassVar
+
+from bertkit.config.base import (ACTIVATIONS, IGNORED_CONFIG_KEYS, ConfigFile, check_choice, check_fields,
+                                 check_finite, check_token_ids)
+from bertkit.config.base import field_with_help as _f
 
 # ==================================================================================================================
 # ModernBERT
@@ -495,7 +19,7 @@ class BertConfig(ConfigFile):
 MODERNBERT_POOLING = ("cls", "mean")
 # config.json keys of transformers' ModernBertConfig that change nothing bertkit computes: kernel choices,
 # transformers' sparse-prediction switch (bertkit's is `predict_at`), and leftovers found in released configs.
-_MODERNBERT_IGNORED_KEYS = (_IGNORED_KEYS - {"classifier_dropout", "bos_token_id", "eos_token_id",
+_MODERNBERT_IGNORED_KEYS = (IGNORED_CONFIG_KEYS - {"classifier_dropout", "bos_token_id", "eos_token_id",
                                              "sep_token_id", "tie_word_embeddings"}) | {
     "deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index", "reference_compile",
     "repad_logits_with_grad", "layer_norm_eps", "position_embedding_type", "num_labels"}
@@ -522,7 +46,7 @@ class ModernBertConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "modernbert"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "a ModernBERT"
+    LABEL: ClassVar[str] = "ModernBERT"
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"layer_types", "rope_parameters"})
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "tie_word_embeddings": (True, "the MLM decoder is the token-embedding matrix: only true"),
@@ -661,7 +185,7 @@ T5_FEED_FORWARD = {"relu": "relu", "gated-gelu": "gelu_new"}
 # config.json keys of transformers' T5Config that change nothing bertkit computes: transformers' own machinery,
 # T5ForSequenceClassification's dropout, and `n_positions`, which released configs carry although relative
 # positions need no table.
-_T5_IGNORED_KEYS = (_IGNORED_KEYS - {"eos_token_id", "tie_word_embeddings", "decoder_start_token_id",
+_T5_IGNORED_KEYS = (IGNORED_CONFIG_KEYS - {"eos_token_id", "tie_word_embeddings", "decoder_start_token_id",
                                      "is_encoder_decoder", "is_decoder"}) | {"n_positions", "num_labels"}
 
 
@@ -685,7 +209,7 @@ class T5Config(ConfigFile):
     """
 
     model_type: ClassVar[str] = "t5"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "a T5"
+    LABEL: ClassVar[str] = "T5"
     EXTRA_KEYS: ClassVar[frozenset[str]] = frozenset({"dense_act_fn", "is_gated_act"})
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "is_decoder": (False, "a T5 directory holds an encoder or an encoder-decoder: only false")}
@@ -812,7 +336,7 @@ XLNET_SUMMARY_TYPES = ("last", "first", "mean")  # the sequence summary: the las
 XLNET_SUMMARY_ACTIVATIONS = (None, "tanh", "linear")  # after the summary projection ("linear": none)
 # config.json keys of transformers' XLNetConfig that change nothing bertkit computes: transformers' machinery and
 # the SQuAD beam head's sizes (bertkit's span head has no beam).
-_XLNET_IGNORED_KEYS = (_IGNORED_KEYS - {"bos_token_id", "eos_token_id", "tie_word_embeddings"}) | {
+_XLNET_IGNORED_KEYS = (IGNORED_CONFIG_KEYS - {"bos_token_id", "eos_token_id", "tie_word_embeddings"}) | {
     "start_n_top", "end_n_top", "num_labels", "n_token", "use_mems_eval", "use_mems_train", "layer_norm_epsilon"}
 
 
@@ -835,7 +359,7 @@ class XLNetConfig(ConfigFile):
     """
 
     model_type: ClassVar[str] = "xlnet"  # the on-disk family (transformers' model_type)
-    LABEL: ClassVar[str] = "an XLNet"
+    LABEL: ClassVar[str] = "XLNet"
     REQUIRED: ClassVar[dict[str, tuple[Any, str]]] = {
         "tie_word_embeddings": (True, "the LM head is the token-embedding matrix: only true"),
         "summary_proj_to_labels": (False, "the summary projects to d_model: only false")}
@@ -965,7 +489,7 @@ class ElmoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (bilm-tf's options.json, in bertkit's names)."""
 
     model_type: ClassVar[str] = "elmo"  # the on-disk family (bertkit's own: transformers has no ELMo)
-    LABEL: ClassVar[str] = "an ELMo"
+    LABEL: ClassVar[str] = "ELMo"
     IGNORED_KEYS: ClassVar[frozenset[str]] = frozenset({"model_type", "architectures"})
     PRESETS: ClassVar[dict[str, tuple]] = ELMO_PRESETS  # the size presets `preset` builds
     PRESET_FIELDS: ClassVar[tuple[str, ...]] = ("filters", "num_highway", "projection_dim", "lstm_dim", "num_layers")
@@ -1032,18 +556,3 @@ class ElmoConfig(ConfigFile):
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ElmoConfig":
         return cls.build(cls.read_fields(data, source), source)
-
-
-def config_class_for(model_type: str | None) -> type:
-    """The config dataclass of a `model_type`: the config class that names it as its own (`model_type`, or for
-    BertConfig any key of FAMILIES); BertConfig for None and for a model_type no class knows (whose from_dict then
-    refuses it, naming the model_types bertkit reads)."""
-    for cls in ConfigFile.__subclasses__():
-        if model_type in cls.model_types():
-            return cls
-    return BertConfig
-
-
-def presets_for(model_type: str | None) -> dict[str, tuple]:
-    """The size presets `config_class_for(model_type).preset` knows."""
-    return config_class_for(model_type).PRESETS
