@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED, refusal
+from bertkit.tasks.base import MATRIX_FAMILIES, MATRIX_KINDS, REFUSED, TASK_OPTIONS, refusal
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
@@ -151,7 +151,7 @@ def write_tasks(root: Path) -> dict[str, Path]:
 
 def finetune_argv(family: str, kind: str, model: Path, data: dict[str, Path], out: Path) -> list:
     extra = ["--task", "mrpc"] if kind == "glue" else []
-    if family == "elmo":  # ELMo's layers feed a task model on frozen features
+    if family == "elmo" and "frozen" in TASK_OPTIONS[kind]:  # ELMo's layers feed a task model on frozen features
         extra += ["--frozen"]
     return ["finetune", kind, "--model", model, "--train", data[kind], "--dev", data[kind], "--out", out, *extra,
             *FINETUNE]

@@ -140,7 +140,7 @@ def test_bucket_window_option_and_validation(capsys):
     with pytest.raises(ValueError, match="bucket_window"):
         EpochBatches(skewed_features(), 0, 16, seed=0, bucket_window=-1)
     with pytest.raises(SystemExit):
-        main(["finetune", "--help"])
+        main(["finetune", "classify", "--help"])
     assert "--bucket-window" in capsys.readouterr().out
 
 

@@ -63,6 +63,24 @@ TASK_MODULES = {
 }
 KINDS = tuple(TASK_MODULES)
 
+# kind -> the FinetuneConfig fields (`bertkit.tasks.run`) that only some kinds' runs read: `bertkit finetune KIND`
+# offers these and every field that no kind names here (the ones every run reads).
+FEATURE_MODEL_OPTIONS = ("frozen", "layers", "combine", "task_model", "lstm_hidden", "mix_layer_norm",
+                         "feature_cache")  # a task model on the encoder's layers: sequence, token and span heads
+_COLUMNS = ("text_column", "pair_column", "label_column")
+TASK_OPTIONS: dict[str, tuple[str, ...]] = {
+    "glue": ("task", "lm_weight", "max_target_length", *FEATURE_MODEL_OPTIONS, "logistic_c"),
+    "classify": (*_COLUMNS, "regression", "lm_weight", "max_target_length", *FEATURE_MODEL_OPTIONS, "logistic_c"),
+    "ner": ("column", "scheme", "tokens_column", "tags_column", *FEATURE_MODEL_OPTIONS),
+    "squad": ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "max_target_length",
+              *FEATURE_MODEL_OPTIONS),
+    "swag": (),
+    "embed": (*_COLUMNS, "negative_column", "min_score", "pooling", "normalize", "scale", "symmetric",
+              "mini_batch_size", "gather_negatives", "matryoshka_dims", "window", "stride", "query_prompt",
+              "document_prompt"),
+    "rerank": (*_COLUMNS, *FEATURE_MODEL_OPTIONS),
+}
+
 _REGISTRY: dict[str, type["TaskFamily"]] = {}
 
 # ------------------------------------------------------------------------------------------------------------------
