@@ -178,3 +178,21 @@ def uvicorn_in_thread(app):
         server.should_exit = True
         thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
+         "park runs sleeps sings under over near with and but because").split()
+
+
+def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0) -> Path:
+    """Documents of short sentences in Google's format (a blank line between documents), from a small word list:
+    the pretraining corpus of the tests that pretrain (tests/training, tests/reliability, ...)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(documents):
+        topic = rng.choice(WORDS)
+        for _ in range(rng.randint(3, 8)):
+            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]) + ".")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -115,7 +115,7 @@ def test_the_four_formats_are_objectives():
 
 @pytest.mark.parametrize("objective", ["roberta-sentence-pair", "roberta-segment-pair"])
 def test_pretraining_with_the_nsp_formats(objective, tmp_path, one_thread):
-    from training.test_pretrain import synthetic_corpus
+    from conftest import synthetic_corpus
 
     from bertkit import WordPieceTokenizer
     from bertkit.data.corpus import iter_lines

@@ -683,7 +683,7 @@ def test_modernbert_recipe_pretrains_and_writes_a_transformers_directory(tmp_pat
     from bertkit.data.corpus import iter_lines
     from bertkit.data.prepare import prepare
     from bertkit.training.pretrain import pretrain, resolve_config
-    from training.test_pretrain import synthetic_corpus
+    from conftest import synthetic_corpus
 
     corpus = synthetic_corpus(tmp_path / "corpus.txt")
     held_out = synthetic_corpus(tmp_path / "held_out.txt", documents=8, seed=1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,26 +13,13 @@ from bertkit import WordPieceTokenizer
 from bertkit.data.corpus import iter_lines
 from bertkit.data.prepare import prepare
 
-WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
-         "park runs sleeps sings under over near with and but because").split()
+from conftest import synthetic_corpus
+
 
 # A tiny model and budget: each step takes milliseconds on one thread.
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
         "max_seq_length": 32, "max_predictions_per_seq": 5, "eval_instances": 16, "progress": False,
         "warmup_steps": 0, "warmup_ratio": 0.1, "batch_size": 8, "learning_rate": 2e-3, "eval_every": 0}
-
-
-def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0) -> Path:
-    """Documents of short sentences in Google's format (a blank line between documents)."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(documents):
-        topic = rng.choice(WORDS)
-        for _ in range(rng.randint(3, 8)):
-            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]) + ".")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 def make_prepared(root: Path, documents: int = 40, shard_tokens: int = 2 ** 24) -> Path:

@@ -100,7 +100,7 @@ def test_roberta_offset_rows_are_kept(tmp_path):
 def test_continued_pretraining_at_the_longer_length(bert_dir, tmp_path, capsys):
     """extend-context, then `pretrain --init-from OUT --max-seq-length N`: trains on rows longer than the old table;
     the same command on the original directory is refused, naming extend-context."""
-    from test_pretrain import synthetic_corpus
+    from conftest import synthetic_corpus
 
     corpus = synthetic_corpus(tmp_path / "corpus.txt", documents=20)
     run("prepare", "--corpus", corpus, "--tokenizer", bert_dir, "--out", tmp_path / "data", "--eval-fraction", "0.2",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -15,27 +14,11 @@ import numpy as np
 import pytest
 
 from bertkit import WordPieceTokenizer
-from conftest import kill_after_checkpoint
+from conftest import kill_after_checkpoint, synthetic_corpus
 from bertkit.data.corpus import iter_lines
 from bertkit.data.prepare import prepare
 from bertkit.models.registry import ARCHITECTURES
 from bertkit.training.pretrain import PretrainConfig, pretrain, resolve_config
-
-WORDS = ("the a cat dog bird sees likes chases eats small big red green quick slow happy sad house tree river "
-         "park runs sleeps sings under over near with and but because").split()
-
-
-def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0) -> Path:
-    """Documents of short sentences in Google's format (blank line between documents)."""
-    rng = random.Random(seed)
-    lines = []
-    for d in range(documents):
-        topic = rng.choice(WORDS)
-        for _ in range(rng.randint(3, 8)):
-            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]) + ".")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
