@@ -19,6 +19,7 @@ from bertkit.tasks.finetune import FinetuneConfig, finetune, predict
 from bertkit.models import BertForSequenceClassification, BertModel
 from bertkit.tasks import family_for
 from bertkit.tokenizers import load_tokenizer
+from test_finetune import swag_file  # the same SWAG file maker as the BERT tasks'
 
 transformers = pytest.importorskip("transformers")
 
@@ -219,18 +220,6 @@ def test_squad_fine_tunes_and_answers_with_context_text(roberta, tmp_path):
 # ------------------------------------------------------------------------------------------------------------------
 # SWAG
 # ------------------------------------------------------------------------------------------------------------------
-def swag_file(path: Path, n: int, seed: int) -> Path:
-    rng = random.Random(seed)
-    rows = ["video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"]
-    for i in range(n):
-        place, person = rng.choice(PLACES), rng.choice(PEOPLE)
-        others = [p for p in PLACES if p != place]
-        label = rng.randrange(4)
-        endings = others[:label] + [place] + others[label:]
-        rows.append(f"v{i},{i},x,{person} lives in {place} .,{person},gold,"
-                    + ",".join(f"walks to {e} ." for e in endings[:4]) + f",{label}")
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
 
 
 def test_swag_choices_are_roberta_pairs_and_fine_tune(roberta, tmp_path):
