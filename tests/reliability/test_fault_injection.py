@@ -152,7 +152,7 @@ def teacher(corpus, tmp_path_factory) -> Path:
 
 
 def test_sigkill_at_random_points_of_finetune(teacher, tmp_path, rng):
-    from reliability_helpers import WORDS
+    from conftest import WORDS
 
     def rows(n: int, seed: int) -> str:  # label: whether the sentence has a cat in it
         r = random.Random(seed)
