@@ -285,6 +285,24 @@ async def load(url: str, texts: list[str], clients: int, warmup: int, pid: int |
             "labels": [labels[i] for i in range(len(texts))]}
 
 
+def batch_figures(url: str) -> dict:
+    """A bertkit server's forward passes so far, from its /metrics: how many, rows and tokens per pass on average,
+    and the seconds they took in all (with several workers passes overlap: more than the wall-clock time)."""
+    import httpx
+
+    values = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("bertkit_batch_rows_sum", "bertkit_batch_rows_count", "bertkit_batch_tokens_sum",
+                    "bertkit_forward_seconds_sum"):
+            values[name] = float(value)
+    passes = values.get("bertkit_batch_rows_count", 0) or 1
+    return {"passes": int(values.get("bertkit_batch_rows_count", 0)),
+            "rows_per_pass": round(values.get("bertkit_batch_rows_sum", 0) / passes, 2),
+            "tokens_per_pass": round(values.get("bertkit_batch_tokens_sum", 0) / passes, 1),
+            "forward_seconds": round(values.get("bertkit_forward_seconds_sum", 0), 2)}
+
+
 def summary(runs: list[dict]) -> dict:
     """Throughput, p50 / p99 latency and CPU seconds per request over the rounds of one server."""
     latencies = sorted(x for run in runs for x in run["latencies"])
@@ -322,6 +340,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads of both servers (default: cores)")
     parser.add_argument("--max-batch-tokens", type=int, default=2048, help="bertkit serve's budget (default 2048)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="bertkit serve's batching wait (default 5)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="bertkit serve's forward passes at once (default 0: the server's own choice)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="8 clients, 48 requests, one round: a plumbing check")
     parser.add_argument("--short", action="store_true",
@@ -373,7 +393,7 @@ def main() -> None:
             command = [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(model_dir), "--port", str(port),
                        "--threads", str(threads), "--device", args.device, "--log-level", "warning",
                        "--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
-                       "--max-queue", str(max(1024, args.clients)), *extra]
+                       "--max-queue", str(max(1024, args.clients)), "--workers", str(args.workers), *extra]
             urls[name] = servers.enter_context(server(command, port))
         names = list(urls)
         runs: dict[str, list[dict]] = {name: [] for name in names}
@@ -383,8 +403,10 @@ def main() -> None:
                 url, pid = urls[name]
                 runs[name].append(asyncio.run(load(url, texts, args.clients, warmup if r == 0 else 0, pid,
                                                    args.embeddings)))
+        batches = {name: batch_figures(urls[name][0]) for name in names if name != "reference"}
     load_after = [round(x, 2) for x in os.getloadavg()]
-    summaries = {name: summary(runs[name]) for name in names}
+    summaries = {name: {**summary(runs[name]), **({"batches": batches[name]} if name in batches else {})}
+                 for name in names}
     import torch
     import transformers
 
@@ -394,7 +416,8 @@ def main() -> None:
                  ("all-MiniLM-L6-v2's shape, random weights" if args.random_model else "all-MiniLM-L6-v2")
                  + " + fresh 2-label head", "max_length": 256 if args.embeddings else MAX_LENGTH,
         "clients": args.clients, "requests": args.requests, "rounds": args.rounds, "threads": threads,
-        "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms, "quantize": args.quantize,
+        "max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms, "workers": args.workers,
+        "quantize": args.quantize,
         "bertkit": summaries["bertkit"], "reference": summaries["reference"],
         **ratios(summaries["bertkit"], summaries["reference"]),
         ("mean_cosine" if args.embeddings else "label_agreement"): agreement(runs["bertkit"], runs["reference"],

@@ -295,6 +295,29 @@ def test_attention_groups_leave_padding_rows_zeroed_and_unused():
     assert laid[:, 0].tolist() == [1, 1, 1, 1, 1, 1, 1, 0, 1, 1]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("packed", [False, True])
+def test_attention_per_sequence_equals_the_length_groups(causal, packed):
+    """The CPU path (one SDPA call per sequence, no mask) and the length groups (masked, padded to each group's
+    longest) give the same contexts and the same gradient of qkv, causal or not, packed rows or not; an empty
+    batch gives an empty context."""
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 2, 2, 2, 2], [1, 0, 0, 0, 0, 0, 0],
+                         [1, 1, 1, 1, 1, 1, 1]])
+    tokens = Unpadded(mask if packed else mask.clamp(max=1), packed=packed, causal=causal)
+    qkv = torch.randn(tokens.index.numel(), 3 * 8, generator=g, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(tokens.index.numel(), 8, generator=g, dtype=torch.float64)
+    each = tokens.attend_each(qkv, 2, 0.0)
+    (each_grad,) = torch.autograd.grad(each, qkv, grad)
+    groups = tokens.attend_groups(qkv, 2, 0.0)
+    (groups_grad,) = torch.autograd.grad(groups, qkv, grad)
+    torch.testing.assert_close(each, groups, atol=1e-12, rtol=0)
+    torch.testing.assert_close(each_grad, groups_grad, atol=1e-12, rtol=0)
+    assert tokens.attend(qkv, 2, 0.0).equal(each)  # on a CPU attend is the per-sequence path
+    empty = Unpadded(torch.zeros(2, 3, dtype=torch.long), packed=False, causal=causal)
+    assert empty.attend_each(torch.zeros(0, 24), 2, 0.0).shape == (0, 8)
+
+
 def test_flash_attention_varlen_call_convention(monkeypatch):
     """The FlashAttention branch (GPU + flash_attn) gets what flash_attn_varlen_func expects: (N, A, D) tensors,
     int32 cumulative lengths and the longest length. A reference kernel with that signature stands in for it."""

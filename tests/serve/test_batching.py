@@ -176,3 +176,57 @@ def test_rows_of_a_cancelled_request_are_dropped():
 
     assert run(main()) == [[8]]
     assert [b for b in forward.batches] == [[[1]], [[4]]]
+
+
+def test_several_workers_run_passes_at_once_each_thread_initialised_first():
+    """workers=2: two passes are inside `forward` at the same time (a barrier of two that one pass alone would
+    never pass), each in a thread the initializer ran in first; a failing pass fails only its own requests; the
+    outputs still go to their callers in order."""
+    barrier = threading.Barrier(2, timeout=10)
+    initialised, ran = set(), []
+
+    def forward(rows):
+        ran.append(threading.get_ident())
+        if rows[0][0] < 2:  # the first two passes (one row each) must overlap
+            barrier.wait()
+        if rows[0][0] == 3:
+            raise RuntimeError("the forward pass failed")
+        return [[2 * x for x in r] for r in rows]
+
+    async def main():
+        batcher = Batcher(forward, max_batch_tokens=1, max_wait_ms=0, workers=2,
+                          initializer=lambda: initialised.add(threading.get_ident()))
+        batcher.start()
+        results = await asyncio.gather(*[batcher.submit([[i]]) for i in range(6)], return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    results = run(main())
+    assert [r if isinstance(r, list) else type(r) for r in results] == [[[0]], [[2]], [[4]], RuntimeError, [[8]],
+                                                                          [[10]]]
+    assert len(set(ran)) == 2 and set(ran) <= initialised
+    with pytest.raises(ValueError, match="workers"):
+        Batcher(forward, workers=0)
+
+
+def test_one_worker_never_runs_two_passes_at_once():
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def forward(rows):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)
+        with lock:
+            inside[0] -= 1
+        return rows
+
+    async def main():
+        batcher = Batcher(forward, max_batch_tokens=1, max_wait_ms=0)
+        batcher.start()
+        await asyncio.gather(*[batcher.submit([[i]]) for i in range(8)])
+        await batcher.stop()
+
+    run(main())
+    assert most[0] == 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
@@ -444,6 +445,60 @@ def test_kind_detection_and_options(models):
         Engine(models["classify"], "squad")
     with pytest.raises(ValueError, match="max_queue must be at least 1"):
         ServeConfig(max_queue=0)
+
+
+@pytest.fixture
+def torch_threads():
+    """Restores the process's torch thread count after a test that sets it (an Engine with `threads`)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_forward_workers_split_the_threads_and_the_token_budget(models, torch_threads):
+    """Two forward workers for the torch backend on a CPU with two threads or more (each worker thread set to its
+    share), one otherwise and for ONNX; each worker's pass takes its share of --max-batch-tokens."""
+    from bertkit.serve.app import Server
+
+    engine = Engine(models["classify"], threads=4)
+    assert engine.threads == 4 and engine.default_workers() == 2
+    seen = []
+
+    def in_a_thread(fn):
+        thread = threading.Thread(target=lambda: (fn(), seen.append(torch.get_num_threads())))
+        thread.start()
+        thread.join()
+        return seen.pop()
+
+    assert in_a_thread(engine.worker_initializer(2)) == 2
+    assert in_a_thread(engine.worker_initializer(3)) == 1  # 4 // 3
+    assert in_a_thread(engine.worker_initializer(8)) == 1  # at least one
+    assert Server(engine, ServeConfig(max_batch_tokens=1000)).batcher.workers == 2
+    assert Server(engine, ServeConfig(max_batch_tokens=1000)).batcher.max_batch_tokens == 500
+    told = Server(engine, ServeConfig(workers=3, max_batch_tokens=1000)).batcher
+    assert (told.workers, told.max_batch_tokens) == (3, 333)
+    assert Engine(models["classify"], threads=1).default_workers() == 1
+    with pytest.raises(ValueError, match="workers must be at least 0"):
+        ServeConfig(workers=-1)
+
+
+@pytest.mark.parametrize("kind", ["classify", "squad", "embeddings"])
+def test_two_workers_answer_as_predict(models, kind, torch_threads):
+    """Passes running at once in two threads over one model give every answer the library gives."""
+    items = inputs_for(kind, 40, seed=5)
+    engine = Engine(model_dir(models, kind), None if kind in TASKS else kind, threads=2)
+    app = create_app(engine, ServeConfig(max_wait_ms=2, max_batch_tokens=64, workers=2))
+
+    async def main():
+        async with client(app) as c:
+            return await asyncio.gather(*[c.post("/v1/predict", json={"inputs": [x]}) for x in items])
+
+    responses = asyncio.run(main())
+    assert [r.status_code for r in responses] == [200] * len(items)
+    for i, (r, ref) in enumerate(zip(responses, references(models, kind, items))):
+        got = r.json()[0]
+        got.pop("truncated", None)
+        assert_same(got, ref, f"input {i}")
 
 
 # ------------------------------------------------------------------------------------------------------------------

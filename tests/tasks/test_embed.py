@@ -128,8 +128,9 @@ def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(t
     losses = [json.loads(line)["mnrl_loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
               if "mnrl_loss" in line]
     assert len(losses) == 16
-    # In-batch chance level is log(16) = 2.77; four epochs of a learnable task end well below where they began.
-    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.3
+    # In-batch chance level is log(16) = 2.77; four epochs of a learnable task end below where they began: the
+    # drop (mean of the first four steps minus the last four) over seeds 0-7 of model, data and run was 0.153-0.346.
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.1
     model = tmp_path / "run" / "model"
     assert json.loads((model / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"] is True
     assert json.loads((model / "finetune.json").read_text())["kind"] == "embed"

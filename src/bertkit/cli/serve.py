@@ -48,7 +48,8 @@ def add_serve(verbs, help_text: str) -> None:
                      help="embeddings: the default pooling (default: the directory's sentence-transformers pooling, "
                           "else mean); none: every token's vector")
     srv.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    srv.add_argument("--threads", type=int, help="threads of a forward pass (default: torch's / onnxruntime's)")
+    srv.add_argument("--threads", type=int, help="threads in all: torch's split between the forward workers (--workers), "
+                                               "onnxruntime's per pass (default: torch's / onnxruntime's)")
     srv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                      help="uvicorn's log level (default info)")
     # embedding and reranking models: precision and access

@@ -175,9 +175,10 @@ class Unpadded:
     A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
     one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
     sequence: a variable-length FlashAttention kernel on GPU (bf16/fp16; `varlen_flash`) where one can take the
-    activations; otherwise the sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H)
-    with L_g its own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask, so attention
-    costs about the sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
+    activations; on a CPU one SDPA call per sequence, without a mask; otherwise (a GPU without such a kernel) the
+    sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H) with L_g its
+    own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask. So attention costs about the
+    sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
     padding.
     """
 
@@ -226,6 +227,7 @@ class Unpadded:
         self.empty = unused.nonzero().squeeze(1)  # rows of the buffer that hold no token (zeroed, never attended)
         self._row_of: torch.Tensor | None = None
         self._biases: list[torch.Tensor] | None = None
+        self._lengths: list[int] | None = None  # tokens per sequence, on the host (`attend_each`)
 
     @classmethod
     def build(cls, attention_mask: torch.Tensor, packed: bool, causal: bool,
@@ -269,11 +271,40 @@ class Unpadded:
         return self._row_of[where]
 
     def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
-        """qkv: (N, 3H) queries, keys and values side by side -> context (N, H)."""
-        N, H = qkv.shape[0], qkv.shape[1] // 3
+        """qkv: (N, 3H) queries, keys and values side by side -> context (N, H): a variable-length kernel where one
+        takes them (GPU), one SDPA call per sequence on a CPU (`attend_each`), else the length groups
+        (`attend_groups`)."""
         context = varlen_flash(qkv, num_heads, self.cu_seqlens, self.max_len, dropout, causal=self.causal)
         if context is not None:
             return context
+        if qkv.device.type == "cpu":
+            return self.attend_each(qkv, num_heads, dropout)
+        return self.attend_groups(qkv, num_heads, dropout)
+
+    def attend_each(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """Attention sequence by sequence: a sequence's rows of qkv are consecutive, so each is a view (`split`,
+        whose gradient is a concatenation), run through SDPA without a mask. On a CPU this beats the masked length
+        groups at every batch shape measured (all-MiniLM-L6-v2's widths, one thread, EPYC Zen 4: 5 texts of 23-256
+        tokens 3.4 against 4.7 ms per layer; 64 of 8-40 tokens 5.2 against 7.9 ms; training, forward and backward,
+        32 of 8-128 tokens 35 against 49 ms), with no copy in and out of a padded buffer; on a GPU the kernel
+        launches would cost more than they save."""
+        H = qkv.shape[1] // 3
+        D = H // num_heads
+        if self._lengths is None:
+            self._lengths = self.cu_seqlens.diff().tolist()
+        if not self._lengths:
+            return qkv.new_zeros(0, H)
+        contexts = []
+        for part in qkv.split(self._lengths):
+            L = part.shape[0]
+            q, k, v = part.view(1, L, 3, num_heads, D).permute(2, 0, 3, 1, 4).unbind(0)  # (1, A, L, D) each
+            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
+            contexts.append(context.transpose(1, 2).reshape(L, H))
+        return contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+
+    def attend_groups(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
+        """Attention on the length groups: each laid out as (S_g, L_g) with a key-padding mask."""
+        H = qkv.shape[1] // 3
         laid_out = FillSlots.apply(qkv, self.slot, self.total, self.empty)  # (total, 3H)
         # With dropout the CPU kernel is the math one, fastest with a bool mask; without, an additive mask.
         masks = [m for _, _, m in self.layout] if dropout > 0 else self.key_biases(qkv.dtype)

@@ -52,20 +52,23 @@ from bertkit.serve.metrics import Metrics
 class ServeConfig:
     """The server's limits and batching; `bertkit serve` has one option per field."""
 
-    max_batch_tokens: int = _f(2048, "real tokens per forward pass at most (a longer single input runs alone)")
+    max_batch_tokens: int = _f(2048, "real tokens in the forward passes running at once, at most: each of the "
+                                     "--workers passes takes an equal share (a longer single input runs alone)")
     max_wait_ms: float = _f(5.0, "how long the oldest queued request waits for a batch to fill, milliseconds")
     max_queue: int = _f(1024, "requests that may wait for a batch; more are answered 503 with Retry-After")
     max_request_bytes: int = _f(1 << 20, "largest request body in bytes; larger ones are answered 413")
     max_inputs: int = _f(256, "inputs per request at most; more are answered 413")
     shutdown_timeout: float = _f(30.0, "seconds that a shutdown (SIGTERM) waits for the requests in flight")
     tokenizer_threads: int = _f(2, "threads that tokenise requests (off the event loop, a request's texts at once)")
+    workers: int = _f(0, "forward passes at once, each in its own thread with its share of --threads (0: two for "
+                         "the torch backend on a CPU with two or more threads, else one)")
     window: int = _f(0, "embeddings: an input longer than the model's length sent with \"truncate\": false is "
                         "encoded as overlapping windows of this many tokens, pooled into one vector (0: refused, 413)")
     stride: int = _f(0, "--window: text tokens between window starts (0: half the window)")
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            low = 0 if f.name in ("max_wait_ms", "shutdown_timeout", "window", "stride") else 1
+            low = 0 if f.name in ("max_wait_ms", "shutdown_timeout", "window", "stride", "workers") else 1
             if getattr(self, f.name) < low:
                 raise ValueError(f"{f.name} must be at least {low}, got {getattr(self, f.name)}")
 
@@ -293,8 +296,12 @@ class Server:
     def __init__(self, engine: Engine, config: ServeConfig, api_key: str | None = None) -> None:
         self.engine, self.config = engine, config
         self.metrics = Metrics()
-        self.batcher = Batcher(engine.forward, max_batch_tokens=config.max_batch_tokens,
-                               max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, on_batch=self.metrics.batch)
+        workers = config.workers or engine.default_workers()
+        # Each worker's pass runs on its share of the threads, so its share of the tokens keeps a pass as long as
+        # one pass on every thread: the latency of a request stays that of one pass of the whole budget.
+        self.batcher = Batcher(engine.forward, max_batch_tokens=max(1, config.max_batch_tokens // workers),
+                               max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, workers=workers,
+                               initializer=engine.worker_initializer(workers), on_batch=self.metrics.batch)
         self.metrics.gauges = self.gauges
         self.page = resources.files("bertkit.serve").joinpath("static/index.html").read_bytes()
         self.schema = openapi_schema(engine, config)

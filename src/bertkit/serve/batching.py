@@ -13,6 +13,11 @@ the number of rows times the longest. The worker
     4. hands every row's output to its request; a request resolves when all its rows have run, with the outputs
        in its rows' order.
 
+With `workers` > 1 that many forward passes run at once, each in its own thread (`initializer` runs first in
+each: the server gives each its share of the torch threads): while one computes, the next batch forms and starts
+on the other. On a CPU two passes of one thread each keep two cores busier than one pass of two threads, whose
+threads wait for each other at every operation and for the batch to form between passes.
+
 A request's rows may be split over several batches (a long SQuAD passage's windows). A forward pass that raises
 fails only the requests with rows in it; the worker goes on. `max_queue` bounds the requests waiting: past it
 `submit` raises `QueueFull`, with an estimate of when to retry from the recent tokens per second. `stop` lets the
@@ -70,12 +75,15 @@ class Batcher:
         max_batch_tokens: the budget of one forward pass, in real tokens (the rows' lengths).
         max_wait_ms: how long the oldest waiting row may wait for a batch to fill.
         max_queue: requests that may wait; more raise QueueFull.
+        workers: forward passes that may run at once, each in a thread of its own.
+        initializer: called once in each forward thread before its first pass.
         length: a row's token count (default len).
         on_batch: called with a BatchStats after every forward pass (in the event loop).
     """
 
     def __init__(self, forward: Callable[[list], list], *, max_batch_tokens: int = 2048, max_wait_ms: float = 5.0,
-                 max_queue: int = 1024, length: Callable[[Any], int] = len,
+                 max_queue: int = 1024, workers: int = 1, initializer: Callable[[], None] | None = None,
+                 length: Callable[[Any], int] = len,
                  on_batch: Callable[[BatchStats], None] | None = None) -> None:
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
@@ -83,6 +91,9 @@ class Batcher:
             raise ValueError(f"max_wait_ms must be at least 0, got {max_wait_ms}")
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers, self.initializer = workers, initializer
         self.forward, self.length, self.on_batch = forward, length, on_batch
         self.max_batch_tokens, self.max_wait, self.max_queue = max_batch_tokens, max_wait_ms / 1000, max_queue
         self._pending: deque[tuple[_Job, int]] = deque()  # (job, row index), arrival order
@@ -99,7 +110,8 @@ class Batcher:
     def start(self) -> None:
         """Start the worker in the running event loop."""
         self._arrived = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-forward")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="bertkit-forward",
+                                            initializer=self.initializer)
         self._closing = False
         self._worker = asyncio.get_running_loop().create_task(self._run(), name="bertkit-batcher")
 
@@ -196,50 +208,64 @@ class Batcher:
                 return
 
     async def _run(self) -> None:
+        """Form batches while a worker is free; each runs as a task of its own (`_pass`)."""
+        free = asyncio.Semaphore(self.workers)
+        passes: set[asyncio.Task] = set()
+        try:
+            while True:
+                await free.acquire()
+                await self._gather()
+                batch = self._take() if self._pending else []
+                if not batch:
+                    free.release()
+                    if self._closing and not self._pending:
+                        return
+                    continue
+                task = asyncio.get_running_loop().create_task(self._pass(batch))
+                passes.add(task)
+                task.add_done_callback(lambda done: (passes.discard(done), free.release()))
+        finally:
+            if passes:
+                await asyncio.gather(*passes, return_exceptions=True)
+
+    async def _pass(self, batch: list[tuple[_Job, int]]) -> None:
+        """One forward pass over `batch` in a worker thread; its outputs to their requests, its stats to
+        `on_batch`."""
         loop = asyncio.get_running_loop()
-        while True:
-            await self._gather()
-            if not self._pending:
-                if self._closing:
-                    return
-                continue
-            batch = self._take()
-            if not batch:
-                continue
-            start = time.perf_counter()
-            waited = []
+        start = time.perf_counter()
+        waited = []
+        for job, _ in batch:
+            if not job.started:
+                job.started = True
+                self.queued_requests -= 1
+                waited.append(start - job.arrival)
+        rows = [job.rows[i] for job, i in batch]
+        tokens = sum(self.length(r) for r in rows)
+        failed = False
+        try:
+            outputs = await loop.run_in_executor(self._executor, self.forward, rows)
+            if len(outputs) != len(rows):
+                raise RuntimeError(f"the forward pass gave {len(outputs)} outputs for {len(rows)} rows")
+        except Exception as err:  # fail this batch's requests, keep the worker
+            failed = True
             for job, _ in batch:
-                if not job.started:
-                    job.started = True
-                    self.queued_requests -= 1
-                    waited.append(start - job.arrival)
-            rows = [job.rows[i] for job, i in batch]
-            tokens = sum(self.length(r) for r in rows)
-            failed = False
+                if not job.future.done():
+                    job.future.set_exception(err)
+        seconds = time.perf_counter() - start
+        if not failed:
+            rate = tokens / max(seconds, 1e-9) * self.workers  # passes overlap: the server's rate, not one pass's
+            self.tokens_per_second = rate if self.tokens_per_second == 0 else (
+                0.8 * self.tokens_per_second + 0.2 * rate)
+            for (job, i), out in zip(batch, outputs):
+                if job.future.done():
+                    continue
+                job.outputs[i] = out
+                job.remaining -= 1
+                if job.remaining == 0:
+                    job.future.set_result(job.outputs)
+        if self.on_batch is not None:
             try:
-                outputs = await loop.run_in_executor(self._executor, self.forward, rows)
-                if len(outputs) != len(rows):
-                    raise RuntimeError(f"the forward pass gave {len(outputs)} outputs for {len(rows)} rows")
-            except Exception as err:  # fail this batch's requests, keep the worker
-                failed = True
-                for job, _ in batch:
-                    if not job.future.done():
-                        job.future.set_exception(err)
-            seconds = time.perf_counter() - start
-            if not failed:
-                rate = tokens / max(seconds, 1e-9)
-                self.tokens_per_second = rate if self.tokens_per_second == 0 else (
-                    0.8 * self.tokens_per_second + 0.2 * rate)
-                for (job, i), out in zip(batch, outputs):
-                    if job.future.done():
-                        continue
-                    job.outputs[i] = out
-                    job.remaining -= 1
-                    if job.remaining == 0:
-                        job.future.set_result(job.outputs)
-            if self.on_batch is not None:
-                try:
-                    self.on_batch(BatchStats(len(rows), tokens, len({id(job) for job, _ in batch}), waited,
-                                             seconds, failed))
-                except Exception:  # the metrics must never stop the worker
-                    pass
+                self.on_batch(BatchStats(len(rows), tokens, len({id(job) for job, _ in batch}), waited,
+                                         seconds, failed))
+            except Exception:  # the metrics must never stop the worker
+                pass
