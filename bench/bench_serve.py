@@ -22,10 +22,12 @@ requests), the server process's CPU seconds per request (user + system, from /pr
 else the machine runs), and the ratios throughput_ratio = bertkit / reference (> 1: bertkit serves more; also per
 round), p99_ratio = bertkit / reference (< 1: bertkit's slowest answers come sooner), cpu_ratio = reference /
 bertkit CPU seconds per request; the load averages before and after; how often the two servers' labels agree (same
-weights: ~1.0).
+weights: ~1.0); per bertkit server, its forward passes from its /metrics ("batches": passes, rows and tokens per
+pass, their seconds summed: with --workers 2 passes overlap, so the sum can pass the wall-clock time). --workers
+N sets `bertkit serve --workers` (default 0: the server's own choice, two on a CPU with two threads or more).
 
     HF_HUB_OFFLINE=1 python bench/bench_serve.py [--clients 32] [--requests 256] [--rounds 3] [--threads 1]
-        [--device cuda] [--data DIR] [--random-model VOCAB] [--quantize int8] [--quick | --short]
+        [--workers N] [--device cuda] [--data DIR] [--random-model VOCAB] [--quantize int8] [--quick | --short]
 
 --quick: 8 clients, 48 requests, one round: a plumbing check, not a figure. --short: 16 clients, 64 requests, 2
 rounds: the embedding targets' 16 clients in about a minute per server and round trip on a quiet 2-core machine.
