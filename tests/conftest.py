@@ -22,6 +22,13 @@ from bertkit.data.instances import ListDocuments
 # Tiny models run faster on one thread (less synchronisation); parity does not depend on it.
 torch.set_num_threads(1)
 
+# The CPU kernel choice's per-machine cache (bertkit.models.kernels.cache_path): a fresh one for the test session
+# and the commands it starts, never the user's.
+if "BERTKIT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertkit-test-cache-")
+
 # ../shared beside the checkout (CI has it): the optional data and the released reference code; BERTKIT_SHARED
 # points elsewhere (a checkout that does not sit beside it).
 SHARED = Path(os.environ.get("BERTKIT_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")

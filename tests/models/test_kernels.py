@@ -4,6 +4,8 @@ the plain path's numbers (the forced paths are pinned in test_fastpaths.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,9 +16,11 @@ needs_onednn = pytest.mark.skipif(not kernels._ONEDNN, reason="this torch build 
 
 
 @pytest.fixture
-def fresh_choice(monkeypatch):
-    """No cached choice, no BERTKIT_LINEAR; the process's own choice is put back afterwards."""
+def fresh_choice(monkeypatch, tmp_path):
+    """No choice made in this process, an empty per-machine cache, no BERTKIT_LINEAR; the process's own choice
+    is put back afterwards."""
     monkeypatch.setattr(kernels, "_CHOICE", None)
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("BERTKIT_LINEAR", raising=False)
 
 
@@ -37,6 +41,58 @@ def test_the_choice_follows_the_measurement_once_per_process(times, kernel, fres
     assert choice == {"kernel": kernel, "reason": "measured", "onednn_ms": times[0] * 1e3,
                       "plain_ms": times[1] * 1e3, "threads": torch.get_num_threads()}
     assert kernels.linear_choice() is choice and len(probes) == 1  # cached
+
+
+@needs_onednn
+def test_a_later_process_on_the_same_machine_takes_the_measured_choice(fresh_choice, monkeypatch):
+    """The first measurement is kept per machine (CPU, torch, threads): a process that would measure the other way
+    (the times were close) takes it instead, so one seed trains one model; other threads measure anew."""
+    monkeypatch.setattr(kernels, "_probe_times", lambda: (0.001, 0.004))
+    first = kernels.linear_choice()
+    assert first["kernel"] == "onednn" and first["reason"] == "measured"
+    assert json.loads(kernels.cache_path().read_text())[kernels.machine_key()]["kernel"] == "onednn"
+    monkeypatch.setattr(kernels, "_CHOICE", None)  # a new process
+    monkeypatch.setattr(kernels, "_probe_times", lambda: pytest.fail("measured again on the same machine"))
+    again = kernels.linear_choice()
+    assert again["kernel"] == "onednn" and again["reason"].startswith("measured earlier on this machine")
+    monkeypatch.setattr(kernels, "_CHOICE", None)
+    monkeypatch.setattr(kernels, "_probe_times", lambda: (0.004, 0.001))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        assert kernels.linear_choice()["kernel"] == "plain"  # another key: measured
+    finally:
+        torch.set_num_threads(threads)
+    assert len(json.loads(kernels.cache_path().read_text())) == 2
+
+
+def test_an_unwritable_cache_still_gives_a_choice(fresh_choice, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(kernels, "_probe_times", lambda: (0.004, 0.001))
+    assert kernels.linear_choice()["kernel"] == "plain"
+
+
+@needs_onednn
+def test_a_resumed_run_takes_the_kernel_it_recorded(fresh_choice, monkeypatch, tmp_path):
+    record = tmp_path / "kernels.json"
+    monkeypatch.setattr(kernels, "_probe_times", lambda: (0.001, 0.004))
+    assert kernels.pin_choice(record, resume=False)["kernel"] == "onednn"
+    assert json.loads(record.read_text()) == {"kernel": "onednn"}
+    # a process (on another machine, or with the cache gone) that would choose plain resumes with oneDNN
+    monkeypatch.setattr(kernels, "_CHOICE", {"kernel": "plain", "reason": "test"})
+    pinned = kernels.pin_choice(record, resume=True)
+    assert pinned["kernel"] == "onednn" and kernels.linear_choice() is pinned
+    # a fresh run measures (here: the cached choice) and overwrites the record; a rank that is not the main one
+    # does not write
+    monkeypatch.setattr(kernels, "_CHOICE", {"kernel": "plain", "reason": "test"})
+    assert kernels.pin_choice(record, resume=False)["kernel"] == "plain"
+    assert json.loads(record.read_text()) == {"kernel": "plain"}
+    record.write_text('{"kernel": "onednn"}')
+    monkeypatch.setattr(kernels, "_CHOICE", {"kernel": "plain", "reason": "test"})
+    kernels.pin_choice(record, resume=False, write=False)
+    assert json.loads(record.read_text()) == {"kernel": "onednn"}
 
 
 @needs_onednn

@@ -7,12 +7,24 @@ choice is measured once per process (`linear_choice`: both kernels timed, forwar
 shapes: 6 x 1.1 G multiply-adds, about 1 s on 2 busy shared cores) unless BERTKIT_LINEAR=onednn|plain says.
 `Linear` is `nn.Linear` routed through it; every model layer uses it, so one switch (`set_fast_paths(model,
 onednn=...)`: True forces oneDNN, False the plain path, "auto" the measured choice, the default) changes them all.
+
+The two kernels round differently, so a run's numbers depend on the choice. Where their times are close a fresh
+measurement could go either way from one process to the next, and the same seed would train two different models:
+so the measured choice is kept per machine (CPU, torch version, threads) in a small cache file
+(`$BERTKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/bertkit`, else `~/.cache/bertkit`: linear-choice.json) that every later
+process on that machine reads instead of measuring, and a training run records the choice it used in its run
+directory (`pin_choice`), which a resumed run takes whatever this process would choose.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +109,53 @@ def _probe_times(rounds: int = 2) -> tuple[float, float]:
     return best[onednn], best[plain]
 
 
+def cache_path() -> Path:
+    """The file that keeps this machine's measured choices (see the module docstring)."""
+    root = os.environ.get("BERTKIT_CACHE_DIR")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertkit")
+    return Path(root) / "linear-choice.json"
+
+
+def machine_key() -> str:
+    """What the choice depends on: the CPU (model name and flags), torch's version and this process's threads."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+        named = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in lines if ":" in line}
+        cpu = named.get("model name", cpu) + " " + named.get("flags", "")
+    except OSError:
+        pass
+    digest = hashlib.sha256(cpu.encode("utf-8")).hexdigest()[:16]
+    return f"{digest}/torch-{torch.__version__}/threads-{torch.get_num_threads()}"
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(key: str, choice: dict) -> None:
+    """Adds this machine's choice to the cache file, atomically; a cache that cannot be written is skipped."""
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {**_read_cache(), key: choice}
+        fd, tmp = tempfile.mkstemp(prefix=".linear-choice.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
+
+
 def linear_choice() -> dict:
     """The float32 CPU kernel `linear` uses when a layer's switch is "auto", chosen once per process:
     {"kernel": "onednn" | "plain", "reason": ..., and where measured "onednn_ms", "plain_ms"}.
@@ -115,11 +174,44 @@ def linear_choice() -> dict:
     elif wanted != "auto":
         choice = {"kernel": wanted, "reason": f"BERTKIT_LINEAR={wanted}"}
     else:
-        onednn_s, plain_s = _probe_times()
-        choice = {"kernel": choose_kernel(onednn_s, plain_s), "reason": "measured",
-                  "onednn_ms": round(onednn_s * 1e3, 2), "plain_ms": round(plain_s * 1e3, 2),
-                  "threads": torch.get_num_threads()}
+        key = machine_key()
+        kept = _read_cache().get(key)
+        if isinstance(kept, dict) and kept.get("kernel") in ("onednn", "plain"):
+            choice = {**kept, "reason": f"measured earlier on this machine ({cache_path()})"}
+        else:
+            onednn_s, plain_s = _probe_times()
+            choice = {"kernel": choose_kernel(onednn_s, plain_s), "reason": "measured",
+                      "onednn_ms": round(onednn_s * 1e3, 2), "plain_ms": round(plain_s * 1e3, 2),
+                      "threads": torch.get_num_threads()}
+            _write_cache(key, {k: v for k, v in choice.items() if k != "reason"})
     _CHOICE = choice
+    return choice
+
+
+def pin_choice(record: Path, resume: bool, write: bool = True) -> dict:
+    """The kernel choice of a training run whose record is `record` (a JSON file in its run directory): a resumed
+    run takes the recorded one (plain where this torch has no oneDNN kernel), whatever this process would choose;
+    otherwise this process's choice, written to the record when `write` (the main rank)."""
+    global _CHOICE
+    if resume and record.is_file():
+        try:
+            kernel = json.loads(record.read_text(encoding="utf-8"))["kernel"]
+        except (OSError, ValueError, KeyError, TypeError):
+            kernel = None
+        if kernel in ("onednn", "plain"):
+            if kernel == "onednn" and not _ONEDNN:
+                kernel = "plain"
+            _CHOICE = {"kernel": kernel, "reason": f"recorded by the run ({record})"}
+            return _CHOICE
+    choice = linear_choice()
+    if write:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".kernels.", dir=record.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"kernel": choice["kernel"]}, f)
+            os.replace(tmp, record)
+        except OSError:
+            pass
     return choice
 
 

@@ -47,7 +47,7 @@ from bertkit.config import field_with_help
 from bertkit.errors import DataError
 from bertkit.io import append_line, atomic_write, read_json_lines, remove_stale_temporaries, writer_lock
 from bertkit.models.bert import compile_layers
-from bertkit.models.kernels import Linear, linear_choice
+from bertkit.models.kernels import Linear, pin_choice
 from bertkit.models.layouts import attach_host
 from bertkit.training.optim import Adafactor, Lamb, param_groups
 
@@ -56,6 +56,7 @@ _f = field_with_help  # a dataclass field with its help text (the CLI options co
 SCHEDULES = ("linear", "inverse_sqrt", "wsd")  # TrainConfig.schedule: see `learning_rate`
 DECAY_SHAPES = ("linear", "1-sqrt")  # TrainConfig.decay_shape (wsd)
 OPTIMIZERS = ("adamw", "lamb", "adafactor")  # TrainConfig.optimizer: see `make_optimizer`
+KERNELS_RECORD = "kernels.json"  # in the run directory: the CPU matmul kernel the run used (`pin_choice`)
 
 
 @dataclass(frozen=True)
@@ -481,9 +482,9 @@ def _train(model: nn.Module, task: Task, batches: Iterable[dict[str, Any]], conf
     run_dir.mkdir(parents=True, exist_ok=True)
     model.to(device)
     if device.type == "cpu" and any(isinstance(m, Linear) and m.onednn == "auto" for m in model.modules()):
-        # The CPU matmul kernel of bertkit's layers is chosen by timing both once per process (about a second on
-        # busy cores): here, with the set-up, rather than inside the first step, whose time the first log reports
-        linear_choice()
+        # The CPU matmul kernel of bertkit's layers: chosen here, with the set-up, rather than inside the first step,
+        # whose time the first log reports; a resumed run takes the one it recorded (the kernels round differently)
+        pin_choice(run_dir / KERNELS_RECORD, resume, write=dist_info.is_main)
     optimizer = make_optimizer(model, config)
     start = _resume(run_dir, model, optimizer, batches, dist_info) if resume else _Start()
     if config.compile:
