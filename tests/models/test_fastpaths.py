@@ -298,9 +298,9 @@ def test_attention_groups_leave_padding_rows_zeroed_and_unused():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("packed", [False, True])
 def test_attention_per_sequence_equals_the_length_groups(causal, packed):
-    """The CPU path (one SDPA call per sequence, no mask) and the length groups (masked, padded to each group's
-    longest) give the same contexts and the same gradient of qkv, causal or not, packed rows or not; an empty
-    batch gives an empty context."""
+    """The CPU inference path (one SDPA call per sequence, no mask) and the length groups (masked, padded to each
+    group's longest) give the same contexts and the same gradient of qkv, causal or not, packed rows or not; an
+    empty batch gives an empty context."""
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 2, 2, 2, 2], [1, 0, 0, 0, 0, 0, 0],
                          [1, 1, 1, 1, 1, 1, 1]])
@@ -313,7 +313,9 @@ def test_attention_per_sequence_equals_the_length_groups(causal, packed):
     (groups_grad,) = torch.autograd.grad(groups, qkv, grad)
     torch.testing.assert_close(each, groups, atol=1e-12, rtol=0)
     torch.testing.assert_close(each_grad, groups_grad, atol=1e-12, rtol=0)
-    assert tokens.attend(qkv, 2, 0.0).equal(each)  # on a CPU attend is the per-sequence path
+    with torch.no_grad():  # on a CPU, inference takes the per-sequence path; training the groups
+        assert tokens.attend(qkv, 2, 0.0).equal(each)
+    assert tokens.attend(qkv, 2, 0.0).equal(groups)
     empty = Unpadded(torch.zeros(2, 3, dtype=torch.long), packed=False, causal=causal)
     assert empty.attend_each(torch.zeros(0, 24), 2, 0.0).shape == (0, 8)
 

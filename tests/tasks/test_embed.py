@@ -129,7 +129,8 @@ def test_finetune_embed_loss_falls_and_saves_a_sentence_transformers_directory(t
               if "mnrl_loss" in line]
     assert len(losses) == 16
     # In-batch chance level is log(16) = 2.77; four epochs of a learnable task end below where they began: the
-    # drop (mean of the first four steps minus the last four) over seeds 0-7 of model, data and run was 0.153-0.346.
+    # drop (mean of the first four steps minus the last four) was 0.32 at this seed, 0; over seeds 0-7 of model,
+    # data and run -0.008 to 0.676 (median 0.27; one seed barely learns in four epochs).
     assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.1
     model = tmp_path / "run" / "model"
     assert json.loads((model / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"] is True

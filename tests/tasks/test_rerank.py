@@ -85,9 +85,9 @@ def test_finetune_rerank_loss_falls_and_predictions_agree(tmp_path, tiny_tokeniz
     losses = [json.loads(line)["rerank_loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
               if "rerank_loss" in line]
     # binary cross-entropy starts near log 2 = 0.69 on labels 0, 0.5, 1; the task is learnable: the drop (mean of
-    # the first four steps minus the last four) over seeds 0-7 of model, data and run was 0.030-0.454 (0.17 or more
-    # on all but one: this one, seed 0, learns late)
-    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.02
+    # the first four steps minus the last four) over seeds 0-7 of model, data and run was 0.168-0.416 (this seed, 0:
+    # 0.205)
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.05
     model = tmp_path / "run" / "model"
     assert json.loads((model / "finetune.json").read_text())["label_scale"] == 2.0
     pairs = [("fox dog", "fox dog"), ("fox dog", "sea shore")]

@@ -175,7 +175,7 @@ class Unpadded:
     A *sequence* is a row's real tokens, or, for a packed row (attention mask numbering its documents 1, 2, ...),
     one document. Linear layers, LayerNorm, activations and dropout then never touch padding. Attention runs per
     sequence: a variable-length FlashAttention kernel on GPU (bf16/fp16; `varlen_flash`) where one can take the
-    activations; on a CPU one SDPA call per sequence, without a mask; otherwise (a GPU without such a kernel) the
+    activations; on a CPU in inference one SDPA call per sequence, without a mask; otherwise the
     sequences, sorted by length, are cut into up to `groups` groups, each laid out as (S_g, L_g, H) with L_g its
     own longest sequence, and PyTorch's SDPA runs on each with a key-padding mask. So attention costs about the
     sum of the squared lengths, not S x T^2. Either way no token attends across sequences or to
@@ -272,22 +272,24 @@ class Unpadded:
 
     def attend(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
         """qkv: (N, 3H) queries, keys and values side by side -> context (N, H): a variable-length kernel where one
-        takes them (GPU), one SDPA call per sequence on a CPU (`attend_each`), else the length groups
-        (`attend_groups`)."""
+        takes them (GPU), one SDPA call per sequence on a CPU without gradients (`attend_each`: inference), else
+        the length groups (`attend_groups`)."""
         context = varlen_flash(qkv, num_heads, self.cu_seqlens, self.max_len, dropout, causal=self.causal)
         if context is not None:
             return context
-        if qkv.device.type == "cpu":
+        if qkv.device.type == "cpu" and not (torch.is_grad_enabled() and qkv.requires_grad):
             return self.attend_each(qkv, num_heads, dropout)
         return self.attend_groups(qkv, num_heads, dropout)
 
     def attend_each(self, qkv: torch.Tensor, num_heads: int, dropout: float) -> torch.Tensor:
         """Attention sequence by sequence: a sequence's rows of qkv are consecutive, so each is a view (`split`,
-        whose gradient is a concatenation), run through SDPA without a mask. On a CPU this beats the masked length
-        groups at every batch shape measured (all-MiniLM-L6-v2's widths, one thread, EPYC Zen 4: 5 texts of 23-256
-        tokens 3.4 against 4.7 ms per layer; 64 of 8-40 tokens 5.2 against 7.9 ms; training, forward and backward,
-        32 of 8-128 tokens 35 against 49 ms), with no copy in and out of a padded buffer; on a GPU the kernel
-        launches would cost more than they save."""
+        whose gradient is a concatenation), run through SDPA without a mask and without a copy in and out of a
+        padded buffer. On a CPU, in inference, this beats the masked length groups at every batch shape measured
+        (all-MiniLM-L6-v2's widths, EPYC Zen 4, one thread: 5 texts of 23-256 tokens 3.4 against 4.7 ms per layer,
+        64 of 8-40 tokens 5.2 against 7.9 ms). Training keeps the groups: forward and backward were faster this way
+        at MiniLM's widths (32 texts of 8-128 tokens: 35 against 49 ms), but the main job's pretraining step (128
+        wide, two heads, rows packed with many short documents: a call per document, forward and backward) ran
+        7-10% slower. On a GPU the kernel launches would cost more than they save."""
         H = qkv.shape[1] // 3
         D = H // num_heads
         if self._lengths is None:
