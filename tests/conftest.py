@@ -191,15 +191,17 @@ WORDS = ("the a cat dog bird sees likes chases eats small big red green quick sl
          "park runs sleeps sings under over near with and but because").split()
 
 
-def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0) -> Path:
-    """Documents of short sentences in Google's format (a blank line between documents), from a small word list:
-    the pretraining corpus of the tests that pretrain (tests/training, tests/reliability, ...)."""
+def synthetic_corpus(path: Path, documents: int = 40, seed: int = 0, sentences: tuple[int, int] = (3, 8),
+                     words: tuple[int, int] = (4, 12), vocabulary: list[str] = WORDS) -> Path:
+    """Documents of `sentences` short sentences each in Google's format (a blank line between documents), each
+    sentence its document's topic word and `words` more from `vocabulary`: the pretraining corpus of the tests
+    that pretrain (tests/training, tests/reliability, ...)."""
     rng = random.Random(seed)
     lines = []
     for _ in range(documents):
-        topic = rng.choice(WORDS)
-        for _ in range(rng.randint(3, 8)):
-            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]) + ".")
+        topic = rng.choice(vocabulary)
+        for _ in range(rng.randint(*sentences)):
+            lines.append(" ".join([topic] + [rng.choice(vocabulary) for _ in range(rng.randint(*words))]) + ".")
         lines.append("")
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 from importlib import resources
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import synthetic_corpus
 
 from bertkit import WordPieceTokenizer
 from bertkit.data.corpus import iter_lines
@@ -59,15 +59,7 @@ def test_the_help_names_the_default_recipe(capsys):
 def short_documents(path: Path, documents: int, seed: int) -> Path:
     """Documents of 2-3 short sentences (rows of about 20 tokens, so that the recipe's batch of 32 rows of up to
     128 is cheap); each sentence repeats its document's topic word."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(documents):
-        topic = rng.choice(WORDS)
-        for _ in range(rng.randint(2, 3)):
-            lines.append(" ".join([topic] + [rng.choice(WORDS) for _ in range(rng.randint(3, 6))]) + ".")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return synthetic_corpus(path, documents, seed, sentences=(2, 3), words=(3, 6), vocabulary=WORDS)
 
 
 def bare_run(root: Path, seed: int = 0) -> tuple[dict, dict]:

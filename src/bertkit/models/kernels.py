@@ -22,13 +22,14 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from bertkit.io import atomic_write
 
 
 def activation(name: str):
@@ -143,15 +144,7 @@ def _write_cache(key: str, choice: dict) -> None:
     path = cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {**_read_cache(), key: choice}
-        fd, tmp = tempfile.mkstemp(prefix=".linear-choice.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, json.dumps({**_read_cache(), key: choice}, indent=1, sort_keys=True))
     except OSError:
         pass
 
@@ -206,10 +199,7 @@ def pin_choice(record: Path, resume: bool, write: bool = True) -> dict:
     choice = linear_choice()
     if write:
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".kernels.", dir=record.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"kernel": choice["kernel"]}, f)
-            os.replace(tmp, record)
+            atomic_write(record, json.dumps({"kernel": choice["kernel"]}))
         except OSError:
             pass
     return choice
